@@ -1,0 +1,3 @@
+from verlenv.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""The catalog: `stacks.toml`, the only place versions live."""
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from verlenv.errors import UserError
+
+CATALOG_NAME = "stacks.toml"
+VARIANTS = ("fsdp", "megatron")
+TOOLKIT_SOURCES = ("pypi", "conda")
+
+
+@dataclass(frozen=True)
+class SourceBuild:
+    """A package compiled locally against the env's torch (never taken as a prebuilt binary)."""
+
+    name: str
+    requirement: Requirement
+
+    @property
+    def version(self) -> str | None:
+        specs = list(self.requirement.specifier)
+        return specs[0].version if len(specs) == 1 and specs[0].operator == "==" else None
+
+    @property
+    def url(self) -> str | None:
+        return self.requirement.url
+
+
+@dataclass(frozen=True)
+class Variant:
+    stack: "Stack"
+    name: str
+    requirements: tuple[str, ...]
+    source_builds: tuple[SourceBuild, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.stack.name}-{self.name}"
+
+    def source_build(self, name: str) -> SourceBuild | None:
+        want = canonicalize_name(name)
+        return next((b for b in self.source_builds if b.name == want), None)
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    description: str
+    python: str
+    cuda: str
+    min_driver: str
+    exclude_newer: str
+    gpu_archs: tuple[str, ...]
+    cxx11_abi: bool
+    toolkit: str
+    host_compiler: str
+    aarch64: str
+    toolkit_conda: tuple[str, ...]
+    variants: dict[str, Variant]
+
+    def variant(self, name: str) -> Variant:
+        if name not in self.variants:
+            raise UserError(f"unknown variant {name!r} of stack {self.name}; valid: {', '.join(self.variants)}")
+        return self.variants[name]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    path: Path
+    default: str
+    stacks: dict[str, Stack]
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def stack(self, name: str | None = None) -> Stack:
+        name = name or self.default
+        if name not in self.stacks:
+            raise UserError(f"unknown stack {name!r}; valid: {', '.join(self.stacks)}")
+        return self.stacks[name]
+
+    def variant(self, stack: str | None, variant: str | None) -> Variant:
+        return self.stack(stack).variant(variant or "fsdp")
+
+    def all_variants(self) -> list[Variant]:
+        return [v for s in self.stacks.values() for v in s.variants.values()]
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The project root: $VERLENV_ROOT, else the nearest folder upwards holding stacks.toml."""
+    if env := os.environ.get("VERLENV_ROOT"):
+        return Path(env)
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / CATALOG_NAME).is_file():
+            return folder
+    raise UserError(f"no {CATALOG_NAME} in {here} or above; run inside a verlenv checkout or set VERLENV_ROOT")
+
+
+def load(path: Path | None = None) -> Catalog:
+    path = Path(path) if path else find_root() / CATALOG_NAME
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+    return _parse(path, data)
+
+
+def _get(table: dict, key: str, kind: type, where: str, path: Path, default=None):
+    if key not in table:
+        if default is not None:
+            return default
+        raise UserError(f"{path}: missing key {where}.{key}")
+    value = table[key]
+    if not isinstance(value, kind):
+        raise UserError(f"{path}: {where}.{key} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _strings(table: dict, key: str, where: str, path: Path, default=None) -> tuple[str, ...]:
+    items = _get(table, key, list, where, path, default)
+    if not all(isinstance(i, str) for i in items):
+        raise UserError(f"{path}: {where}.{key} must be a list of strings")
+    return tuple(items)
+
+
+def _requirement(text: str, where: str, path: Path) -> Requirement:
+    try:
+        return Requirement(text)
+    except InvalidRequirement as e:
+        raise UserError(f"{path}: {where}: invalid requirement {text!r}: {e}") from None
+
+
+def _parse(path: Path, data: dict) -> Catalog:
+    stacks_table = _get(data, "stacks", dict, "", path)
+    default = _get(data, "default", str, "", path)
+    stacks: dict[str, Stack] = {}
+    for name, table in stacks_table.items():
+        where = f"stacks.{name}"
+        if not isinstance(table, dict):
+            raise UserError(f"{path}: {where} must be a table")
+        toolkit = _get(table, "toolkit", str, where, path)
+        if toolkit not in TOOLKIT_SOURCES:
+            raise UserError(f"{path}: {where}.toolkit is {toolkit!r}; valid: {', '.join(TOOLKIT_SOURCES)}")
+        conda_tk = _get(table, "toolkit_conda", dict, where, path, default={})
+        raw_variants = _get(table, "variants", dict, where, path)
+        stack = Stack(
+            name=name,
+            description=_get(table, "description", str, where, path),
+            python=_get(table, "python", str, where, path),
+            cuda=_get(table, "cuda", str, where, path),
+            min_driver=_get(table, "min_driver", str, where, path),
+            exclude_newer=_get(table, "exclude_newer", str, where, path),
+            gpu_archs=_strings(table, "gpu_archs", where, path),
+            cxx11_abi=_get(table, "cxx11_abi", bool, where, path),
+            toolkit=toolkit,
+            host_compiler=_get(table, "host_compiler", str, where, path),
+            aarch64=_get(table, "aarch64", str, where, path),
+            toolkit_conda=_strings(conda_tk, "packages", f"{where}.toolkit_conda", path, default=[]),
+            variants={},
+        )
+        if toolkit == "conda" and not stack.toolkit_conda:
+            raise UserError(f"{path}: {where}.toolkit is 'conda' but {where}.toolkit_conda.packages is empty")
+        for vname in raw_variants:
+            if vname not in VARIANTS:
+                raise UserError(f"{path}: {where}.variants.{vname}: unknown variant; valid: {', '.join(VARIANTS)}")
+            stack.variants[vname] = _variant(stack, vname, raw_variants, path, seen=())
+        stacks[name] = stack
+    if default not in stacks:
+        raise UserError(f"{path}: default = {default!r} names no stack; valid: {', '.join(stacks)}")
+    return Catalog(path=path, default=default, stacks=stacks)
+
+
+def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ...]) -> Variant:
+    where = f"stacks.{stack.name}.variants.{name}"
+    if name in seen:
+        raise UserError(f"{path}: {where}.extends forms a cycle: {' -> '.join((*seen, name))}")
+    if name not in raw:
+        raise UserError(f"{path}: {where}: no such variant (named by extends)")
+    table = raw[name]
+    requirements = list(_strings(table, "requirements", where, path))
+    builds = list(_strings(table, "source_builds", where, path, default=[]))
+    if parent := table.get("extends"):
+        base = _variant(stack, parent, raw, path, (*seen, name))
+        requirements = list(base.requirements) + requirements
+        builds = [b.requirement.__str__() for b in base.source_builds] + builds
+    for r in requirements:
+        _requirement(r, f"{where}.requirements", path)
+    source_builds = []
+    for text in builds:
+        req = _requirement(text, f"{where}.source_builds", path)
+        build = SourceBuild(name=canonicalize_name(req.name), requirement=req)
+        if build.version is None and build.url is None:
+            raise UserError(f"{path}: {where}.source_builds: {text!r} must pin '==' a version or name a URL")
+        source_builds.append(build)
+    return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds))

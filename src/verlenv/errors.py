@@ -1,0 +1,9 @@
+"""Errors a user can meet: one line, an exit code, no traceback."""
+
+
+class UserError(Exception):
+    """Bad input or an environment problem the user must fix (exit 2 unless told otherwise)."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -8,13 +8,8 @@ from verlenv.errors import UserError
 
 # Each module adds its own subcommand through `register(subparsers)`; the order is the pipeline's.
 STAGE_MODULES = (
-    "verlenv.render",
-    "verlenv.lock",
-    "verlenv.install",
     "verlenv.toolchain",
     "verlenv.build",
-    "verlenv.verify",
-    "verlenv.doctor",
 )
 
 

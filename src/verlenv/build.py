@@ -1,0 +1,308 @@
+"""The builder: compile a recipe's package against the env's own torch, once per ABI fingerprint."""
+
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlenv import catalog, cubins, gpus, recipes, sources, toolchain, wheelcache
+from verlenv.errors import UserError
+from verlenv.parallelism import mem_available_gib, parallelism_for
+
+NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+
+
+@dataclass
+class BuildResult:
+    package: str
+    wheel: Path
+    fingerprint: str
+    cached: bool
+    record: dict
+
+
+def default_python(variant: catalog.Variant, root: Path) -> str:
+    """The env to build in: the active venv/conda env, else the variant's default venv."""
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if prefix := os.environ.get(var):
+            return str(Path(prefix) / "bin" / "python")
+    venv = root / f".venv-{variant.key}" / "bin" / "python"
+    if venv.exists():
+        return str(venv)
+    raise UserError(f"no env to build in: activate one, pass --python, or create {venv.parent.parent} (verlenv install)")
+
+
+def fingerprint_inputs(recipe: recipes.Recipe, version: str, source_id: str, info: toolchain.TorchInfo,
+                       archs: list[str]) -> dict:
+    """Everything that changes the binary's ABI or content; any change means a rebuild."""
+    return {
+        "package": recipe.package,
+        "version": version,
+        "source": source_id,
+        "torch": info.torch,
+        "cuda": info.cuda,
+        "python_tag": info.python_tag,
+        "cxx11_abi": info.cxx11_abi,
+        "archs": sorted(archs),
+        "recipe": recipe.digest,
+    }
+
+
+class MemorySampler(threading.Thread):
+    """Samples MemAvailable to report the build's peak memory (all its processes together)."""
+
+    def __init__(self, interval: float = 1.0):
+        super().__init__(daemon=True)
+        self.interval, self.start_avail, self.min_avail = interval, mem_available_gib(), mem_available_gib()
+        self._stop = threading.Event()
+
+    def run(self):
+        while not self._stop.wait(self.interval):
+            self.min_avail = min(self.min_avail, mem_available_gib())
+
+    def stop(self) -> float:
+        self._stop.set()
+        self.join()
+        return round(self.start_avail - self.min_avail, 2)
+
+
+def ninja_stats(build_tree: Path, cores: int) -> dict | None:
+    """Per-TU times from .ninja_log: Σ CPU-serial time ÷ cores is the ideal wall time."""
+    logs = list(build_tree.rglob(".ninja_log"))
+    if not logs:
+        return None
+    spans = []
+    for line in logs[0].read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) >= 4:
+            spans.append((int(parts[0]), int(parts[1]), parts[3]))
+    if not spans:
+        return None
+    total = sum(end - start for start, end, _ in spans) / 1000
+    wall = (max(e for _, e, _ in spans) - min(s for s, _, _ in spans)) / 1000
+    slowest = max(spans, key=lambda s: s[1] - s[0])
+    return {
+        "units": len(spans),
+        "sum_unit_s": round(total, 1),
+        "compile_wall_s": round(wall, 1),
+        "ideal_wall_s": round(total / cores, 1),
+        "efficiency": round(total / cores / wall, 3) if wall else None,
+        "slowest_unit": Path(slowest[2]).name,
+        "slowest_unit_s": round((slowest[1] - slowest[0]) / 1000, 1),
+    }
+
+
+def _run_logged(cmd: list[str], env: dict, log_path: Path, cwd: Path) -> int:
+    """Run the build, saving its whole output; show [done/total] progress with an ETA from ninja's lines."""
+    interactive = sys.stderr.isatty()
+    started = time.monotonic()
+    last_report = 0.0
+    with open(log_path, "w") as log, subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                                      stderr=subprocess.STDOUT, text=True, errors="replace") as p:
+        for line in p.stdout:
+            log.write(line)
+            m = NINJA_STEP.match(line)
+            if not m:
+                continue
+            done, total = int(m.group(1)), int(m.group(2))
+            elapsed = time.monotonic() - started
+            eta = elapsed / done * (total - done) if done else 0
+            now = time.monotonic()
+            if interactive or now - last_report > 60 or done == total:
+                end = "\r" if interactive else "\n"
+                print(f"  [{done}/{total}] {100 * done // total}%  elapsed {elapsed / 60:.0f} min  eta {eta / 60:.0f} min",
+                      end=end, file=sys.stderr, flush=True)
+                last_report = now
+            log.flush()
+        p.wait()
+        if interactive:
+            print(file=sys.stderr)
+        return p.returncode
+
+
+def _tail(log_path: Path, n: int = 25) -> str:
+    lines = log_path.read_text(errors="replace").splitlines()
+    errors = [line for line in lines if re.search(r"error|Error|Killed|FAILED", line)]
+    return "\n".join((errors[-n:] if errors else lines[-n:]))
+
+
+def _diagnose(log_path: Path) -> str:
+    """Ask the doctor about a failed build's log (its knowledge base names the usual causes)."""
+    try:
+        from verlenv.doctor import diagnose_text, format_diagnoses
+    except ImportError:
+        return ""
+    return format_diagnoses(diagnose_text(log_path.read_text(errors="replace")))
+
+
+def build_one(root: Path, variant: catalog.Variant, package: str, python: str, archs: list[str],
+              wheelhouse: Path, work: Path, jobs: int | None = None, threads: int | None = None,
+              source: Path | None = None, keep: bool = False) -> BuildResult:
+    recipe = recipes.load(root, package)
+    wanted = variant.source_build(recipe.package)
+    if wanted is None:
+        names = ", ".join(b.name for b in variant.source_builds)
+        raise UserError(f"{variant.key} does not build {package} from source; it builds: {names}")
+    info, tc = toolchain.resolve(python, work)
+    print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
+          f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}", file=sys.stderr)
+    print(f"  toolchain: {tc.describe()}", file=sys.stderr)
+    if recipe.source["kind"] == "pypi-sdist":
+        version = wanted.version
+        source_id = f"sha256:{recipe.sha256_for(version)}"
+    else:
+        version = recipe.source["version"]
+        source_id = f"git:{recipe.source['commit']}:tree-sha256:{recipe.source['tree_sha256']}"
+    inputs = fingerprint_inputs(recipe, version, source_id, info, archs)
+    fp = wheelcache.fingerprint(inputs)
+    try:
+        hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
+    except wheelcache.Corrupt as e:
+        print(f"  {e}; rebuilding", file=sys.stderr)
+        wheelcache.remove(wheelhouse, recipe.package, fp)
+        hit = None
+    if hit:
+        print(f"  cache hit {hit.path} ({hit.wheel.name}): no rebuild", file=sys.stderr)
+        return BuildResult(recipe.package, hit.wheel, fp, True, hit.record)
+
+    mem, cores = mem_available_gib(), os.cpu_count() or 1
+    par = parallelism_for(recipe.mem_per_job_gib, recipe.mem_per_extra_thread_gib, len(archs), mem, cores)
+    jobs = jobs or _env_int("MAX_JOBS") or par.jobs
+    threads = threads or (_env_int(recipe.threads_variable) if recipe.threads_variable else None) or par.threads
+    decided = "given by the user" if (jobs, threads) != (par.jobs, par.threads) else par.reason
+    print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})", file=sys.stderr)
+
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
+    log_path = tmp / "build.log"
+    try:
+        if recipe.source["kind"] == "pypi-sdist":
+            src = sources.unpack_sdist(sources.fetch_sdist(recipe, version, work, source), tmp / "src")
+        else:
+            if source is None:
+                raise UserError(f"{recipe.package} is built from git {recipe.source['url']}: pass --source <clone or mirror>")
+            src = sources.export_git_tree(recipe, source, tmp / "src")
+        env = {**os.environ, **tc.env, **recipe.env,
+               recipe.arch_variable: recipe.arch_value(archs), recipe.jobs_variable: str(jobs)}
+        if recipe.threads_variable:
+            env[recipe.threads_variable] = str(threads)
+        cmd = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
+               *recipe.pip_args, "-w", str(tmp / "dist"), str(src)]
+        print(f"  log: {log_path}", file=sys.stderr)
+        sampler = MemorySampler()
+        sampler.start()
+        started = time.time()
+        rc = _run_logged(cmd, env, log_path, src)
+        wall = time.time() - started
+        peak = sampler.stop()
+        if rc != 0:
+            raise UserError(f"building {recipe.package} failed (exit {rc}); full log: {log_path}\n{_tail(log_path)}"
+                            + (f"\n{d}" if (d := _diagnose(log_path)) else ""), exit_code=1)
+        wheel = next((tmp / "dist").glob("*.whl"))
+        objects = cubins.wheel_shared_objects(wheel, tmp / "scan")
+        _check_cubins(recipe, objects, archs, log_path)
+        record = {
+            "inputs": inputs,
+            "toolchain": {"cuda_home": tc.cuda_home, "nvcc": tc.nvcc_version, "source": tc.source,
+                          "host_cxx": f"{tc.host_cxx} {tc.host_cxx_version}"},
+            "parallelism": {"max_jobs": jobs, "threads": threads, "decision": decided,
+                            "mem_available_gib": round(mem, 1), "cores": cores},
+            "wall_s": round(wall, 1),
+            "peak_mem_used_gib": peak,
+            "max_rss_single_process_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
+            "ninja": ninja_stats(src, cores),
+            "cubins": {Path(o).name: sorted(cubins.cubin_archs(cubins.shared_object_archs(o))) for o in objects},
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        entry = wheelcache.store(wheelhouse, recipe.package, fp, wheel, record)
+        shutil.copy2(log_path, entry.path / "build.log")
+        print(f"  built {entry.wheel.name} in {wall / 60:.1f} min; cached at {entry.path}", file=sys.stderr)
+        return BuildResult(recipe.package, entry.wheel, fp, False, entry.record)
+    finally:
+        if keep or (log_path.exists() and not (wheelhouse / recipe.package / fp).exists()):
+            print(f"  build tree kept at {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_cubins(recipe: recipes.Recipe, objects: list[Path], archs: list[str], log_path: Path) -> None:
+    """Every requested arch must have a cubin in every CUDA object; the named extensions must be CUDA objects."""
+    missing = cubins.missing_archs(objects, archs)
+    for module in recipe.extension_modules:
+        hits = [o for o in objects if o.name.startswith(module + ".") or o.name.startswith(module + "_")]
+        if not hits:
+            raise UserError(f"{recipe.package}: the wheel has no {module} extension; log: {log_path}", exit_code=1)
+        if not any(cubins.shared_object_archs(o) for o in hits):
+            raise UserError(f"{recipe.package}: {module} carries no GPU code (.nv_fatbin); log: {log_path}", exit_code=1)
+    if missing:
+        detail = "; ".join(f"{Path(k).name} lacks sm_{','.join(map(str, v))}" for k, v in missing.items())
+        raise UserError(f"{recipe.package}: requested archs missing after the build: {detail}", exit_code=1)
+
+
+def install_wheel(python: str, wheel: Path, recipe: recipes.Recipe) -> None:
+    """Install with no dependency resolution (torch must stay as locked), then import it."""
+    subprocess.run(["uv", "pip", "install", "--python", python, "--no-deps", "--no-index", "--reinstall",
+                    "--no-config", str(wheel)], check=True)
+    modules = [recipe.import_name, *recipe.extension_modules]
+    code = "import importlib, torch\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        raise UserError(f"{recipe.package} installed but does not import: {last}", exit_code=1)
+    print(f"  installed and imported {', '.join(modules)}", file=sys.stderr)
+
+
+def _env_int(name: str | None) -> int | None:
+    value = os.environ.get(name or "")
+    return int(value) if value and value.isdigit() else None
+
+
+def register(sub) -> None:
+    p = sub.add_parser("build", help="compile flash-attn / apex / transformer-engine-torch against the env's torch")
+    p.add_argument("packages", nargs="*", help="packages to build (default: every source build of the variant)")
+    p.add_argument("--stack", help="stack (default: the catalog's default)")
+    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    p.add_argument("--python", help="interpreter of the env to build for (default: active env or .venv-<stack>-<variant>)")
+    p.add_argument("--gpu", action="append", help="target GPU: a100, h100, h200 or auto (repeat for a union)")
+    p.add_argument("--archs", help="explicit archs, e.g. '8.0;9.0' (overrides --gpu)")
+    p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
+                   help="wheel cache; a shared disk lets a cluster build once")
+    p.add_argument("--jobs", type=int, help="override MAX_JOBS")
+    p.add_argument("--threads", type=int, help="override nvcc threads per job")
+    p.add_argument("--source", type=Path, help="local source: the sdist file, or a git clone for git recipes")
+    p.add_argument("--no-install", action="store_true", help="build and cache only")
+    p.add_argument("--keep", action="store_true", help="keep the build tree")
+    p.add_argument("--json", type=Path, help="write the build records to this JSON file")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant)
+    python = os.path.abspath(args.python or default_python(variant, cat.root))
+    archs = [a.strip() for a in args.archs.split(";")] if args.archs else gpus.archs_for(args.gpu or ["auto"])
+    packages = args.packages or [b.name for b in variant.source_builds]
+    work = (cat.root / ".verlenv").resolve()
+    results = []
+    for package in packages:
+        result = build_one(cat.root, variant, package, python, archs, args.wheelhouse.resolve(), work,
+                           args.jobs, args.threads, args.source, args.keep)
+        if not args.no_install:
+            install_wheel(python, result.wheel, recipes.load(cat.root, package))
+        results.append(result)
+    if args.json:
+        from verlenv.fsutil import write_atomic
+
+        write_atomic(args.json, json.dumps([{"package": r.package, "wheel": str(r.wheel), "fingerprint": r.fingerprint,
+                                             "cached": r.cached, "record": r.record} for r in results], indent=2) + "\n")
+    return 0

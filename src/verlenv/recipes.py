@@ -1,0 +1,88 @@
+"""Build recipes: `recipes/<package>/recipe.toml`, declarative data for the one builder."""
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlenv.errors import UserError
+
+ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TORCH_CUDA_ARCH_LIST)
+SOURCE_KINDS = ("pypi-sdist", "git")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: Path
+    package: str
+    import_name: str
+    extension_modules: tuple[str, ...]
+    source: dict
+    requires: tuple[str, ...]
+    arch_variable: str
+    arch_format: str
+    threads_variable: str | None
+    jobs_variable: str
+    mem_per_job_gib: float
+    mem_per_extra_thread_gib: float
+    env: dict[str, str]
+    pip_args: tuple[str, ...]
+
+    @property
+    def digest(self) -> str:
+        """The recipe's own content is part of the build fingerprint."""
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+    def arch_value(self, archs: list[str]) -> str:
+        return ";".join(a.replace(".", "") if self.arch_format == "nodot" else a for a in archs)
+
+    def sha256_for(self, version: str) -> str:
+        try:
+            return self.source["sha256"][version]
+        except KeyError:
+            known = ", ".join(self.source.get("sha256", {})) or "none"
+            raise UserError(f"{self.path}: no pinned sha256 for {self.package} {version}; pinned versions: {known}") from None
+
+
+def recipes_dir(root: Path) -> Path:
+    return root / "recipes"
+
+
+def available(root: Path) -> list[str]:
+    return sorted(p.parent.name for p in recipes_dir(root).glob("*/recipe.toml"))
+
+
+def load(root: Path, package: str) -> Recipe:
+    path = recipes_dir(root) / package / "recipe.toml"
+    if not path.is_file():
+        raise UserError(f"no recipe for {package!r}; recipes: {', '.join(available(root)) or 'none'}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+    try:
+        build = data["build"]
+        source = data["source"]
+        recipe = Recipe(
+            path=path,
+            package=data["package"],
+            import_name=data["import_name"],
+            extension_modules=tuple(data.get("extension_modules", [])),
+            source=source,
+            requires=tuple(build.get("requires", [])),
+            arch_variable=build["arch_variable"],
+            arch_format=build.get("arch_format", "dotted"),
+            threads_variable=build.get("threads_variable"),
+            jobs_variable=build.get("jobs_variable", "MAX_JOBS"),
+            mem_per_job_gib=float(build["mem_per_job_gib"]),
+            mem_per_extra_thread_gib=float(build.get("mem_per_extra_thread_gib", 0.0)),
+            env={k: str(v) for k, v in build.get("env", {}).items()},
+            pip_args=tuple(build.get("pip_args", [])),
+        )
+    except KeyError as e:
+        raise UserError(f"{path}: missing key {e.args[0]}") from None
+    if recipe.arch_format not in ARCH_FORMATS:
+        raise UserError(f"{path}: build.arch_format is {recipe.arch_format!r}; valid: {', '.join(ARCH_FORMATS)}")
+    if source.get("kind") not in SOURCE_KINDS:
+        raise UserError(f"{path}: source.kind is {source.get('kind')!r}; valid: {', '.join(SOURCE_KINDS)}")
+    return recipe

@@ -1,0 +1,64 @@
+"""`verlenv doctor`: diagnose a log (file or stdin), or probe a live environment."""
+
+import json
+import sys
+from pathlib import Path
+
+from verlenv.doctor import facts as facts_mod
+from verlenv.doctor import matcher, probes
+from verlenv.errors import UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="recognise known environment failures in a log, or probe an environment, and say the fix",
+        description="With LOG (a file, or - for stdin): report each known failure found in it, most specific first. "
+        "Without LOG: probe the environment of --python before it bites. Exit 0: healthy or no match; "
+        "1: problems found; 2: bad input.",
+    )
+    p.add_argument("log", nargs="?", metavar="LOG", help="log file to diagnose, or - to read stdin")
+    p.add_argument("--python", help="interpreter of the environment to probe (default: this one)")
+    p.add_argument("--stack", help="stack whose driver and lock apply (default: the catalog's default)")
+    p.add_argument("--variant", help="variant whose lock to compare with (fsdp or megatron)")
+    p.add_argument("--lock", type=Path, help="lock file (uv pip compile format) to compare installed versions with")
+    p.add_argument("--json", action="store_true", help="print JSON for tools")
+    p.set_defaults(func=handle)
+
+
+def handle(args) -> int:
+    if args.log is not None:
+        given = [o for o, v in (("--python", args.python), ("--stack", args.stack), ("--variant", args.variant), ("--lock", args.lock)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)} apply to environment probes; run `verlenv doctor` without LOG for those")
+        return _diagnose_log(args.log, args.json)
+    return _probe(args)
+
+
+def _diagnose_log(log: str, as_json: bool) -> int:
+    if log == "-":
+        diagnoses = matcher.diagnose_lines(matcher.lines_of(sys.stdin.buffer))
+        source = "stdin"
+    else:
+        path = Path(log)
+        if not path.is_file():
+            raise UserError(f"{log}: no such file (give a log file, or - for stdin)")
+        with open(path, "rb") as f:
+            diagnoses = matcher.diagnose_lines(matcher.lines_of(f))
+        source = str(path)
+    if as_json:
+        print(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses]}, indent=2))
+    else:
+        print(matcher.format_diagnoses(diagnoses, source))
+    return 1 if diagnoses else 0
+
+
+def _probe(args) -> int:
+    python = args.python or sys.executable
+    facts = facts_mod.gather(python)
+    results = probes.run_all(facts, args.stack, args.variant, args.lock)
+    if args.json:
+        print(json.dumps({"python": facts.executable, "probes": [r.to_dict() for r in results]}, indent=2))
+    else:
+        print(probes.format_probes(results, facts.executable))
+    return 1 if any(r.status == "problem" for r in results) else 0

@@ -1,0 +1,127 @@
+"""Facts about a Python environment, gathered by running a small stdlib-only script in its interpreter.
+
+The doctor itself need not share the environment it examines: torch is located, never imported.
+"""
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verlenv.errors import UserError
+
+SCRIPT = r"""
+import json, os, platform, re, site, sys, sysconfig
+from importlib import metadata, util
+
+
+def full_version(info):
+    v = f"{info.major}.{info.minor}.{info.micro}"
+    return v if info.releaselevel == "final" else v + info.releaselevel[0] + str(info.serial)
+
+
+def torch_facts():
+    spec = util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = list(spec.submodule_search_locations)[0]
+    cuda = None
+    try:
+        text = open(os.path.join(root, "version.py")).read()
+        m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        cuda = m.group(1) if m else None
+    except OSError:
+        pass
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"root": root, "lib": os.path.join(root, "lib"), "cuda": cuda, "version": version}
+
+
+dists = []
+for d in metadata.distributions():
+    name = d.metadata["Name"]
+    if not name:
+        continue
+    entry = {"name": name, "version": d.version, "requires": d.requires or [], "location": str(d.locate_file(""))}
+    if name.lower() == "apex":
+        entry["files"] = [str(p) for p in (d.files or [])]
+    dists.append(entry)
+
+paths = sysconfig.get_paths()
+site_dirs = []
+for p in [paths.get("purelib"), paths.get("platlib"), *getattr(site, "getsitepackages", lambda: [])()]:
+    if p and os.path.isdir(p) and p not in site_dirs:
+        site_dirs.append(p)
+
+print(json.dumps({
+    "executable": sys.executable,
+    "prefix": sys.prefix,
+    "base_prefix": sys.base_prefix,
+    "version": platform.python_version(),
+    "site_packages": site_dirs,
+    "torch": torch_facts(),
+    "distributions": dists,
+    "markers": {
+        "implementation_name": sys.implementation.name,
+        "implementation_version": full_version(sys.implementation.version),
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    },
+}))
+"""
+
+
+@dataclass
+class Dist:
+    name: str
+    version: str
+    requires: list[str]
+    location: str
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EnvFacts:
+    executable: str
+    prefix: str
+    base_prefix: str
+    version: str
+    site_packages: list[str]
+    torch: dict | None
+    distributions: list[Dist]
+    markers: dict[str, str]
+
+    def dist(self, name: str) -> Dist | None:
+        want = _canon(name)
+        return next((d for d in self.distributions if _canon(d.name) == want), None)
+
+
+def _canon(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def gather(python: str | Path, timeout: float = 120) -> EnvFacts:
+    """Facts of the environment of interpreter `python`."""
+    try:
+        proc = subprocess.run([str(python), "-c", SCRIPT], capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise UserError(f"--python {python}: no such interpreter") from None
+    except PermissionError:
+        raise UserError(f"--python {python}: not executable") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"--python {python}: gave no answer within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"--python {python}: could not inspect this interpreter ({last})")
+    data = json.loads(proc.stdout)
+    data["distributions"] = [Dist(**d) for d in data["distributions"]]
+    return EnvFacts(**data)

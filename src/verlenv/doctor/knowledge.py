@@ -1,0 +1,106 @@
+"""The knowledge base: known failures read from `failures.toml`, with their signatures compiled."""
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from verlenv.errors import UserError
+
+KB_NAME = "failures.toml"
+
+
+@dataclass(frozen=True)
+class Signature:
+    pattern: re.Pattern
+    # At least one of these must match somewhere in the same log for the signature to count.
+    context: tuple[re.Pattern, ...] = ()
+
+
+@dataclass(frozen=True)
+class Failure:
+    id: str
+    title: str
+    priority: int
+    keywords: tuple[str, ...]
+    signatures: tuple[Signature, ...]
+    cause: str
+    fix: tuple[str, ...]
+    verlenv: str
+    refs: tuple[str, ...]
+
+    def may_match(self, lowered: str) -> bool:
+        return any(k in lowered for k in self.keywords)
+
+
+def _compile(text: str, where: str, path: Path) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise UserError(f"{path}: {where}: bad regular expression {text!r}: {e}") from None
+
+
+def _signature(raw, where: str, path: Path) -> Signature:
+    if isinstance(raw, str):
+        return Signature(_compile(raw, where, path))
+    if isinstance(raw, dict) and isinstance(raw.get("pattern"), str):
+        context = tuple(_compile(c, f"{where}.context", path) for c in raw.get("context", []))
+        return Signature(_compile(raw["pattern"], where, path), context)
+    raise UserError(f"{path}: {where}: a signature is a string or a table with 'pattern' (and 'context')")
+
+
+def parse(data: dict, path: Path) -> tuple[Failure, ...]:
+    failures = []
+    seen = set()
+    for i, entry in enumerate(data.get("failure", [])):
+        where = f"failure[{i}]"
+        try:
+            fid = entry["id"]
+            failure = Failure(
+                id=fid,
+                title=entry["title"],
+                priority=int(entry["priority"]),
+                keywords=tuple(k.lower() for k in entry["keywords"]),
+                signatures=tuple(_signature(s, f"{fid}.signatures[{j}]", path) for j, s in enumerate(entry["signatures"])),
+                cause=" ".join(entry["cause"].split()),
+                fix=tuple(entry["fix"]),
+                verlenv=entry.get("verlenv", ""),
+                refs=tuple(entry.get("refs", [])),
+            )
+        except KeyError as e:
+            raise UserError(f"{path}: {where}: missing key {e.args[0]!r}") from None
+        if fid in seen:
+            raise UserError(f"{path}: {where}: duplicate id {fid!r}")
+        seen.add(fid)
+        failures.append(failure)
+    if not failures:
+        raise UserError(f"{path}: no [[failure]] entries")
+    return tuple(failures)
+
+
+def load(path: Path | None = None) -> tuple[Failure, ...]:
+    """The failures of `path`, or of the knowledge base shipped with verlenv."""
+    if path is None:
+        return _shipped()
+    path = Path(path)
+    try:
+        return parse(tomllib.loads(path.read_text()), path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+
+
+@cache
+def _shipped() -> tuple[Failure, ...]:
+    ref = resources.files("verlenv") / KB_NAME
+    return parse(tomllib.loads(ref.read_text()), Path(str(ref)))
+
+
+def by_id(failure_id: str) -> Failure:
+    for f in _shipped():
+        if f.id == failure_id:
+            return f
+    raise KeyError(failure_id)

@@ -1,0 +1,220 @@
+"""Match a log against the known failures: stream lines, unwrap wrapped output, rank what matched.
+
+Ranking rule: a failure's priority (failures.toml) first, then how many lines matched it, then where it first
+appeared. A line is credited to one failure only: the highest-priority failure whose signature matches it.
+"""
+
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from verlenv.doctor import knowledge, symbols
+from verlenv.doctor.knowledge import Failure
+
+# CSI (colours, cursor), OSC (titles, links) and two-byte escapes.
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# Prefixes that loggers put in front of every line; removed so that wrapped text can be joined.
+PREFIX = re.compile(
+    r"^(?:\s*(?:"
+    r"\d{4}-\d\d-\d\d[T ][\d:.,]+Z?"  # ISO timestamps (CI logs)
+    r"|\[rank\d+\]:"  # torchrun
+    r"|\([\w:]+ pid=\d+(?:, ip=[\d.]+)?\)"  # Ray / vLLM worker tags
+    r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ (?:\[[\w./ -]+:\d+\])?"  # vLLM logger
+    r"|#\d+ \d+\.\d+"  # docker buildkit
+    r")\s*)+"
+)
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+WINDOW = 3  # lines joined to catch one message wrapped over up to three lines
+MAX_LINE = 4000  # longer lines (binary junk, minified output) are cut before matching
+SHOWN = 3  # evidence lines shown per failure
+
+
+@dataclass(frozen=True)
+class Evidence:
+    first: int  # 1-based line numbers in the log
+    last: int
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"L{self.first}" if self.first == self.last else f"L{self.first}-{self.last}"
+
+
+@dataclass
+class Diagnosis:
+    failure: Failure
+    evidence: list[Evidence] = field(default_factory=list)
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.failure.id
+
+    @property
+    def count(self) -> int:
+        return len(self.evidence)
+
+    def to_dict(self) -> dict:
+        f = self.failure
+        return {
+            "id": f.id, "title": f.title, "priority": f.priority, "matched_lines": self.count,
+            "evidence": [{"lines": [e.first, e.last], "text": e.text} for e in self.evidence],
+            "details": self.details, "cause": f.cause, "fix": list(f.fix), "verlenv": f.verlenv, "refs": list(f.refs),
+        }
+
+
+def clean(raw: str) -> str:
+    """A log line as the matcher sees it: no ANSI codes, no control bytes, no logger prefix."""
+    text = CONTROL.sub("", ANSI.sub("", raw[:MAX_LINE]))
+    return PREFIX.sub("", text).rstrip()
+
+
+@dataclass
+class _Hit:
+    failure: Failure
+    signature: int
+    first: int
+    last: int
+    text: str
+    groups: dict
+
+
+class Matcher:
+    """Feed lines one by one (any size of log), then `result()`."""
+
+    def __init__(self, failures: Iterable[Failure] | None = None):
+        self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
+        self.lineno = 0
+        self._window: deque[tuple[int, str, set]] = deque(maxlen=WINDOW)
+        self._hits: list[_Hit] = []
+        self._contexts = [(f, i, s) for f in self.failures for i, s in enumerate(f.signatures) if s.context]
+        self._context_seen: set[tuple[str, int]] = set()
+
+    def feed(self, raw: str) -> None:
+        self.lineno += 1
+        # A carriage return redraws the line (progress bars): match each drawn state.
+        for part in raw.rstrip("\n").split("\r"):
+            self._feed_text(clean(part))
+
+    def _feed_text(self, text: str) -> None:
+        self._check_contexts(text)
+        matched: set[tuple[str, int]] = set()
+        prev = list(self._window)
+        if text:
+            self._try(text, self.lineno, self.lineno, matched, skip=set())
+            # Wrapped output: join with the previous one or two lines, for signatures not matched already.
+            for span in (1, 2):
+                if len(prev) < span:
+                    break
+                parts = prev[-span:]
+                skip = matched.union(*(p[2] for p in parts))
+                head = [p[1] for p in parts]
+                for sep in (" ", ""):
+                    joined = sep.join([*(h.strip() for h in head), text.strip()])
+                    self._try(joined, parts[0][0], self.lineno, matched, skip)
+        self._window.append((self.lineno, text, matched))
+
+    def _try(self, text: str, first: int, last: int, matched: set, skip: set) -> None:
+        lowered = text.lower()
+        for f in self.failures:
+            if not f.may_match(lowered):
+                continue
+            for i, sig in enumerate(f.signatures):
+                key = (f.id, i)
+                if key in skip or key in matched:
+                    continue
+                m = sig.pattern.search(text)
+                if m:
+                    matched.add(key)
+                    groups = {k: v for k, v in m.groupdict().items() if v}
+                    self._hits.append(_Hit(f, i, first, last, text.strip(), groups))
+
+    def _check_contexts(self, text: str) -> None:
+        for f, i, sig in self._contexts:
+            key = (f.id, i)
+            if key not in self._context_seen and any(c.search(text) for c in sig.context):
+                self._context_seen.add(key)
+
+    def result(self) -> list["Diagnosis"]:
+        valid = [h for h in self._hits if not h.failure.signatures[h.signature].context
+                 or (h.failure.id, h.signature) in self._context_seen]
+        # Credit each line to the highest-priority failure that matched it.
+        owner: dict[int, int] = {}
+        for h in valid:
+            for line in range(h.first, h.last + 1):
+                owner[line] = max(owner.get(line, -1), h.failure.priority)
+        diagnoses: dict[str, Diagnosis] = {}
+        seen_lines: dict[str, set] = {}
+        for h in sorted(valid, key=lambda h: (h.first, h.last)):
+            if any(owner[line] > h.failure.priority for line in range(h.first, h.last + 1)):
+                continue
+            d = diagnoses.setdefault(h.failure.id, Diagnosis(h.failure))
+            lines = seen_lines.setdefault(h.failure.id, set())
+            if (h.first, h.last) not in lines:
+                lines.add((h.first, h.last))
+                d.evidence.append(Evidence(h.first, h.last, h.text))
+            for k, v in h.groups.items():
+                d.details.setdefault(k, v)
+        ranked = sorted(diagnoses.values(), key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
+        _explain_symbols(ranked)
+        return ranked
+
+
+def _explain_symbols(diagnoses: list[Diagnosis]) -> None:
+    names = [d.details["symbol"] for d in diagnoses if "symbol" in d.details]
+    readable = symbols.demangle(names)
+    for d in diagnoses:
+        if sym := d.details.get("symbol"):
+            d.details["demangled"] = readable[sym]
+            d.details["abi"] = symbols.abi_hint(sym, readable[sym])
+
+
+def lines_of(stream: BinaryIO) -> Iterator[str]:
+    """Lines of a byte stream, decoded leniently (binary junk becomes U+FFFD)."""
+    for raw in stream:
+        yield raw.decode("utf-8", errors="replace")
+
+
+def diagnose_lines(lines: Iterable[str], failures: Iterable[Failure] | None = None) -> list[Diagnosis]:
+    m = Matcher(failures)
+    for line in lines:
+        m.feed(line)
+    return m.result()
+
+
+def diagnose_text(text: str) -> list[Diagnosis]:
+    """Known failures in a log held in memory (for build and verify to call on a failing step)."""
+    return diagnose_lines(text.splitlines())
+
+
+def format_diagnoses(diagnoses: list[Diagnosis], source: str = "log") -> str:
+    """Plain-text report: each failure once, with the lines that matched, the cause and the fix."""
+    if not diagnoses:
+        return f"no known failure matched in {source}"
+    out = [f"{len(diagnoses)} known failure{'s' if len(diagnoses) != 1 else ''} in {source} (most specific first):"]
+    for d in diagnoses:
+        f = d.failure
+        out.append("")
+        out.append(f"[{f.id}] {f.title}")
+        out.append(f"  matched {d.count} line{'s' if d.count != 1 else ''}:")
+        for e in d.evidence[:SHOWN]:
+            text = e.text if len(e.text) <= 200 else e.text[:197] + "..."
+            out.append(f"    {e.where}: {text}")
+        if d.count > SHOWN:
+            out.append(f"    ... and {d.count - SHOWN} more")
+        if "demangled" in d.details:
+            out.append(f"  missing symbol: {d.details['demangled']}")
+            out.append(f"    {d.details['abi']}")
+        shown = {k: v for k, v in d.details.items() if k not in ("symbol", "demangled", "abi")}
+        if shown:
+            out.append("  found: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+        out.append(f"  cause: {f.cause}")
+        out.append("  fix:")
+        out.extend(f"    {step}" for step in f.fix)
+        if f.verlenv:
+            out.append(f"  with verlenv: {f.verlenv}")
+        if f.refs:
+            out.append(f"  seen in: {', '.join(f.refs)}")
+    return "\n".join(out)

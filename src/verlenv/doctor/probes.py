@@ -1,0 +1,519 @@
+"""Live probes: what is wrong with an environment before it bites.
+
+Each probe returns ok / problem / skipped (with the reason); a problem names the knowledge-base id and fix.
+Probes take their inputs as arguments (facts, environment, paths) so that each can be run on real
+conditions in tests; `run_all` gathers those inputs from the machine.
+"""
+
+import os
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from verlenv import catalog as catalog_mod
+from verlenv.doctor import knowledge, symbols
+from verlenv.doctor.facts import EnvFacts
+from verlenv.errors import UserError
+
+# Test double: tests set this to stand in for the driver version of a GPU host this machine cannot be.
+TEST_DRIVER_ENV = "VERLENV_TEST_DRIVER_VERSION"
+# GPUs that can run a newer CUDA on an older driver through the forward-compatibility package.
+DATACENTER_GPU = re.compile(r"\b(A100|A800|A30|A40|A10|H100|H800|H200|H20|GH200|B200|B100|GB200|L40S?|L4|V100|T4)\b")
+# Ray and vLLM workers start many threads each; below this the per-user limit is hit on big hosts.
+MIN_NPROC = 16384
+MANY_CORES = 32
+KEY_PACKAGES = re.compile(r"^(torch|torchvision|torchaudio|triton|vllm|nvidia-cudnn-cu\d+|nvidia-nccl-cu\d+)$")
+LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
+
+
+@dataclass
+class ProbeResult:
+    name: str
+    status: str  # "ok", "problem" or "skipped"
+    summary: str
+    failure_id: str | None = None
+    fix: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"probe": self.name, "status": self.status, "summary": self.summary, "id": self.failure_id,
+                "fix": self.fix, "details": self.details}
+
+
+def ok(name, summary, **details):
+    return ProbeResult(name, "ok", summary, details=details)
+
+
+def skipped(name, reason, **details):
+    return ProbeResult(name, "skipped", reason, details=details)
+
+
+def problem(name, summary, failure_id, fix=None, **details):
+    steps = list(fix) if fix else []
+    if not steps:
+        f = knowledge.by_id(failure_id)
+        steps = [*f.fix, *([f"with verlenv: {f.verlenv}"] if f.verlenv else [])]
+    return ProbeResult(name, "problem", summary, failure_id, steps, details)
+
+
+def _run(cmd: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **kw)
+    except (FileNotFoundError, PermissionError, subprocess.TimeoutExpired):
+        return None
+
+
+def _version(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text else None
+    except InvalidVersion:
+        return None
+
+
+# --- driver -------------------------------------------------------------------------------------------
+
+def read_driver(environ: dict) -> tuple[str | None, list[str], str]:
+    """(driver version, GPU names, where it was read)."""
+    if value := environ.get(TEST_DRIVER_ENV):
+        return value, [], f"{TEST_DRIVER_ENV} (test double)"
+    gpus: list[str] = []
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if smi and (p := _run([smi, "--query-gpu=driver_version,name", "--format=csv,noheader"])) and p.returncode == 0:
+        rows = [r.split(",", 1) for r in p.stdout.strip().splitlines() if "," in r]
+        if rows:
+            return rows[0][0].strip(), [r[1].strip() for r in rows], "nvidia-smi"
+    proc = Path("/proc/driver/nvidia/version")
+    if proc.is_file():
+        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", proc.read_text(errors="replace"))
+        if m:
+            return m.group(1), gpus, str(proc)
+    return None, gpus, ""
+
+
+def probe_driver(driver: str | None, gpus: list[str], source: str, stack, cat) -> ProbeResult:
+    name = "driver"
+    if stack is None:
+        return skipped(name, "no stacks.toml found (run inside a verlenv checkout, set VERLENV_ROOT or pass --stack)")
+    if driver is None:
+        return skipped(name, "no NVIDIA driver found (no nvidia-smi, no /proc/driver/nvidia/version)")
+    have, need = _version(driver), _version(stack.min_driver)
+    if have is None:
+        return skipped(name, f"cannot read driver version {driver!r} ({source})")
+    details = {"driver": driver, "source": source, "stack": stack.name, "cuda": stack.cuda, "min_driver": stack.min_driver, "gpus": gpus}
+    if have >= need:
+        return ok(name, f"driver {driver} >= {stack.min_driver} needed by CUDA {stack.cuda} (stack {stack.name})", **details)
+    others = [s.name for s in cat.stacks.values() if s is not stack and (_version(s.min_driver) or need) <= have]
+    datacenter = any(DATACENTER_GPU.search(g) for g in gpus)
+    major, minor = stack.cuda.split(".")[:2]
+    fix = [f"install NVIDIA driver >= {stack.min_driver}"]
+    compat = f"apt install cuda-compat-{major}-{minor} and put /usr/local/cuda-{stack.cuda}/compat first on LD_LIBRARY_PATH"
+    if datacenter:
+        fix.append(f"this is a datacenter GPU: CUDA forward compatibility works: {compat}")
+    elif not gpus:
+        fix.append(f"on datacenter GPUs (A100/H100/H200) CUDA forward compatibility works: {compat}")
+    fix += [f"or use stack {o}: verlenv install --stack {o} --variant fsdp" for o in others]
+    return problem(name, f"driver {driver} is older than {stack.min_driver}, which CUDA {stack.cuda} (stack {stack.name}) needs",
+                   "F15", fix, **details)
+
+
+# --- toolkit ------------------------------------------------------------------------------------------
+
+def find_nvcc(environ: dict, site_packages: list[str]) -> Path | None:
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if (home := environ.get(var)) and (Path(home) / "bin" / "nvcc").is_file():
+            return Path(home) / "bin" / "nvcc"
+    if found := shutil.which("nvcc", path=environ.get("PATH")):
+        return Path(found)
+    for sp in site_packages:
+        for candidate in sorted(Path(sp).glob("nvidia/cu*/bin/nvcc")):
+            return candidate
+    return None
+
+
+def nvcc_release(nvcc: Path) -> str | None:
+    p = _run([str(nvcc), "--version"])
+    m = re.search(r"release (\d+\.\d+)", p.stdout) if p else None
+    return m.group(1) if m else None
+
+
+def probe_nvcc_vs_torch(torch_cuda: str | None, nvcc: Path | None, have_torch: bool) -> ProbeResult:
+    name = "nvcc-vs-torch"
+    if not have_torch:
+        return skipped(name, "torch is not installed in this environment")
+    if torch_cuda is None:
+        return skipped(name, "this torch is a CPU build (torch.version.cuda is None)")
+    if nvcc is None:
+        return skipped(name, "no nvcc (CUDA_HOME unset, none on PATH or in site-packages); building flash-attn/apex/TE needs one: verlenv toolchain")
+    release = nvcc_release(nvcc)
+    if release is None:
+        return problem(name, f"{nvcc} --version did not report a release", "F4", nvcc=str(nvcc))
+    tmaj, tmin = torch_cuda.split(".")[:2]
+    if release.split(".")[:2] == [tmaj, tmin]:
+        return ok(name, f"nvcc {release} ({nvcc}) == torch CUDA {torch_cuda}", nvcc=str(nvcc), release=release)
+    return problem(name, f"nvcc {release} ({nvcc}) differs from torch CUDA {torch_cuda}; apex refuses any major.minor difference",
+                   "F5", nvcc=str(nvcc), release=release, torch_cuda=torch_cuda)
+
+
+def probe_host_compiler(nvcc: Path | None, environ: dict) -> ProbeResult:
+    """Ground truth: compile a tiny kernel with this nvcc and the host compiler it would use."""
+    name = "host-compiler"
+    if nvcc is None:
+        return skipped(name, "no nvcc to test the host compiler with")
+    ccbin = environ.get("NVCC_CCBIN") or environ.get("CUDAHOSTCXX") or environ.get("CXX")
+    compiler = ccbin or shutil.which("c++", path=environ.get("PATH")) or "c++"
+    version = _run([compiler, "-dumpfullversion"])
+    host = f"{Path(compiler).name} {version.stdout.strip()}" if version and version.returncode == 0 else compiler
+    with tempfile.TemporaryDirectory(prefix="verlenv-doctor-") as tmp:
+        src = Path(tmp) / "probe.cu"
+        src.write_text("__global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+        cmd = [str(nvcc), "-c", str(src), "-o", str(Path(tmp) / "probe.o")] + (["-ccbin", ccbin] if ccbin else [])
+        p = _run(cmd, timeout=300, env={**os.environ, **environ})
+    if p is None:
+        return problem(name, f"{nvcc} could not be run (or took over 300 s)", "F4")
+    if p.returncode == 0:
+        return ok(name, f"nvcc compiles a kernel with {host}", host=host, nvcc=str(nvcc))
+    from verlenv.doctor.matcher import diagnose_text
+    output = p.stderr + p.stdout
+    first = next((line.strip() for line in output.splitlines() if "error" in line.lower()), output.strip()[:200])
+    known = diagnose_text(output)
+    failure_id = known[0].id if known else "F6c"
+    return problem(name, f"nvcc cannot compile a trivial kernel with {host}: {first}", failure_id, host=host, nvcc=str(nvcc))
+
+
+# --- apex ---------------------------------------------------------------------------------------------
+
+def probe_apex(facts: EnvFacts) -> ProbeResult:
+    name = "apex"
+    dist = facts.dist("apex")
+    if dist is None:
+        return skipped(name, "apex is not installed (only the megatron variant needs it)")
+    root = Path(dist.location)
+    init = root / "apex" / "__init__.py"
+    init_text = init.read_text(errors="replace") if init.is_file() else ""
+    files = [Path(f).name for f in dist.files] or [p.name for p in root.glob("*.so")]
+    if re.search(r"^\s*(?:from|import)\s+pyramid\b", init_text, re.M) or any(
+        canonicalize_name(Requirement(r).name) in ("pyramid", "cryptacular") for r in _requirements(dist.requires)
+    ):
+        return problem(name, f"apex {dist.version} at {root} is the PyPI Pyramid toolkit, not NVIDIA apex", "F6a",
+                       version=dist.version, init=str(init))
+    extensions = sorted({f.split(".")[0] for f in files if f.endswith(".so")})
+    if not {"amp_C", "fused_layer_norm_cuda"} & set(extensions):
+        return problem(name, f"NVIDIA apex {dist.version} has no CUDA extensions (no amp_C / fused_layer_norm_cuda)", "F6b",
+                       version=dist.version, extensions=extensions)
+    return ok(name, f"NVIDIA apex {dist.version} with {len(extensions)} compiled extensions", extensions=extensions)
+
+
+def _requirements(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        try:
+            Requirement(line)
+            out.append(line)
+        except InvalidRequirement:
+            pass
+    return out
+
+
+# --- torch extensions ---------------------------------------------------------------------------------
+
+def torch_extensions(site_packages: list[str], torch_root: str) -> list[Path]:
+    """Shared objects outside torch that link torch's libraries: the compiled torch extensions."""
+    found = []
+    torch_root = os.path.realpath(torch_root)
+    for sp in site_packages:
+        for dirpath, dirnames, filenames in os.walk(sp):
+            if os.path.realpath(dirpath) == torch_root:
+                dirnames.clear()
+                continue
+            for fn in filenames:
+                if fn.endswith(".so") or ".so." in fn:
+                    path = Path(dirpath) / fn
+                    if any(n.split(".so")[0] + ".so" in symbols.TORCH_LIBS for n in symbols.needed(path)):
+                        found.append(path)
+    return sorted(set(found))
+
+
+def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
+    name = "torch-extensions"
+    if not facts.torch:
+        return skipped(name, "torch is not installed in this environment")
+    lib = Path(facts.torch["lib"])
+    providers = sorted(p for p in lib.glob("*.so*") if p.is_file())
+    if not providers:
+        return skipped(name, f"no torch libraries under {lib}")
+    extensions = torch_extensions(facts.site_packages, facts.torch["root"])
+    if not extensions:
+        return ok(name, "no compiled torch extensions installed", providers=len(providers))
+    broken = {}
+    for ext in extensions:
+        missing = symbols.unresolved(ext, providers, only=symbols.TORCH_SYMBOL)
+        if missing:
+            broken[str(ext)] = missing
+    if not broken:
+        return ok(name, f"{len(extensions)} torch extensions resolve every torch symbol", extensions=[str(e) for e in extensions])
+    readable = symbols.demangle([s for names in broken.values() for s in names[:3]])
+    lines, failure_id = [], "F1"
+    for so, names in broken.items():
+        first = names[0]
+        lines.append(f"{so}: {len(names)} missing, e.g. {readable.get(first, first)} ({symbols.abi_hint(first, readable.get(first))})")
+        if "vllm" in Path(so).parts and failure_id == "F1":
+            failure_id = "F7"
+        if "transformer_engine" in so:
+            failure_id = "F8"
+    return problem(name, f"{len(broken)} of {len(extensions)} torch extensions need symbols this torch ({facts.torch.get('version')}) lacks:\n  "
+                   + "\n  ".join(lines), failure_id, broken={k: v[:20] for k, v in broken.items()})
+
+
+# --- lock drift ---------------------------------------------------------------------------------------
+
+def read_lock(path: Path) -> dict[str, str]:
+    """name -> version pins of a `uv pip compile` lock (`name==version \\` lines, hashes ignored)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise UserError(f"--lock {path}: no such file") from None
+    pins = {}
+    for line in text.splitlines():
+        if m := LOCK_LINE.match(line.strip()):
+            pins[canonicalize_name(m.group(1))] = m.group(2)
+    if not pins:
+        raise UserError(f"--lock {path}: no `name==version` lines; expected a uv pip compile lock")
+    return pins
+
+
+def probe_lock_drift(facts: EnvFacts, lock: Path | None, reason: str = "") -> ProbeResult:
+    name = "lock-drift"
+    if lock is None:
+        return skipped(name, reason or "no lock given (--lock PATH, or --stack S --variant V with locks/ present)")
+    pins = read_lock(lock)
+    installed = {canonicalize_name(d.name): d.version for d in facts.distributions}
+    drift, missing = {}, []
+    for pkg, want in sorted(pins.items()):
+        if not KEY_PACKAGES.match(pkg):
+            continue
+        have = installed.get(pkg)
+        if have is None:
+            missing.append(pkg)
+        elif _version(have) != _version(want):
+            drift[pkg] = f"{have} (lock: {want})"
+    checked = sorted(p for p in pins if KEY_PACKAGES.match(p))
+    if not drift and not missing:
+        return ok(name, f"{len(checked)} key packages match {lock}", checked=checked)
+    failure_id = "F7" if any(p in drift for p in ("torch", "vllm", "triton", "torchvision", "torchaudio")) else (
+        "F8" if any(p.startswith("nvidia-cudnn") for p in drift) else "F17" if drift else "F7")
+    parts = [f"{p} {v}" for p, v in drift.items()] + [f"{p} not installed" for p in missing]
+    return problem(name, f"differs from {lock}: " + "; ".join(parts), failure_id,
+                   [f"pip install --no-deps -r {lock}", "then rebuild the source builds: verlenv build"],
+                   drift=drift, missing=missing)
+
+
+# --- Triton's libcuda -----------------------------------------------------------------------------------
+
+def find_libcuda(environ: dict, ldconfig_text: str) -> tuple[list[str], list[str]]:
+    """(real libcuda.so.1 files Triton can use, stub copies that were found and do not count)."""
+    real, stubs = [], []
+
+    def consider(path: Path):
+        target = str(path)
+        (stubs if "stubs" in path.parts else real).append(target)
+
+    if tpath := environ.get("TRITON_LIBCUDA_PATH"):
+        for d in tpath.split(":"):
+            if (Path(d) / "libcuda.so.1").exists():
+                consider(Path(d) / "libcuda.so.1")
+    for line in ldconfig_text.splitlines():
+        m = re.match(r"\s*libcuda\.so\.1\s.*=>\s*(\S+)", line)
+        if m:
+            consider(Path(m.group(1)))
+    for d in filter(None, environ.get("LD_LIBRARY_PATH", "").split(":")):
+        if (Path(d) / "libcuda.so.1").exists():
+            consider(Path(d) / "libcuda.so.1")
+    return sorted(set(real)), sorted(set(stubs))
+
+
+def probe_triton_libcuda(environ: dict, ldconfig_text: str, driver_present: bool) -> ProbeResult:
+    name = "triton-libcuda"
+    real, stubs = find_libcuda(environ, ldconfig_text)
+    if real:
+        return ok(name, f"driver library found: {real[0]}", libcuda=real, stubs=stubs)
+    if stubs:
+        return problem(name, f"only stub libcuda found ({', '.join(stubs)}): stubs link but cannot run", "S6", stubs=stubs)
+    if not driver_present:
+        return skipped(name, "no NVIDIA driver on this machine; on GPU hosts Triton needs the driver's libcuda.so.1")
+    return problem(name, "no libcuda.so.1 in `ldconfig -p`, TRITON_LIBCUDA_PATH or LD_LIBRARY_PATH; Triton cannot link -lcuda", "F10")
+
+
+# --- threads --------------------------------------------------------------------------------------------
+
+def probe_threads(nproc_soft: int, cores: int, environ: dict) -> ProbeResult:
+    name = "threads"
+    unlimited = nproc_soft == resource.RLIM_INFINITY or nproc_soft < 0
+    issues = []
+    if not unlimited and nproc_soft < MIN_NPROC:
+        issues.append(f"ulimit -u is {nproc_soft} (< {MIN_NPROC})")
+    if cores >= MANY_CORES and not environ.get("OMP_NUM_THREADS"):
+        issues.append(f"OMP_NUM_THREADS is unset on {cores} cores (every worker starts {cores} OpenMP threads)")
+    limit = "unlimited" if unlimited else str(nproc_soft)
+    if issues:
+        return problem(name, "; ".join(issues), "S3", nproc=limit, cores=cores)
+    return ok(name, f"ulimit -u {limit}, {cores} cores, OMP_NUM_THREADS={environ.get('OMP_NUM_THREADS', 'unset')}", nproc=limit, cores=cores)
+
+
+# --- numpy ----------------------------------------------------------------------------------------------
+
+def numpy_conflicts(facts: EnvFacts) -> list[str]:
+    """Installed packages whose (marker-active) numpy requirement the installed numpy does not satisfy."""
+    numpy = facts.dist("numpy")
+    if numpy is None:
+        return []
+    have = Version(numpy.version)
+    env = {**facts.markers, "extra": ""}
+    out = []
+    for d in facts.distributions:
+        for line in d.requires:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) != "numpy" or (req.marker and not req.marker.evaluate(env)):
+                continue
+            if not req.specifier.contains(have, prereleases=True):
+                out.append(f"{d.name} {d.version} requires numpy{req.specifier}")
+    return sorted(set(out))
+
+
+def probe_numpy(facts: EnvFacts) -> ProbeResult:
+    name = "numpy"
+    numpy = facts.dist("numpy")
+    if numpy is None:
+        return skipped(name, "numpy is not installed")
+    conflicts = numpy_conflicts(facts)
+    if conflicts:
+        return problem(name, f"numpy {numpy.version} is installed but " + "; ".join(conflicts), "F11", conflicts=conflicts)
+    return ok(name, f"numpy {numpy.version} satisfies every installed package")
+
+
+# --- CUDA majors ----------------------------------------------------------------------------------------
+
+def cuda_majors(facts: EnvFacts) -> dict[str, list[str]]:
+    """CUDA major -> evidence (dist names, libcudart copies) of the runtime libraries in the env."""
+    found: dict[str, list[str]] = {}
+    for d in facts.distributions:
+        if m := re.match(r"^nvidia-[\w-]+-cu(\d+)$", d.name.lower()):
+            found.setdefault(m.group(1), []).append(f"{d.name} {d.version}")
+    for sp in facts.site_packages:
+        nvidia = Path(sp) / "nvidia"
+        if not nvidia.is_dir():
+            continue
+        if (nvidia / "cu13").is_dir():
+            found.setdefault("13", []).append(str(nvidia / "cu13"))
+        for lib in nvidia.glob("**/libcudart.so.*"):
+            if m := re.match(r"libcudart\.so\.(\d+)", lib.name):
+                found.setdefault(m.group(1), []).append(str(lib))
+    return {k: sorted(set(v)) for k, v in sorted(found.items())}
+
+
+def probe_cuda_majors(facts: EnvFacts) -> ProbeResult:
+    name = "cuda-majors"
+    majors = cuda_majors(facts)
+    if not majors:
+        return skipped(name, "no NVIDIA CUDA runtime wheels in this environment")
+    if len(majors) == 1:
+        (major, evidence), = majors.items()
+        return ok(name, f"one CUDA major ({major}) in the env", evidence=evidence)
+    summary = "; ".join(f"CUDA {m}: {', '.join(e[:3])}{' ...' if len(e) > 3 else ''}" for m, e in majors.items())
+    return problem(name, f"CUDA runtime libraries of {len(majors)} majors in one env: {summary}", "F15", majors=majors)
+
+
+# --- pip ------------------------------------------------------------------------------------------------
+
+def probe_pip(facts: EnvFacts, environ: dict) -> ProbeResult:
+    name = "pip"
+    pip = shutil.which("pip", path=environ.get("PATH"))
+    if pip is None:
+        return skipped(name, "no `pip` on PATH")
+    try:
+        p = subprocess.run([pip, "--version"], capture_output=True, text=True, timeout=60, check=False, env=environ)
+    except FileNotFoundError:
+        return problem(name, f"{pip} cannot start: its interpreter is gone (bad interpreter)", "S4", pip=pip)
+    except (PermissionError, subprocess.TimeoutExpired) as e:
+        return skipped(name, f"cannot run {pip} --version ({e.__class__.__name__})")
+    m = re.search(r" from (\S+) \(python ([\d.]+)\)", p.stdout)
+    if p.returncode != 0 or not m:
+        return skipped(name, f"{pip} --version gave no location ({(p.stderr.strip().splitlines() or ['no output'])[-1]})")
+    where = os.path.realpath(Path(m.group(1)).parent)
+    mine = {os.path.realpath(sp) for sp in facts.site_packages}
+    if where not in mine:
+        return problem(name, f"`pip` on PATH ({pip}, python {m.group(2)}) installs into {where}, not into this env ({facts.prefix})",
+                       "S4", [f"{facts.executable} -m pip install ...  (or uv pip install -p {facts.executable} ...)"], pip=pip)
+    return ok(name, f"`pip` on PATH installs into this env ({where})", pip=pip)
+
+
+# --- all ------------------------------------------------------------------------------------------------
+
+def select_lock(root: Path | None, stack: str | None, variant: str | None, lock: Path | None) -> tuple[Path | None, str]:
+    if lock is not None:
+        if not Path(lock).is_file():
+            raise UserError(f"--lock {lock}: no such file")
+        return Path(lock), ""
+    if not (stack and variant):
+        return None, "no lock given (--lock PATH or --stack S --variant V)"
+    path = (root or Path.cwd()) / "locks" / f"{stack}-{variant}.linux-64.txt"
+    if not path.is_file():
+        return None, f"{path} does not exist yet (run `nox -s lock`)"
+    return path, ""
+
+
+def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None = None,
+            lock: Path | None = None, environ: dict | None = None) -> list[ProbeResult]:
+    environ = dict(os.environ if environ is None else environ)
+    try:
+        cat = catalog_mod.load()
+    except UserError:
+        cat = None
+    if stack_name and cat is None:
+        raise UserError(f"--stack {stack_name}: no stacks.toml found (run inside a verlenv checkout or set VERLENV_ROOT)")
+    stack = cat.stack(stack_name) if cat else None
+    if cat and variant:
+        stack.variant(variant)
+    lock_path, lock_reason = select_lock(cat.root if cat else None, stack_name, variant, lock)
+
+    driver, gpus, source = read_driver(environ)
+    torch = facts.torch or {}
+    nvcc = find_nvcc(environ, facts.site_packages)
+    ldconfig = _run(["ldconfig", "-p"]) or _run(["/sbin/ldconfig", "-p"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return [
+        probe_driver(driver, gpus, source, stack, cat),
+        probe_nvcc_vs_torch(torch.get("cuda"), nvcc, bool(facts.torch)),
+        probe_host_compiler(nvcc, environ),
+        probe_apex(facts),
+        probe_torch_extensions(facts),
+        probe_lock_drift(facts, lock_path, lock_reason),
+        probe_triton_libcuda(environ, ldconfig.stdout if ldconfig else "", driver is not None),
+        probe_threads(resource.getrlimit(resource.RLIMIT_NPROC)[0], cores, environ),
+        probe_numpy(facts),
+        probe_cuda_majors(facts),
+        probe_pip(facts, environ),
+    ]
+
+
+def format_probes(results: list[ProbeResult], python: str) -> str:
+    marks = {"ok": "ok     ", "problem": "PROBLEM", "skipped": "skipped"}
+    out = [f"environment of {python}:"]
+    for r in results:
+        tag = f" [{r.failure_id}]" if r.failure_id else ""
+        out.append(f"  {marks[r.status]} {r.name}{tag}: {r.summary}")
+        for step in r.fix:
+            out.append(f"            fix: {step}")
+    problems = sum(r.status == "problem" for r in results)
+    out.append(f"{problems} problem{'s' if problems != 1 else ''} found" if problems else "no problems found")
+    return "\n".join(out)

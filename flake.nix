@@ -1,0 +1,28 @@
+{
+  description = "verlenv: the toolchain shell for building and verifying verl environments";
+
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
+
+  outputs =
+    { self, nixpkgs }:
+    let
+      # aarch64 gets the same shell; the stacks themselves lock x86_64 only (see stacks.toml).
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      forAllSystems =
+        f:
+        builtins.listToAttrs (
+          map (system: {
+            name = system;
+            value = f nixpkgs.legacyPackages.${system};
+          }) systems
+        );
+    in
+    {
+      devShells = forAllSystems (pkgs: {
+        default = import ./nix/devshell.nix { inherit pkgs; };
+      });
+    };
+}

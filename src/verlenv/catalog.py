@@ -2,7 +2,7 @@
 
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -38,6 +38,7 @@ class Variant:
     name: str
     requirements: tuple[str, ...]
     source_builds: tuple[SourceBuild, ...]
+    extends: str | None = None
 
     @property
     def key(self) -> str:
@@ -63,6 +64,8 @@ class Stack:
     aarch64: str
     toolkit_conda: tuple[str, ...]
     variants: dict[str, Variant]
+    # Per-package date caps for pins newer than exclude_newer (package name -> RFC 3339 date).
+    exclude_newer_package: dict[str, str] = field(default_factory=dict)
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
@@ -133,6 +136,14 @@ def _strings(table: dict, key: str, where: str, path: Path, default=None) -> tup
     return tuple(items)
 
 
+def _dates(table: dict, key: str, where: str, path: Path) -> dict[str, str]:
+    dates = _get(table, key, dict, where, path, default={})
+    for name, date in dates.items():
+        if not isinstance(date, str):
+            raise UserError(f"{path}: {where}.{key}.{name} must be a date string, got {type(date).__name__}")
+    return {canonicalize_name(name): date for name, date in dates.items()}
+
+
 def _requirement(text: str, where: str, path: Path) -> Requirement:
     try:
         return Requirement(text)
@@ -167,6 +178,7 @@ def _parse(path: Path, data: dict) -> Catalog:
             aarch64=_get(table, "aarch64", str, where, path),
             toolkit_conda=_strings(conda_tk, "packages", f"{where}.toolkit_conda", path, default=[]),
             variants={},
+            exclude_newer_package=_dates(table, "exclude_newer_package", where, path),
         )
         if toolkit == "conda" and not stack.toolkit_conda:
             raise UserError(f"{path}: {where}.toolkit is 'conda' but {where}.toolkit_conda.packages is empty")
@@ -202,4 +214,5 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         if build.version is None and build.url is None:
             raise UserError(f"{path}: {where}.source_builds: {text!r} must pin '==' a version or name a URL")
         source_builds.append(build)
-    return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds))
+    return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
+                   extends=table.get("extends"))

@@ -62,9 +62,10 @@ in
       driver:    $VERLENV_DRIVER_NOTE
       CUDA_HOME: $VERLENV_CUDA_NOTE
     next:
-      conda-lock install --micromamba -p .conda-envs/<stack> locks/<stack>.conda-lock.yml   # conda stacks
+      nox -s env                                     # uv venv of the default stack (runs on Nix's glibc)
+      conda-lock install --micromamba -n verl conda-lock.yml   # or a conda env (--extras megatron); see docs/nix.md
       nox -s build     # compile flash-attn, apex, transformer-engine against the env's torch
-      nox -s verify    # GPU checks; writes the JSON report
+      nox -s verify    # picks CPU / A100 / H100 by what it finds; or verify-a100, verify-h100
     VERLENV_BANNER
   '';
 }

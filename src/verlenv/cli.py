@@ -10,6 +10,7 @@ from verlenv.errors import UserError
 STAGE_MODULES = (
     "verlenv.toolchain",
     "verlenv.build",
+    "verlenv.verify",
     "verlenv.doctor",
 )
 

@@ -103,3 +103,23 @@ def abi_hint(symbol: str, readable: str | None = None) -> str:
         return ("it uses the pre-C++11 std::string ABI: likely a _GLIBCXX_USE_CXX11_ABI=0 (cxx11abiFALSE) build "
                 "on a torch with the C++11 ABI")
     return "this torch does not export it: the extension was built against another torch release"
+
+
+def exported(lib: Path, names: Iterable[str]) -> set[str]:
+    """Which of `names` the library defines, looked up in its symbol hash table: no scan of every symbol,
+    which takes seconds on libtorch_cpu.so. Falls back to `defined` for libraries without a hash table."""
+    names = set(names)
+    try:
+        f, elf = _elf(Path(lib))
+    except (ELFError, OSError):
+        return set()
+    with f:
+        table = elf.get_section_by_name(".gnu.hash") or elf.get_section_by_name(".hash")
+        if table is None or not hasattr(table, "get_symbol"):
+            return names & defined(Path(lib))
+        found = set()
+        for name in names:
+            s = table.get_symbol(name)
+            if s is not None and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"):
+                found.add(name)
+        return found

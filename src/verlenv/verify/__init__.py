@@ -1,0 +1,130 @@
+"""verlenv verify: static checks of an env (also on CPU), GPU kernel checks, a JSON report."""
+
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from verlenv import catalog, gpus
+from verlenv.errors import UserError
+
+GPU_CHOICES = "auto|" + "|".join(gpus.profiles())
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="check an env against its lock and run GPU kernel checks; write a JSON report",
+        description="Static checks (lock, pip check, apex, torch symbols of extensions, cubins, driver, libcuda) run "
+        "everywhere; kernel checks run on a GPU matching the profile. Exit 0: every required check passed; "
+        "1: a required check failed; 2: bad input.",
+    )
+    p.add_argument("--gpu", default="auto", metavar=GPU_CHOICES,
+                   help="GPU profile; auto = the visible GPU, or the static checks only when there is none")
+    p.add_argument("--force", action="store_true", help="use --gpu's profile even when that GPU is not the one present")
+    p.add_argument("--stack", help="stack (default: the catalog's default)")
+    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    p.add_argument("--python", help="interpreter of the env to verify (default: the active env, else .venv-<stack>-<variant>)")
+    lock = p.add_mutually_exclusive_group()
+    lock.add_argument("--lock", type=Path, help="lock to compare with (default: locks/<stack>-<variant>.linux-64.txt)")
+    lock.add_argument("--no-lock", action="store_true", help="skip the lock comparison (an env not installed from the lock)")
+    p.add_argument("--skip-package", action="append", default=[], metavar="NAME",
+                   help="record NAME's checks as skipped: not installed on this machine (repeatable)")
+    p.add_argument("--only", metavar="NAME", help="run only NAME's checks")
+    p.add_argument("--timeout", type=float, default=150.0, help="seconds per kernel check script (default 150)")
+    p.add_argument("--kernels-dir", type=Path, help="directory of kernel check scripts (default: the packaged ones)")
+    p.add_argument("--report", type=Path,
+                   help="JSON report path (default: reports/verify-<stack>-<variant>-<gpu>-<timestamp>.json)")
+    p.add_argument("--markdown", type=Path, help="also write a markdown summary of the report here")
+    p.set_defaults(func=handle)
+
+
+def default_python(variant: catalog.Variant, root: Path) -> str:
+    """The active venv/conda env unless it is verlenv's own, else the variant's default venv."""
+    own = os.path.realpath(sys.prefix)
+    active = [p for p in (os.environ.get("VIRTUAL_ENV"), os.environ.get("CONDA_PREFIX")) if p]
+    for prefix in active:
+        if os.path.realpath(prefix) != own:
+            return str(Path(prefix) / "bin" / "python")
+    venv = root / f".venv-{variant.key}" / "bin" / "python"
+    if venv.exists():
+        return str(venv)
+    if active:
+        return str(Path(active[0]) / "bin" / "python")
+    raise UserError(f"no env to verify: activate one, pass --python, or create {venv.parent.parent} (verlenv install)")
+
+
+def check_python(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"--python {path}: no such file")
+    if p.is_dir() or not os.access(p, os.X_OK):
+        raise UserError(f"--python {path}: not an executable interpreter")
+    return str(p.absolute())
+
+
+def _package(name: str, valid: list[str], option: str) -> str:
+    canon = canonicalize_name(name)
+    if canon not in valid:
+        raise UserError(f"{option} {name}: unknown package; valid: {', '.join(valid)}")
+    return canon
+
+
+def command_line(args) -> list[str]:
+    """The command as given (options at their non-default values), for the report."""
+    cmd = ["verlenv", "verify", "--gpu", args.gpu]
+    for flag, value in (("--stack", args.stack), ("--variant", args.variant), ("--python", args.python),
+                        ("--lock", args.lock), ("--only", args.only), ("--kernels-dir", args.kernels_dir),
+                        ("--report", args.report), ("--markdown", args.markdown)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    for name in args.skip_package:
+        cmd += ["--skip-package", name]
+    cmd += ["--force"] * args.force + ["--no-lock"] * args.no_lock
+    if args.timeout != 150.0:
+        cmd += ["--timeout", f"{args.timeout:g}"]
+    return cmd
+
+
+def handle(args) -> int:
+    from verlenv.verify import report, runner
+
+    started = datetime.now(timezone.utc)
+    if args.gpu != "auto":
+        gpus.profile(args.gpu)  # unknown names fail before anything runs
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant)
+    kernels_dir = args.kernels_dir or runner.KERNELS_DIR
+    if args.kernels_dir and not args.kernels_dir.is_dir():
+        raise UserError(f"--kernels-dir {args.kernels_dir}: no such directory")
+    valid = runner.known_packages(kernels_dir)
+    skipped = frozenset(_package(n, valid, "--skip-package") for n in args.skip_package)
+    only = _package(args.only, valid, "--only") if args.only else None
+    if args.lock and not args.lock.is_file():
+        raise UserError(f"--lock {args.lock}: no such file")
+    if args.timeout <= 0:
+        raise UserError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+    visible = gpus.gpu_details()
+    profile = gpus.select_profile(args.gpu, visible, args.force)
+    python = check_python(args.python or default_python(variant, cat.root))
+    lock = args.lock or cat.root / "locks" / f"{variant.key}.linux-64.txt"
+
+    where = f"{profile.title} (sm {profile.arch})" if profile else "no GPU: static checks only"
+    print(f"verlenv verify {variant.key} on {where}; env {python}", file=sys.stderr, flush=True)
+    settings = runner.Settings(python=python, catalog=cat, variant=variant, profile=profile, gpus=visible,
+                               lock=None if args.no_lock else lock.absolute(), no_lock=args.no_lock, skipped=skipped,
+                               only=only, kernels_dir=kernels_dir, timeout=args.timeout, forced=args.force)
+    run = runner.verify(settings, lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    data = report.build(run, command_line(args), started)
+    path = args.report or report.default_path(cat.root, variant.stack.name, variant.name,
+                                              profile.key if profile else "cpu", started)
+    report.write_json(path, data)
+    if args.markdown:
+        from verlenv.fsutil import write_atomic
+
+        write_atomic(args.markdown, report.markdown(data))
+    report.print_table(data)
+    print(f"report: {path}" + (f", {args.markdown}" if args.markdown else ""), file=sys.stderr)
+    return run.exit_code

@@ -1,0 +1,213 @@
+"""The verification report: one JSON document (schema below), a markdown summary of it, a terminal table."""
+
+import json
+import os
+import platform
+import re
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from verlenv.fsutil import write_atomic
+from verlenv.verify.results import KINDS, STATUSES, totals
+
+SCHEMA_VERSION = 1
+# Installed versions the report names; CUDA-major-suffixed distributions are matched by pattern.
+VERSIONS = ("torch", "triton", "numpy", "flash-attn", "apex", "transformer-engine", "transformer-engine-torch",
+            "megatron-core", "vllm", "verl")
+VERSION_PATTERNS = re.compile(r"^(nvidia-cudnn-cu\d+|nvidia-nccl-cu\d+|transformer-engine-cu\d+)$")
+
+_STRING_OR_NULL = {"type": ["string", "null"]}
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "verlenv verify report",
+    "type": "object",
+    "required": ["schema_version", "command", "timestamp", "machine", "gpus", "driver", "cuda", "env", "versions",
+                 "stack", "variant", "profile", "selection", "checks", "totals", "result", "exit_code", "wall_seconds"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "timestamp": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"},
+        "machine": {"type": "object", "required": ["hostname", "cpus", "memory_gib", "platform"],
+                    "properties": {"hostname": {"type": "string"}, "cpus": {"type": "integer"},
+                                   "memory_gib": {"type": ["number", "null"]}, "platform": {"type": "string"}}},
+        "gpus": {"type": "array", "items": {
+            "type": "object", "required": ["name", "compute_capability", "memory_mib"],
+            "properties": {"name": {"type": "string"}, "compute_capability": {"type": "string"},
+                           "memory_mib": {"type": ["integer", "null"]}}}},
+        "driver": _STRING_OR_NULL,
+        "cuda": {"type": "object", "required": ["stack", "torch"],
+                 "properties": {"stack": {"type": "string"}, "torch": _STRING_OR_NULL}},
+        "env": {"type": "object", "required": ["python", "python_version", "prefix"],
+                "properties": {"python": {"type": "string"}, "python_version": {"type": "string"},
+                               "prefix": {"type": "string"}}},
+        "versions": {"type": "object", "additionalProperties": _STRING_OR_NULL,
+                     "required": ["torch", "triton", "numpy", "flash-attn", "apex", "transformer-engine",
+                                  "megatron-core", "vllm", "verl"]},
+        "stack": {"type": "string"},
+        "variant": {"type": "string"},
+        "profile": {"oneOf": [{"type": "null"}, {
+            "type": "object", "required": ["key", "title", "arch", "fp8", "forced", "thresholds"],
+            "properties": {"key": {"type": "string"}, "title": {"type": "string"}, "arch": {"type": "string"},
+                           "fp8": {"type": "boolean"}, "forced": {"type": "boolean"}, "thresholds": {"type": "object"}}}]},
+        "selection": {"type": "object", "required": ["gpu", "lock", "skipped_packages", "only", "required_packages"],
+                      "properties": {"gpu": {"type": "string"}, "lock": _STRING_OR_NULL,
+                                     "skipped_packages": {"type": "array", "items": {"type": "string"}},
+                                     "only": _STRING_OR_NULL,
+                                     "required_packages": {"type": "array", "items": {"type": "string"}}}},
+        "checks": {"type": "array", "items": {
+            "type": "object",
+            "required": ["name", "package", "kind", "required", "status", "reason", "numbers", "seconds"],
+            "properties": {"name": {"type": "string"}, "package": {"type": "string"}, "kind": {"enum": list(KINDS)},
+                           "required": {"type": "boolean"}, "status": {"enum": list(STATUSES)},
+                           "reason": {"type": "string"}, "numbers": {"type": "object"}, "seconds": {"type": "number"},
+                           "log": {"type": "string"}, "diagnosis": {"type": "array", "items": {"type": "object"}}}}},
+        "totals": {"type": "object", "required": [*STATUSES, "required_failed", "checks"],
+                   "additionalProperties": {"type": "integer"}},
+        "result": {"enum": ["pass", "fail"]},
+        "exit_code": {"enum": [0, 1]},
+        "wall_seconds": {"type": "number"},
+    },
+}
+
+
+def memory_gib() -> float | None:
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^MemTotal:\s+(\d+) kB", text, re.M)
+    return round(int(m.group(1)) / 2**20, 1) if m else None
+
+
+def versions(facts) -> dict[str, str | None]:
+    installed = {canonicalize_name(d.name): d.version for d in facts.distributions}
+    out = {name: installed.get(name) for name in VERSIONS}
+    out.update({name: v for name, v in sorted(installed.items()) if VERSION_PATTERNS.match(name)})
+    return out
+
+
+def build(run, command: list[str], started: datetime) -> dict:
+    s = run.settings
+    t = totals(run.results)
+    profile = None
+    if s.profile:
+        p = s.profile
+        profile = {"key": p.key, "title": p.title, "arch": p.arch, "fp8": p.fp8, "forced": s.forced,
+                   "thresholds": p.thresholds}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": command,
+        "timestamp": started.astimezone(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"hostname": socket.gethostname(), "cpus": os.cpu_count() or 0, "memory_gib": memory_gib(),
+                    "platform": platform.platform()},
+        "gpus": [{"name": g.name, "compute_capability": g.compute_capability, "memory_mib": g.memory_mib} for g in s.gpus],
+        "driver": run.driver,
+        "cuda": {"stack": s.stack.cuda, "torch": (run.facts.torch or {}).get("cuda")},
+        "env": {"python": run.facts.executable, "python_version": run.facts.version, "prefix": run.facts.prefix},
+        "versions": versions(run.facts),
+        "stack": s.stack.name,
+        "variant": s.variant.name,
+        "profile": profile,
+        "selection": {"gpu": s.profile.key if s.profile else "cpu", "lock": None if s.no_lock or not s.lock else str(s.lock),
+                      "skipped_packages": sorted(s.skipped), "only": s.only,
+                      "required_packages": sorted(s.scope.required)},
+        "checks": [r.to_dict() for r in run.results],
+        "totals": t,
+        "result": "fail" if t["required_failed"] else "pass",
+        "exit_code": run.exit_code,
+        "wall_seconds": run.seconds,
+    }
+
+
+def default_path(root: Path, stack: str, variant: str, gpu: str, started: datetime) -> Path:
+    stamp = started.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return root / "reports" / f"verify-{stack}-{variant}-{gpu}-{stamp}.json"
+
+
+def write_json(path: Path, report: dict) -> None:
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
+
+
+def _cell(text: str, limit: int = 180) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _scalars(numbers: dict, limit: int = 4) -> str:
+    items = [(k, v) for k, v in numbers.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)
+             and len(str(v)) <= 24]
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in items[:limit])
+
+
+def markdown(report: dict) -> str:
+    t = report["totals"]
+    gpus = report["gpus"]
+    gpu_text = (f"{len(gpus)}x {gpus[0]['name']} (compute capability {gpus[0]['compute_capability']}, "
+                f"{gpus[0]['memory_mib']} MiB)" if gpus else "none (static checks only)")
+    profile = report["profile"]
+    m = report["machine"]
+    lines = [
+        f"# verlenv verify: {report['stack']} / {report['variant']} / {profile['key'] if profile else 'cpu'}",
+        "",
+        f"**{report['result'].upper()}**: {t['required_failed']} required check(s) failed; {t['checks']} checks: "
+        f"{t['pass']} pass, {t['warn']} warn, {t['fail']} fail, {t['skip']} skip; {report['wall_seconds']:.1f} s.",
+        "",
+        f"- command: `{' '.join(report['command'])}`",
+        f"- when: {report['timestamp']}",
+        f"- machine: {m['hostname']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['platform']}",
+        f"- GPU: {gpu_text}" + (f"; profile {profile['key']} (sm {profile['arch']})"
+                                 + (", forced" if profile["forced"] else "") if profile else ""),
+        f"- driver: {report['driver'] or 'none'}; CUDA: stack {report['cuda']['stack']}, torch {report['cuda']['torch']}",
+        f"- env: {report['env']['python']} (Python {report['env']['python_version']})",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
+    ]
+    if report["selection"]["skipped_packages"]:
+        lines.append(f"- skipped by request: {', '.join(report['selection']['skipped_packages'])}")
+    lines += ["", "| status | check | package | required | numbers | reason |", "|---|---|---|---|---|---|"]
+    for c in report["checks"]:
+        lines.append(f"| {c['status']} | {_cell(c['name'], 60)} | {c['package']} | {'yes' if c['required'] else 'no'} "
+                     f"| {_cell(_scalars(c['numbers']), 90)} | {_cell(c['reason'])} |")
+    failed = [c for c in report["checks"] if c["status"] == "fail" and c.get("diagnosis")]
+    if failed:
+        lines += ["", "## Known failures recognised"]
+        for c in failed:
+            for d in c["diagnosis"]:
+                lines.append(f"- {c['name']}: [{d['id']}] {d.get('title', '')}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+
+
+def print_table(report: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    profile = report["profile"]
+    title = (f"verlenv verify {report['stack']}/{report['variant']} on "
+             f"{profile['title'] if profile else 'no GPU (static checks only)'}")
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for name, kw in (("status", {}), ("check", {"overflow": "fold"}), ("package", {}), ("req", {}),
+                     ("s", {"justify": "right"}), ("reason", {"overflow": "fold", "ratio": 1})):
+        table.add_column(name, **kw)
+    for c in report["checks"]:
+        style = STYLE[c["status"]]
+        status = f"[{style}]{c['status']}[/]"
+        if c["status"] == "fail" and c["required"]:
+            status = "[bold red]FAIL[/]"
+        table.add_row(status, c["name"], c["package"], "yes" if c["required"] else "", f"{c['seconds']:.1f}",
+                      c["reason"])
+    console.print(table)
+    for c in report["checks"]:
+        for d in c.get("diagnosis") or []:
+            if c["status"] == "fail":
+                console.print(f"  {c['name']}: known failure [{d['id']}] {d.get('title', '')}; fix: "
+                              f"{(d.get('fix') or ['see verlenv doctor'])[0]}", highlight=False)
+    t = report["totals"]
+    verdict = "[bold red]FAIL[/]" if report["result"] == "fail" else "[bold green]PASS[/]"
+    console.print(f"{verdict}: {t['required_failed']} required failed; {t['pass']} pass, {t['warn']} warn, "
+                  f"{t['fail']} fail, {t['skip']} skip in {report['wall_seconds']:.1f} s", highlight=False)

@@ -1,0 +1,44 @@
+"""One check's outcome, shared by the static checks, the kernel scripts and the report."""
+
+from dataclasses import asdict, dataclass, field
+
+# warn: it runs, but not as intended (e.g. only PTX for the GPU: JIT-compiled at first use).
+STATUSES = ("pass", "warn", "fail", "skip")
+KINDS = ("static", "kernel")
+SKIPPED_BY_REQUEST = "skipped by request: not installed on this machine"
+
+
+@dataclass
+class CheckResult:
+    name: str
+    package: str
+    kind: str
+    status: str
+    reason: str = ""
+    required: bool = False
+    numbers: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    # Output of a failed process (last lines) and what the doctor recognised in it.
+    log: str = ""
+    diagnosis: list[dict] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"check {self.name}: status {self.status!r} is not one of {', '.join(STATUSES)}")
+        if self.kind not in KINDS:
+            raise ValueError(f"check {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
+    @property
+    def blocking(self) -> bool:
+        """A failure that makes the run fail."""
+        return self.required and self.status == "fail"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def totals(results: list[CheckResult]) -> dict:
+    out = {s: sum(r.status == s for r in results) for s in STATUSES}
+    out["required_failed"] = sum(r.blocking for r in results)
+    out["checks"] = len(results)
+    return out

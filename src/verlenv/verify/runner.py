@@ -1,0 +1,241 @@
+"""Run a verification: the static checks, then each kernel check script in its own process."""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from verlenv import catalog, gpus
+from verlenv.doctor import facts as facts_mod
+from verlenv.verify import static
+from verlenv.verify.results import STATUSES, SKIPPED_BY_REQUEST, CheckResult
+from verlenv.verify.static import Scope
+
+KERNELS_DIR = Path(__file__).with_name("kernels")
+# What each variant cannot work without: a failure here fails the run.
+REQUIRED = {
+    "fsdp": ("torch", "triton", "flash-attn", "vllm", "verl", "nccl"),
+    "megatron": ("torch", "triton", "flash-attn", "vllm", "verl", "nccl", "apex", "transformer-engine", "megatron-core"),
+}
+# Scripts run cheapest and most fundamental first: when torch is broken, the rest explains less.
+ORDER = ("torch", "triton", "flash-attn", "apex", "transformer-engine", "megatron-core", "vllm", "nccl", "verl")
+LOG_TAIL = 40  # lines of a failed script's output kept in the report
+
+
+@dataclass
+class Settings:
+    python: str
+    catalog: catalog.Catalog
+    variant: catalog.Variant
+    profile: gpus.GpuProfile | None
+    gpus: list[gpus.Gpu]
+    lock: Path | None
+    no_lock: bool = False
+    skipped: frozenset[str] = frozenset()
+    only: str | None = None
+    kernels_dir: Path = KERNELS_DIR
+    timeout: float = 150.0
+    forced: bool = False
+
+    @property
+    def stack(self) -> catalog.Stack:
+        return self.variant.stack
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(frozenset(REQUIRED[self.variant.name]), self.skipped, self.only)
+
+
+@dataclass
+class Run:
+    settings: Settings
+    facts: facts_mod.EnvFacts
+    driver: str | None
+    results: list[CheckResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(r.blocking for r in self.results) else 0
+
+
+def package_of(script: Path) -> str:
+    return canonicalize_name(script.stem)
+
+
+def scripts(kernels_dir: Path) -> list[Path]:
+    """Kernel check scripts (names starting with `_` are their helpers), in ORDER."""
+    found = [p for p in Path(kernels_dir).glob("*.py") if not p.name.startswith("_")]
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(found, key=lambda p: (rank.get(package_of(p), len(ORDER)), p.name))
+
+
+def known_packages(kernels_dir: Path) -> list[str]:
+    return sorted(set(static.PACKAGES) | {package_of(s) for s in scripts(kernels_dir)})
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+def verify(settings: Settings, progress: Callable[[str], None] = _quiet) -> Run:
+    start = time.monotonic()
+    facts = facts_mod.gather(settings.python)
+    results, driver = run_static(settings, facts)
+    progress(f"static checks: {len(results)} in {time.monotonic() - start:.1f} s")
+    results += run_kernels(settings, progress)
+    run = Run(settings, facts, driver, results)
+    run.seconds = round(time.monotonic() - start, 2)
+    return run
+
+
+def installed_versions(facts: facts_mod.EnvFacts) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for d in facts.distributions:
+        out.setdefault(canonicalize_name(d.name), []).append(d.version)
+    return out
+
+
+def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult], str | None]:
+    scope = s.scope
+    installed = installed_versions(facts)
+    whole_env = s.only is None
+    results: list[CheckResult] = []
+    if whole_env:
+        results.append(static.check_python(facts.version, s.stack))
+    results += static.check_installed(installed, scope, s.variant.name)
+    # pip check is the slowest step (seconds on a big env) and mostly waits: run it beside the others.
+    pool = ThreadPoolExecutor(max_workers=1)
+    pip_check = pool.submit(static.check_pip, s.python, "pip" in installed) if whole_env else None
+
+    pins = _pins(s)
+    if whole_env:
+        results.append(_lock_result(s, installed, pins))
+    protected = [n for n, pkg in static.PROTECTED.items() if scope.wants(pkg) and (n in installed or n in pins)]
+    object_dists = [d for p in static.PACKAGES.values() if scope.wants(p.name) for d, _ in p.objects]
+    probe = static.probe_files(s.python, protected, object_dists)
+    for name in protected:
+        pin = pins.get(name)
+        results.append(static.check_protected(name, static.PROTECTED[name], probe["intact"].get(name),
+                                              pin.version if pin else None, scope))
+    if pip_check is not None:
+        results.append(pip_check.result())
+    pool.shutdown()
+    if scope.wants("apex"):
+        results.append(static.check_apex(facts, scope))
+    targets = [s.profile.arch] if s.profile else list(s.stack.gpu_archs)
+    results += static.check_objects(probe["objects"], installed, facts.torch, targets, s.profile is not None, scope)
+    driver_result, driver = static.check_driver(s.stack, s.catalog, dict(os.environ))
+    if whole_env:
+        results.append(driver_result)
+    if scope.wants("triton"):
+        results.append(static.check_libcuda(dict(os.environ), static.ldconfig_text(), driver, scope))
+    return results, driver
+
+
+def _pins(s: Settings) -> dict:
+    if s.no_lock or s.lock is None or not s.lock.is_file():
+        return {}
+    from verlenv.pins import read_lock
+
+    return read_lock(s.lock)
+
+
+def _lock_result(s: Settings, installed: dict, pins: dict) -> CheckResult:
+    if s.no_lock:
+        return CheckResult("lock/match", "env", "static", "skip", "skipped by request (--no-lock)", True)
+    if s.lock is None or not s.lock.is_file():
+        return CheckResult("lock/match", "env", "static", "fail", f"no lock at {s.lock}: run `verlenv lock`", True)
+    builds = {b.name: b.version for b in s.variant.source_builds}
+    return static.check_lock(installed, pins, builds, str(s.lock))
+
+
+def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[CheckResult]:
+    scope = s.scope
+    out = []
+    for script in scripts(s.kernels_dir):
+        package = package_of(script)
+        if not scope.wants(package):
+            continue
+        if package in s.skipped:
+            out.append(CheckResult(f"{package}/kernels", package, "kernel", "skip", SKIPPED_BY_REQUEST,
+                                   package in scope.required))
+        elif s.profile is None or not s.gpus:
+            why = "no GPU on this machine: kernel checks need one" if not s.gpus else "no GPU profile"
+            out.append(CheckResult(f"{package}/kernels", package, "kernel", "skip", why, package in scope.required))
+        else:
+            start = time.monotonic()
+            results = run_script(s.python, script, s.profile.for_checks(len(s.gpus)), s.timeout, scope)
+            failed = sum(r.status == "fail" for r in results)
+            progress(f"kernel checks: {script.name}: {len(results)} results, {failed} failed, "
+                     f"{time.monotonic() - start:.1f} s")
+            out += results
+    return out
+
+
+def run_script(python: str, script: Path, profile: dict, timeout: float, scope: Scope) -> list[CheckResult]:
+    """One kernel check script in its own process: its results, or one failure saying why there are none."""
+    package = package_of(script)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="verlenv-verify-") as tmp:
+        out_path = Path(tmp) / "results.json"
+        cmd = [python, str(Path(script).resolve()), "--out", str(out_path), "--profile", json.dumps(profile)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                cwd=tmp, start_new_session=True)
+        timed_out = False
+        try:
+            log, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)  # the script's own group: its workers go with it
+            try:
+                log, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a worker left the group and holds the pipe open
+                log = ""
+        entries = _read_entries(out_path)
+    seconds = round(time.monotonic() - start, 2)
+    results = [_result(e, package, scope) for e in entries]
+    tail = "\n".join(log.splitlines()[-LOG_TAIL:])
+    if timed_out:
+        why = f"{script.name} timed out after {timeout:.0f} s"
+    elif proc.returncode != 0:
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        last = next((line for line in reversed(log.splitlines()) if line.strip()), "no output")
+        why = f"{script.name} crashed ({how}): {last.strip()[:300]}"
+    elif not results:
+        why = f"{script.name} wrote no results to --out (a list of {{check, package, status}} objects)"
+    else:
+        return results
+    results.append(CheckResult(f"{package}/run", package, "kernel", "fail", why, package in scope.required,
+                               {"returncode": proc.returncode, "results_before": len(results)}, seconds,
+                               log=tail, diagnosis=static.diagnose(log)))
+    return results
+
+
+def _read_entries(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    return [e for e in data if isinstance(e, dict) and isinstance(e.get("check"), str)
+            and e.get("status") in STATUSES]
+
+
+def _result(entry: dict, default_package: str, scope: Scope) -> CheckResult:
+    package = canonicalize_name(entry.get("package") or default_package)
+    numbers = entry.get("numbers") if isinstance(entry.get("numbers"), dict) else {}
+    seconds = entry.get("seconds") if isinstance(entry.get("seconds"), (int, float)) else 0.0
+    if package in scope.skipped:
+        return CheckResult(entry["check"], package, "kernel", "skip", SKIPPED_BY_REQUEST, package in scope.required)
+    return CheckResult(entry["check"], package, "kernel", entry["status"], str(entry.get("reason", "")),
+                       package in scope.required, numbers, float(seconds))

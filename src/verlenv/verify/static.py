@@ -1,0 +1,460 @@
+"""Static checks of an env: what can be known without running a kernel, so they also run on CPU machines.
+
+Each check takes its inputs as arguments (facts of the env, paths, the profile), so tests can run it on
+real conditions they create.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from verlenv import cubins
+from verlenv.doctor import symbols
+from verlenv.errors import UserError
+from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
+
+# torch's C++ names plus its stable C ABI (aoti_torch_*, torch_*), which vLLM's *_stable_libtorch objects use.
+TORCH_ABI_SYMBOL = re.compile(rf"{symbols.TORCH_SYMBOL.pattern}|^(?:aoti_torch_|torch_)")
+CUDART = re.compile(r"^libcudart\.so\.(\d+)")
+ENVPROBE = Path(__file__).with_name("envprobe.py")
+SHOWN = 5  # names listed in a reason; numbers hold the full lists
+
+
+@dataclass(frozen=True)
+class Package:
+    """A package as checks name it: its distributions (any one = installed) and its compiled objects."""
+
+    name: str
+    dists: tuple[str, ...]
+    # (distribution, modules) of the compiled objects that must load and carry the GPU's code. A module
+    # matches its full dotted path inside site-packages, or its last part(s): "vllm._C" is not "deep_gemm._C".
+    objects: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+PACKAGES = {p.name: p for p in (
+    Package("torch", ("torch",)),
+    Package("triton", ("triton",)),
+    Package("flash-attn", ("flash-attn",), (("flash-attn", ("flash_attn_2_cuda",)),)),
+    Package("vllm", ("vllm",), (("vllm", ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C",
+                                           "vllm._moe_C_stable_libtorch")),)),
+    Package("verl", ("verl",)),
+    Package("nccl", ("nvidia-nccl-cu13", "nvidia-nccl-cu12")),
+    Package("apex", ("apex",), (("apex", ("amp_C", "fused_layer_norm_cuda", "fused_weight_gradient_mlp_cuda")),)),
+    # The torch part is an sdist compiled locally; the core library (kernels) is a binary wheel.
+    Package("transformer-engine", ("transformer-engine-torch", "transformer-engine"), (
+        ("transformer-engine-torch", ("transformer_engine_torch",)),
+        ("transformer-engine", ("transformer_engine_torch", "libtransformer_engine")),
+        ("transformer-engine-cu13", ("libtransformer_engine",)),
+        ("transformer-engine-cu12", ("libtransformer_engine",)),
+    )),
+    Package("megatron-core", ("megatron-core",)),
+)}
+# Distributions whose files no other distribution may overwrite, and the package their checks belong to.
+PROTECTED = {"torch": "torch", "nvidia-cudnn-cu13": "torch", "nvidia-cudnn-cu12": "torch",
+             "nvidia-nccl-cu13": "nccl", "nvidia-nccl-cu12": "nccl"}
+
+
+@dataclass
+class Scope:
+    """Which packages count: required ones fail the run, skipped ones were left out on request."""
+
+    required: frozenset[str]
+    skipped: frozenset[str] = frozenset()
+    only: str | None = None
+
+    def wants(self, package: str) -> bool:
+        return self.only is None or package == self.only
+
+    def result(self, name: str, package: str, status: str, reason: str = "", **kw) -> CheckResult:
+        required = package == "env" or package in self.required
+        if package in self.skipped:
+            status, reason, kw = "skip", SKIPPED_BY_REQUEST, {"seconds": kw.get("seconds", 0.0)}
+        return CheckResult(name, package, "static", status, reason, required, **kw)
+
+
+def _version(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text else None
+    except InvalidVersion:
+        return None
+
+
+def _listed(names, shown: int = SHOWN) -> str:
+    names = list(names)
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def probe_files(python: str, intact: list[str], objects: list[str], timeout: float = 120) -> dict:
+    """Run envprobe.py in the env: RECORD integrity of `intact`, shared objects of `objects`."""
+    cmd = [python, str(ENVPROBE), "--intact", *intact, "--objects", *objects]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"--python {python}: could not list its files ({tail})")
+    return json.loads(proc.stdout)
+
+
+# --- the env's python ---------------------------------------------------------------------------------
+
+def check_python(version: str, stack) -> CheckResult:
+    want = stack.python
+    ok = version.split(".")[:2] == want.split(".")[:2]
+    reason = f"Python {version}" + ("" if ok else f", but stack {stack.name} is built for Python {want}")
+    return CheckResult("env/python", "env", "static", "pass" if ok else "fail", reason, True,
+                       {"python": version, "stack_python": want})
+
+
+def check_installed(installed: dict[str, list[str]], scope: Scope, variant: str) -> list[CheckResult]:
+    out = []
+    for pkg in PACKAGES.values():
+        if not scope.wants(pkg.name):
+            continue
+        found = [(d, installed[d]) for d in pkg.dists if d in installed]
+        if found:
+            dist, versions = found[0]
+            out.append(scope.result(f"installed/{pkg.name}", pkg.name, "pass", f"{dist} {', '.join(versions)}",
+                                    numbers={"dist": dist, "version": versions[0]}))
+        elif pkg.name in scope.required:
+            out.append(scope.result(f"installed/{pkg.name}", pkg.name, "fail",
+                                    f"not installed; the {variant} variant needs it ({' or '.join(pkg.dists)})"))
+        else:
+            out.append(scope.result(f"installed/{pkg.name}", pkg.name, "skip", f"not installed (optional for {variant})"))
+    return out
+
+
+# --- the lock -----------------------------------------------------------------------------------------
+
+def check_lock(installed: dict[str, list[str]], pins: dict, source_builds: dict[str, str | None],
+               lock: str) -> CheckResult:
+    """Every installed distribution equals the lock; source builds are expected extras at their pinned version."""
+    start = time.monotonic()
+    differ, missing, unlocked, doubled = {}, [], [], {}
+    for name, pin in sorted(pins.items()):
+        have = installed.get(name)
+        if not have:
+            missing.append(name)
+        elif _version(have[0]) != _version(pin.version):
+            differ[name] = {"installed": have[0], "lock": pin.version}
+    for name, versions in sorted(installed.items()):
+        if len(versions) > 1:
+            doubled[name] = versions
+        if name in pins:
+            continue
+        if name in source_builds:
+            want = source_builds[name]
+            if want and _version(versions[0]) != _version(want):
+                differ[name] = {"installed": versions[0], "source build": want}
+            continue
+        unlocked.append(name)
+    problems = []
+    if differ:
+        problems.append(f"{len(differ)} differ ("
+                        + _listed(f"{n} {v['installed']}, want {v.get('lock') or v.get('source build')}" for n, v in differ.items())
+                        + ")")
+    if missing:
+        problems.append(f"{len(missing)} missing ({_listed(missing)})")
+    if unlocked:
+        problems.append(f"{len(unlocked)} not in the lock ({_listed(unlocked)})")
+    if doubled:
+        problems.append(f"{len(doubled)} installed twice ({_listed(f'{n} {v}' for n, v in doubled.items())})")
+    numbers = {"lock": lock, "locked": len(pins), "installed": len(installed), "differ": differ, "missing": missing,
+               "unlocked": unlocked, "installed_twice": doubled}
+    reason = "; ".join(problems) if problems else f"{len(pins)} pins match {lock}"
+    return CheckResult("lock/match", "env", "static", "fail" if problems else "pass", reason, True, numbers,
+                       round(time.monotonic() - start, 3))
+
+
+def check_protected(name: str, package: str, probe: dict | None, pin_version: str | None,
+                    scope: Scope) -> CheckResult:
+    """torch, cuDNN, NCCL: the locked version, installed once, no file changed or owned by another package."""
+    check = f"intact/{name}"
+    if probe is None:
+        return scope.result(check, package, "fail" if pin_version else "skip",
+                            f"not installed (lock: {pin_version})" if pin_version else "not installed")
+    versions = [i["version"] for i in probe["installs"]]
+    problems = []
+    if len(versions) > 1:
+        problems.append(f"installed {len(versions)} times ({', '.join(versions)}): another install went over it")
+    if pin_version and _version(versions[0]) != _version(pin_version):
+        problems.append(f"version {versions[0]}, lock {pin_version}")
+    if probe["claimed_by"]:
+        problems.append("files overwritten by " + _listed(f"{k} ({v} files)" for k, v in probe["claimed_by"].items()))
+    if probe["changed_count"]:
+        problems.append(f"{probe['changed_count']} files changed size since install, e.g. {probe['changed'][0]}")
+    if probe["missing_count"]:
+        problems.append(f"{probe['missing_count']} files missing, e.g. {probe['missing'][0]}")
+    numbers = {"version": versions[0], "lock": pin_version, "files": probe["files"], "claimed_by": probe["claimed_by"],
+               "changed": probe["changed"], "missing": probe["missing"]}
+    if problems:
+        return scope.result(check, package, "fail", f"{name}: " + "; ".join(problems), numbers=numbers)
+    return scope.result(check, package, "pass", f"{name} {versions[0]}: {probe['files']} files as installed",
+                        numbers=numbers)
+
+
+# --- pip check ----------------------------------------------------------------------------------------
+
+def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
+    """The env's declared requirements are satisfied (`python -m pip check`, else `uv pip check`)."""
+    start = time.monotonic()
+    if has_pip:
+        cmd, tool = [python, "-m", "pip", "check"], "pip check"
+    elif uv := _uv():
+        cmd, tool = [uv, "pip", "check", "--python", python], "uv pip check"
+    else:
+        return CheckResult("env/pip-check", "env", "static", "skip", "neither pip in the env nor uv on PATH", True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "NO_COLOR": "1"})
+    lines = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    seconds = round(time.monotonic() - start, 3)
+    if proc.returncode == 0:
+        return CheckResult("env/pip-check", "env", "static", "pass", f"{tool}: {lines[-1] if lines else 'ok'}", True,
+                           {"tool": tool}, seconds)
+    problems = [line for line in lines if not re.match(r"^(Checked|Found) \d+ ", line)]
+    return CheckResult("env/pip-check", "env", "static", "fail", f"{tool}: {len(problems)} broken: {_listed(problems, 3)}",
+                       True, {"tool": tool, "problems": problems}, seconds)
+
+
+def _uv() -> str | None:
+    if found := shutil.which("uv"):
+        return found
+    try:
+        from uv import find_uv_bin  # the uv wheel, where the tool was installed with it
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return None
+
+
+# --- compiled objects: torch symbols and GPU code -------------------------------------------------------
+
+_EXPORTS: dict[tuple[str, str], bool] = {}
+
+
+def unresolved_in(libs: list[Path], wanted: set[str]) -> list[str]:
+    """The wanted names none of `libs` exports; each (library, name) is looked up once per run."""
+    missing = set(wanted)
+    for lib in libs:
+        todo = {n for n in missing if (str(lib), n) not in _EXPORTS}
+        if todo:
+            found = symbols.exported(lib, todo)
+            _EXPORTS.update({(str(lib), n): n in found for n in todo})
+        missing = {n for n in missing if not _EXPORTS[(str(lib), n)]}
+        if not missing:
+            break
+    return sorted(missing)
+
+
+def torch_libraries(torch_lib: Path) -> list[Path]:
+    return [torch_lib / n for n in symbols.TORCH_LIBS if (torch_lib / n).is_file()]
+
+
+def module_name(path: str) -> str:
+    return Path(path).name.split(".")[0]
+
+
+def module_path(record_path: str) -> str:
+    """'vllm/_C.abi3.so' -> 'vllm._C'."""
+    parts = Path(record_path).parts
+    return ".".join([*parts[:-1], module_name(record_path)])
+
+
+def find_objects(pkg: Package, probed: dict[str, list]) -> list[str]:
+    found = []
+    for dist, modules in pkg.objects:
+        for path, rel in probed.get(dist, []):
+            module = module_path(rel)
+            if any(module == m or module.endswith("." + m) for m in modules):
+                found.append(path)
+    return sorted(set(found))
+
+
+def check_symbols(so: Path, package: str, torch_lib: Path | None, torch_cuda: str | None,
+                  scope: Scope) -> CheckResult | None:
+    """Torch symbols the object needs that the env's torch does not export: the `undefined symbol` failure,
+    found before anything is imported. None when the object does not link torch."""
+    start = time.monotonic()
+    name = f"symbols/{module_name(str(so))}"
+    needed = symbols.needed(so)
+    if not any(n.split(".so")[0] + ".so" in symbols.TORCH_LIBS for n in needed):
+        return None
+    if torch_lib is None or not torch_libraries(torch_lib):
+        return scope.result(name, package, "fail", f"{so.name} links torch, but this env has no torch libraries")
+    wanted = {s for s in symbols.undefined(so) if TORCH_ABI_SYMBOL.search(s)}
+    missing = unresolved_in(torch_libraries(torch_lib), wanted)
+    cudart = [m.group(1) for n in needed if (m := CUDART.match(n))]
+    numbers = {"object": str(so), "torch_symbols": len(wanted), "unresolved": missing[:50],
+               "unresolved_count": len(missing), "cudart": cudart, "torch_cuda": torch_cuda}
+    seconds = round(time.monotonic() - start, 3)
+    if missing:
+        readable = symbols.demangle(missing[:1])[missing[0]]
+        # The line the import would die with: the doctor knows its cause and fix.
+        diagnosis = diagnose(f"ImportError: {so}: undefined symbol: {missing[0]}")
+        return scope.result(name, package, "fail",
+                            f"{len(missing)} of {len(wanted)} torch symbols unresolved, e.g. {readable}: "
+                            f"{symbols.abi_hint(missing[0], readable)}", numbers=numbers, seconds=seconds,
+                            diagnosis=diagnosis)
+    if torch_cuda and cudart and cudart[0] != torch_cuda.split(".")[0]:
+        diagnosis = diagnose(f"ImportError: libcudart.so.{cudart[0]}: cannot open shared object file: No such file or directory")
+        return scope.result(name, package, "fail", f"{so.name} needs libcudart.so.{cudart[0]}, torch is built for CUDA "
+                            f"{torch_cuda}: one CUDA major per env", numbers=numbers, seconds=seconds, diagnosis=diagnosis)
+    return scope.result(name, package, "pass", f"all {len(wanted)} torch symbols of {so.name} resolve in this torch",
+                        numbers=numbers, seconds=seconds)
+
+
+def arch_support(entries: list, sm: int) -> str:
+    """'cubin' (runs natively), 'ptx' (JIT-compiled at first use) or 'none' for GPU arch sm."""
+    # SASS runs on the same major at an equal or higher minor; PTX JIT-compiles forward to any newer arch.
+    if any(e.kind == "elf" and e.sm // 10 == sm // 10 and e.sm <= sm for e in entries):
+        return "cubin"
+    if any(e.kind == "ptx" and e.sm <= sm for e in entries):
+        return "ptx"
+    return "none"
+
+
+def check_cubins(so: Path, package: str, targets: list[str], strict: bool, scope: Scope) -> CheckResult:
+    """GPU code for the target archs. strict: a missing arch fails (a GPU profile); else it warns."""
+    start = time.monotonic()
+    name = f"cubins/{module_name(str(so))}"
+    entries = cubins.shared_object_archs(so)
+    seconds = round(time.monotonic() - start, 3)
+    if not entries:
+        return scope.result(name, package, "skip", f"{so.name} holds no GPU code", numbers={"object": str(so)},
+                            seconds=seconds)
+    support = {t: arch_support(entries, cubins.sm_of(t)) for t in targets}
+    numbers = {"object": str(so), "targets": targets, "cubin_sm": sorted({e.sm for e in entries if e.kind == "elf"}),
+               "ptx_sm": sorted({e.sm for e in entries if e.kind == "ptx"}), "support": support}
+    none = [t for t, s in support.items() if s == "none"]
+    ptx = [t for t, s in support.items() if s == "ptx"]
+    if none:
+        return scope.result(name, package, "fail" if strict else "warn",
+                            f"no code for sm_{'/sm_'.join(t.replace('.', '') for t in none)} in {so.name}: "
+                            f"'no kernel image is available' at run time; rebuild with that arch",
+                            numbers=numbers, seconds=seconds)
+    if ptx:
+        return scope.result(name, package, "warn",
+                            f"only PTX for sm_{'/sm_'.join(t.replace('.', '') for t in ptx)} in {so.name}: runs after a "
+                            f"JIT compile at first use (slow); rebuild with that arch for native code",
+                            numbers=numbers, seconds=seconds)
+    return scope.result(name, package, "pass", f"native code for sm_{', sm_'.join(t.replace('.', '') for t in targets)}",
+                        numbers=numbers, seconds=seconds)
+
+
+def check_objects(probed: dict[str, list[str]], installed: dict[str, list[str]], torch: dict | None,
+                  targets: list[str], strict: bool, scope: Scope) -> list[CheckResult]:
+    out = []
+    torch_lib = Path(torch["lib"]) if torch else None
+    torch_cuda = torch.get("cuda") if torch else None
+    for pkg in PACKAGES.values():
+        if not pkg.objects or not scope.wants(pkg.name):
+            continue
+        if pkg.name in scope.skipped:
+            out.append(scope.result(f"objects/{pkg.name}", pkg.name, "skip"))
+            continue
+        if not any(d in installed for d in pkg.dists):
+            continue  # reported by installed/<package>
+        found = find_objects(pkg, probed)
+        if not found:
+            wanted = sorted({m for _, ms in pkg.objects for m in ms})
+            out.append(scope.result(f"objects/{pkg.name}", pkg.name, "fail",
+                                    f"installed without its compiled extensions (none of {', '.join(wanted)}): "
+                                    "a Python-only or metadata-only install"))
+            continue
+        for so in map(Path, found):
+            if (result := check_symbols(so, pkg.name, torch_lib, torch_cuda, scope)) is not None:
+                out.append(result)
+            out.append(check_cubins(so, pkg.name, targets, strict, scope))
+    return out
+
+
+# --- apex: NVIDIA's, not PyPI's -------------------------------------------------------------------------
+
+def check_apex(facts, scope: Scope) -> CheckResult:
+    from verlenv.doctor import probes
+
+    r = probes.probe_apex(facts)
+    return from_probe(r, "apex/distribution", "apex", scope)
+
+
+# --- driver and libcuda ---------------------------------------------------------------------------------
+
+def check_driver(stack, cat, environ: dict) -> tuple[CheckResult, str | None]:
+    from verlenv.doctor import probes
+
+    start = time.monotonic()
+    driver, names, source = probes.read_driver(environ)
+    r = from_probe(probes.probe_driver(driver, names, source, stack, cat), "driver", "env", Scope(frozenset()))
+    r.seconds = round(time.monotonic() - start, 3)
+    return r, driver
+
+
+def triton_libcuda_dirs(environ: dict, ldconfig_text: str) -> tuple[list[str], str]:
+    """The directories Triton links libcuda.so.1 from, by Triton's own rules, and which rule gave them."""
+    if path := environ.get("TRITON_LIBCUDA_PATH"):
+        return [path], "TRITON_LIBCUDA_PATH"
+    dirs = [os.path.dirname(line.split()[-1]) for line in ldconfig_text.splitlines() if "libcuda.so.1" in line]
+    if dirs:
+        return dirs, "ldconfig -p"
+    ld = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d and os.path.exists(os.path.join(d, "libcuda.so.1"))]
+    return ld, "LD_LIBRARY_PATH"
+
+
+def is_stub(path: Path) -> bool:
+    # The toolkit's stub carries the same soname but cannot run anything; it lives in .../stubs/.
+    return "stubs" in path.resolve().parts or "stubs" in path.parts
+
+
+def check_libcuda(environ: dict, ldconfig_text: str, driver: str | None, scope: Scope) -> CheckResult:
+    name = "triton/libcuda"
+    dirs, rule = triton_libcuda_dirs(environ, ldconfig_text)
+    found = [Path(d) / "libcuda.so.1" for d in dirs if (Path(d) / "libcuda.so.1").exists()]
+    real = [str(p) for p in found if not is_stub(p)]
+    stubs = [str(p) for p in found if is_stub(p)]
+    numbers = {"rule": rule, "dirs": dirs, "libcuda": real, "stubs": stubs}
+    if real:
+        return scope.result(name, "triton", "pass", f"{real[0]} (via {rule})", numbers=numbers)
+    if driver is None and not stubs and rule != "TRITON_LIBCUDA_PATH":
+        return scope.result(name, "triton", "skip", "no NVIDIA driver on this machine", numbers=numbers)
+    diagnosis = diagnose("/usr/bin/ld: cannot find -lcuda")
+    if stubs:
+        return scope.result(name, "triton", "fail", f"Triton would link the stub {stubs[0]} (via {rule}): stubs link "
+                            "but cannot run; point TRITON_LIBCUDA_PATH at the driver's directory",
+                            numbers=numbers, diagnosis=diagnosis)
+    return scope.result(name, "triton", "fail", f"no libcuda.so.1 where Triton looks ({rule}: {', '.join(dirs) or 'nothing'})",
+                        numbers=numbers, diagnosis=diagnosis)
+
+
+def ldconfig_text() -> str:
+    for tool in ("/sbin/ldconfig", "ldconfig"):
+        try:
+            p = subprocess.run([tool, "-p"], capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if p.returncode == 0:
+            return p.stdout
+    return ""
+
+
+# --- the doctor's words ---------------------------------------------------------------------------------
+
+def diagnose(text: str) -> list[dict]:
+    """Known failures the doctor recognises in `text`: id, title, cause, fix."""
+    from verlenv.doctor import diagnose_text
+
+    return [{"id": d.failure.id, "title": d.failure.title, "cause": d.failure.cause, "fix": list(d.failure.fix)}
+            for d in diagnose_text(text)]
+
+
+def from_probe(r, name: str, package: str, scope: Scope) -> CheckResult:
+    """A doctor probe's result as a check."""
+    status = {"ok": "pass", "problem": "fail", "skipped": "skip"}[r.status]
+    diagnosis = [{"id": r.failure_id, "fix": r.fix}] if r.failure_id else []
+    numbers = {k: v for k, v in r.details.items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
+    return scope.result(name, package, status, r.summary, numbers=numbers, diagnosis=diagnosis)

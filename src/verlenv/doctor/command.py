@@ -1,6 +1,7 @@
 """`verlenv doctor`: diagnose a log (file or stdin), or probe a live environment."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -47,9 +48,9 @@ def _diagnose_log(log: str, as_json: bool) -> int:
             diagnoses = matcher.diagnose_lines(matcher.lines_of(f))
         source = str(path)
     if as_json:
-        print(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses]}, indent=2))
+        _emit(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses]}, indent=2))
     else:
-        print(matcher.format_diagnoses(diagnoses, source))
+        _emit(matcher.format_diagnoses(diagnoses, source))
     return 1 if diagnoses else 0
 
 
@@ -58,7 +59,15 @@ def _probe(args) -> int:
     facts = facts_mod.gather(python)
     results = probes.run_all(facts, args.stack, args.variant, args.lock)
     if args.json:
-        print(json.dumps({"python": facts.executable, "probes": [r.to_dict() for r in results]}, indent=2))
+        _emit(json.dumps({"python": facts.executable, "probes": [r.to_dict() for r in results]}, indent=2))
     else:
-        print(probes.format_probes(results, facts.executable))
+        _emit(probes.format_probes(results, facts.executable))
     return 1 if any(r.status == "problem" for r in results) else 0
+
+
+def _emit(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) left early; keep the exit code, drop the rest quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -12,11 +12,17 @@ from verlenv.errors import UserError
 KB_NAME = "failures.toml"
 
 
+# Context entries without regex syntax are compared as lower-case substrings: much cheaper on every line.
+_REGEX_SYNTAX = re.compile(r"[\\^$.|?*+()\[\]{}]")
+
+
 @dataclass(frozen=True)
 class Signature:
     pattern: re.Pattern
-    # At least one of these must match somewhere in the same log for the signature to count.
-    context: tuple[re.Pattern, ...] = ()
+    # At least one of these must appear somewhere in the same log for the signature to count.
+    context: tuple[str, ...] = ()
+    context_literals: tuple[str, ...] = ()
+    context_patterns: tuple[re.Pattern, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -31,9 +37,6 @@ class Failure:
     verlenv: str
     refs: tuple[str, ...]
 
-    def may_match(self, lowered: str) -> bool:
-        return any(k in lowered for k in self.keywords)
-
 
 def _compile(text: str, where: str, path: Path) -> re.Pattern:
     try:
@@ -46,8 +49,10 @@ def _signature(raw, where: str, path: Path) -> Signature:
     if isinstance(raw, str):
         return Signature(_compile(raw, where, path))
     if isinstance(raw, dict) and isinstance(raw.get("pattern"), str):
-        context = tuple(_compile(c, f"{where}.context", path) for c in raw.get("context", []))
-        return Signature(_compile(raw["pattern"], where, path), context)
+        context = tuple(raw.get("context", []))
+        literals = tuple(c.lower() for c in context if not _REGEX_SYNTAX.search(c))
+        patterns = tuple(_compile(c, f"{where}.context", path) for c in context if _REGEX_SYNTAX.search(c))
+        return Signature(_compile(raw["pattern"], where, path), context, literals, patterns)
     raise UserError(f"{path}: {where}: a signature is a string or a table with 'pattern' (and 'context')")
 
 

@@ -29,6 +29,8 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 WINDOW = 3  # lines joined to catch one message wrapped over up to three lines
 MAX_LINE = 4000  # longer lines (binary junk, minified output) are cut before matching
 SHOWN = 3  # evidence lines shown per failure
+HARD_WRAP = 80  # a line this long that continues without indentation was cut by a terminal
+SEAM = 40  # characters each side of a line break searched for keywords cut by the break
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,28 @@ class Diagnosis:
         }
 
 
+def _joins(pieces: list[str]) -> list[str]:
+    """Ways a message wrapped over `pieces` may have read: a terminal cuts at a fixed width inside a word
+    (join without a space), a program wraps at word boundaries and indents (join with one space)."""
+    words = pieces[0]
+    for before, after in zip(pieces, pieces[1:]):
+        hard = len(before) >= HARD_WRAP and not after[:1].isspace()
+        words += ("" if hard else " ") + after
+    spaced = " ".join(pieces)
+    out = [" ".join(words.split())]
+    if (alt := " ".join(spaced.split())) != out[0]:
+        out.append(alt)
+    return out
+
+
+def plain(raw: str) -> str:
+    """A log line as shown to the user: no ANSI codes, no control bytes."""
+    return CONTROL.sub("", ANSI.sub("", raw[:MAX_LINE])).rstrip()
+
+
 def clean(raw: str) -> str:
-    """A log line as the matcher sees it: no ANSI codes, no control bytes, no logger prefix."""
-    text = CONTROL.sub("", ANSI.sub("", raw[:MAX_LINE]))
-    return PREFIX.sub("", text).rstrip()
+    """A log line as the matcher sees it: plain, and without a logger prefix."""
+    return PREFIX.sub("", plain(raw))
 
 
 @dataclass
@@ -87,40 +107,60 @@ class Matcher:
     def __init__(self, failures: Iterable[Failure] | None = None):
         self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
         self.lineno = 0
-        self._window: deque[tuple[int, str, set]] = deque(maxlen=WINDOW)
+        self._window: deque[tuple[int, str, set, set]] = deque(maxlen=WINDOW)
         self._hits: list[_Hit] = []
-        self._contexts = [(f, i, s) for f in self.failures for i, s in enumerate(f.signatures) if s.context]
+        self._context_keys = {(f.id, i) for f in self.failures for i, s in enumerate(f.signatures) if s.context}
+        self._context_literals = [(c, (f.id, i)) for f in self.failures for i, s in enumerate(f.signatures)
+                                  for c in s.context_literals]
+        self._context_patterns = [(c, (f.id, i)) for f in self.failures for i, s in enumerate(f.signatures)
+                                  for c in s.context_patterns]
         self._context_seen: set[tuple[str, int]] = set()
+        # keyword -> failures it admits; one pass of cheap substring tests per text instead of one per failure
+        self._by_keyword: dict[str, list[Failure]] = {}
+        for f in self.failures:
+            for k in f.keywords:
+                self._by_keyword.setdefault(k, []).append(f)
+        self._keywords = list(self._by_keyword)
+        self._rank = {f.id: n for n, f in enumerate(self.failures)}
 
     def feed(self, raw: str) -> None:
         self.lineno += 1
         # A carriage return redraws the line (progress bars): match each drawn state.
         for part in raw.rstrip("\n").split("\r"):
-            self._feed_text(clean(part))
+            shown = plain(part)
+            self._feed_text(PREFIX.sub("", shown), shown)
 
-    def _feed_text(self, text: str) -> None:
-        self._check_contexts(text)
+    def _feed_text(self, text: str, shown: str) -> None:
+        lowered = text.lower()
+        self._check_contexts(text, lowered)
         matched: set[tuple[str, int]] = set()
+        present = self._present(lowered) if text else set()
         prev = list(self._window)
+        if present:
+            self._try(text, present, self.lineno, self.lineno, matched, skip=set(), shown=shown)
         if text:
-            self._try(text, self.lineno, self.lineno, matched, skip=set())
             # Wrapped output: join with the previous one or two lines, for signatures not matched already.
             for span in (1, 2):
                 if len(prev) < span:
                     break
                 parts = prev[-span:]
+                pieces = [*(p[1] for p in parts), text]
+                # Keywords a join can hold: those of its lines, and any cut at a line break.
+                seams = "\n".join(a[-SEAM:] + sep + b.lstrip()[:SEAM] for a, b in zip(pieces, pieces[1:]) for sep in ("", " "))
+                keywords = present.union(*(p[3] for p in parts)) | self._present(seams.lower())
+                if not keywords:
+                    continue
                 skip = matched.union(*(p[2] for p in parts))
-                head = [p[1] for p in parts]
-                for sep in (" ", ""):
-                    joined = sep.join([*(h.strip() for h in head), text.strip()])
-                    self._try(joined, parts[0][0], self.lineno, matched, skip)
-        self._window.append((self.lineno, text, matched))
+                for joined in _joins(pieces):
+                    self._try(joined, keywords, parts[0][0], self.lineno, matched, skip)
+        self._window.append((self.lineno, text, matched, present))
 
-    def _try(self, text: str, first: int, last: int, matched: set, skip: set) -> None:
-        lowered = text.lower()
-        for f in self.failures:
-            if not f.may_match(lowered):
-                continue
+    def _present(self, lowered: str) -> set[str]:
+        return {k for k in self._keywords if k in lowered}
+
+    def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set, shown: str | None = None) -> None:
+        found = {f.id: f for k in keywords for f in self._by_keyword[k]}
+        for f in sorted(found.values(), key=lambda f: self._rank[f.id]):
             for i, sig in enumerate(f.signatures):
                 key = (f.id, i)
                 if key in skip or key in matched:
@@ -129,13 +169,18 @@ class Matcher:
                 if m:
                     matched.add(key)
                     groups = {k: v for k, v in m.groupdict().items() if v}
-                    self._hits.append(_Hit(f, i, first, last, text.strip(), groups))
+                    self._hits.append(_Hit(f, i, first, last, (shown or text).strip(), groups))
 
-    def _check_contexts(self, text: str) -> None:
-        for f, i, sig in self._contexts:
-            key = (f.id, i)
-            if key not in self._context_seen and any(c.search(text) for c in sig.context):
-                self._context_seen.add(key)
+    def _check_contexts(self, text: str, lowered: str) -> None:
+        seen = self._context_seen
+        if len(seen) == len(self._context_keys):
+            return
+        for literal, key in self._context_literals:
+            if literal in lowered and key not in seen:
+                seen.add(key)
+        for pattern, key in self._context_patterns:
+            if key not in seen and pattern.search(text):
+                seen.add(key)
 
     def result(self) -> list["Diagnosis"]:
         valid = [h for h in self._hits if not h.failure.signatures[h.signature].context

@@ -91,11 +91,15 @@ def read_driver(environ: dict) -> tuple[str | None, list[str], str]:
         if rows:
             return rows[0][0].strip(), [r[1].strip() for r in rows], "nvidia-smi"
     proc = Path("/proc/driver/nvidia/version")
-    if proc.is_file():
-        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", proc.read_text(errors="replace"))
-        if m:
-            return m.group(1), gpus, str(proc)
+    if proc.is_file() and (version := parse_proc_driver(proc.read_text(errors="replace"))):
+        return version, gpus, str(proc)
     return None, gpus, ""
+
+
+def parse_proc_driver(text: str) -> str | None:
+    """Driver version from /proc/driver/nvidia/version (proprietary and open kernel modules)."""
+    m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
 
 
 def probe_driver(driver: str | None, gpus: list[str], source: str, stack, cat) -> ProbeResult:
@@ -184,7 +188,7 @@ def probe_host_compiler(nvcc: Path | None, environ: dict) -> ProbeResult:
     output = p.stderr + p.stdout
     first = next((line.strip() for line in output.splitlines() if "error" in line.lower()), output.strip()[:200])
     known = diagnose_text(output)
-    failure_id = known[0].id if known else "F6c"
+    failure_id = known[0].id if known else "F4"
     return problem(name, f"nvcc cannot compile a trivial kernel with {host}: {first}", failure_id, host=host, nvcc=str(nvcc))
 
 

@@ -1,0 +1,185 @@
+"""GPU profiles for `verlenv verify`: data, selection (a100/h100/h200/auto), loud mismatches, --force, bad input.
+
+This machine has no GPU. Where a test needs one, `fake_nvidia_smi` puts a test double of nvidia-smi on
+PATH that answers `--query-gpu` for a given GPU list; everything past it is the real code.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verlenv import gpus
+from verlenv.cli import main
+from verlenv.errors import UserError
+
+REPO = Path(__file__).resolve().parent.parent
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0", "memory.total": 81559, "driver_version": "580.95.05"}
+H200 = {"name": "NVIDIA H200", "compute_cap": "9.0", "memory.total": 143771, "driver_version": "580.95.05"}
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "compute_cap": "8.0", "memory.total": 81920, "driver_version": "580.95.05"}
+RTX = {"name": "NVIDIA GeForce RTX 4090", "compute_cap": "8.9", "memory.total": 24564, "driver_version": "580.95.05"}
+
+
+def fake_nvidia_smi(folder: Path, devices: list[dict]) -> Path:
+    """Test double of nvidia-smi: prints the --query-gpu fields of `devices`, one CSV line each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"DEVICES = {devices!r}\n"
+        "query = [a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--query-gpu=')]\n"
+        "if not query:\n"
+        "    sys.exit('test double answers --query-gpu only')\n"
+        "for d in DEVICES:\n"
+        "    print(', '.join(str(d[f]) for f in query[0].split(',')))\n"
+    )
+    script.chmod(0o755)
+    return folder
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """Make this machine look like it has `devices` (through the nvidia-smi test double)."""
+    monkeypatch.chdir(REPO)
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX", "VERLENV_ROOT", "TRITON_LIBCUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+
+    def with_gpus(*devices: dict) -> None:
+        folder = fake_nvidia_smi(tmp_path / "smi", list(devices))
+        monkeypatch.setenv("PATH", f"{folder}:{__import__('os').environ['PATH']}")
+
+    return with_gpus
+
+
+@pytest.fixture(scope="module")
+def empty_env(tmp_path_factory) -> str:
+    """A real, empty venv (of the interpreter running the tests: no download, no network)."""
+    env = tmp_path_factory.mktemp("env") / "venv"
+    subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(env)], check=True)
+    return str(env / "bin" / "python")
+
+
+def test_profiles_carry_arch_fp8_and_thresholds_from_data():
+    p = gpus.profiles()
+    assert set(p) == {"a100", "h100", "h200"}  # `defaults` is shared data, not a profile
+    assert (p["a100"].arch, p["h100"].arch, p["h200"].arch) == ("8.0", "9.0", "9.0")
+    assert (p["a100"].fp8, p["h100"].fp8, p["h200"].fp8) == (False, True, True)
+    for profile in p.values():
+        t = profile.thresholds
+        assert t["flash_attn_fwd_max_abs_err"] == 0.03  # from [defaults.thresholds]
+        assert set(t["nccl_min_busbw_gbs"]) == {"2", "4", "8"}
+        # Floors sit below what was measured on an H200 (356 TFLOP/s, 316 GB/s).
+        assert 0 < t["flash_attn_fwd_min_tflops"] < 356
+        assert all(0 < v < 316 for v in t["nccl_min_busbw_gbs"].values())
+    assert p["a100"].thresholds["flash_attn_fwd_min_tflops"] < p["h100"].thresholds["flash_attn_fwd_min_tflops"]
+    sent = p["h100"].for_checks(gpu_count=2)
+    assert json.loads(json.dumps(sent)) == sent
+    assert sent["key"] == "h100" and sent["arch"] == "9.0" and sent["fp8"] is True and sent["gpu_count"] == 2
+
+
+def test_build_archs_still_come_from_profiles():
+    assert gpus.archs_for(["a100", "h200"]) == ["8.0", "9.0"]
+
+
+def gpu(d: dict) -> gpus.Gpu:
+    return gpus.Gpu(d["name"], d["compute_cap"], d["memory.total"], d["driver_version"])
+
+
+@pytest.mark.parametrize("device, key", [(H100, "h100"), (H200, "h200"), (A100, "a100")])
+def test_auto_picks_the_profile_of_the_visible_gpu(device, key):
+    assert gpus.select_profile("auto", [gpu(device)] * 2).key == key
+
+
+def test_auto_without_gpu_means_static_checks_only():
+    assert gpus.select_profile("auto", []) is None
+
+
+def test_a_profile_for_another_gpu_fails_loudly_unless_forced():
+    with pytest.raises(UserError, match=r"--gpu a100: this machine has NVIDIA H100 80GB HBM3, not an NVIDIA A100.*"
+                                        r"--gpu h100 or --gpu auto, or --force") as e:
+        gpus.select_profile("a100", [gpu(H100)])
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert gpus.select_profile("a100", [gpu(H100)], force=True).key == "a100"
+    with pytest.raises(UserError, match="no GPU is visible"):
+        gpus.select_profile("h100", [])
+    assert gpus.select_profile("h100", [], force=True).key == "h100"
+    assert gpus.select_profile("h100", [gpu(H100)]).key == "h100"
+
+
+def test_unknown_and_mixed_gpus_are_refused():
+    with pytest.raises(UserError, match="no GPU profile for NVIDIA GeForce RTX 4090; valid: a100, h100, h200"):
+        gpus.select_profile("auto", [gpu(RTX)])
+    with pytest.raises(UserError, match="different kinds"):
+        gpus.select_profile("auto", [gpu(H100), gpu(A100)])
+    with pytest.raises(UserError, match="unknown GPU 'v100'; valid: a100, h100, h200"):
+        gpus.select_profile("v100", [gpu(H100)])
+
+
+def test_gpu_details_reads_nvidia_smi(machine):
+    machine(H100, H100)
+    found = gpus.gpu_details()
+    assert found == [gpus.Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559, "580.95.05")] * 2
+    assert gpus.visible_gpus() == [("NVIDIA H100 80GB HBM3", "9.0")] * 2
+
+
+def one_line_exit_2(capsys, argv: list[str], expected: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("verlenv verify: ") and expected in err[0], err[0]
+
+
+def test_verify_a100_on_an_h100_exits_2_with_one_line(machine, capsys, empty_env, tmp_path):
+    machine(H100)
+    one_line_exit_2(capsys, ["verify", "--gpu", "a100", "--python", empty_env, "--report", str(tmp_path / "r.json")],
+                    "this machine has NVIDIA H100 80GB HBM3, not an NVIDIA A100")
+    assert not (tmp_path / "r.json").exists()  # refused before anything ran
+
+
+def test_bad_input_is_one_line_and_exit_2(machine, capsys, empty_env, tmp_path):
+    machine()
+    one_line_exit_2(capsys, ["verify", "--gpu", "v100"], "unknown GPU 'v100'; valid: a100, h100, h200")
+    one_line_exit_2(capsys, ["verify", "--stack", "verl-0.1", "--python", empty_env], "unknown stack 'verl-0.1'; valid: ")
+    one_line_exit_2(capsys, ["verify", "--variant", "deepspeed", "--python", empty_env],
+                    "unknown variant 'deepspeed' of stack verl-0.9; valid: fsdp, megatron")
+    one_line_exit_2(capsys, ["verify", "--python", str(tmp_path / "nope" / "python")], "no such file")
+    one_line_exit_2(capsys, ["verify", "--python", empty_env, "--skip-package", "numpyy"],
+                    "--skip-package numpyy: unknown package; valid: ")
+    one_line_exit_2(capsys, ["verify", "--python", empty_env, "--lock", str(tmp_path / "missing.txt")], "no such file")
+    one_line_exit_2(capsys, ["verify", "--gpu", "h100", "--python", empty_env], "no GPU is visible on this machine")
+
+
+def kernels_echoing_profile(folder: Path) -> Path:
+    """A kernels dir whose one script (a test double named torch.py) reports the profile it was given."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "torch.py").write_text(
+        "import argparse, json\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile')\n"
+        "a = p.parse_args(); prof = json.loads(a.profile)\n"
+        "json.dump([{'check': 'torch/profile-echo', 'package': 'torch', 'status': 'pass', 'reason': 'echo',\n"
+        "            'numbers': {'key': prof['key'], 'arch': prof['arch'], 'fp8': prof['fp8'], 'gpus': prof['gpu_count'],\n"
+        "                        'floor': prof['thresholds']['flash_attn_fwd_min_tflops']}, 'seconds': 0.0}],\n"
+        "          open(a.out, 'w'))\n")
+    return folder
+
+
+@pytest.mark.parametrize("devices, requested, force, expected", [
+    ([H200, H200], "auto", False, {"key": "h200", "arch": "9.0", "fp8": True, "gpus": 2, "floor": 250}),
+    ([H100], "h100", False, {"key": "h100", "arch": "9.0", "fp8": True, "gpus": 1, "floor": 190}),
+    ([H100], "a100", True, {"key": "a100", "arch": "8.0", "fp8": False, "gpus": 1, "floor": 80}),
+])
+def test_kernel_scripts_receive_the_selected_profile(machine, capsys, empty_env, tmp_path, devices, requested, force,
+                                                     expected):
+    machine(*devices)
+    report = tmp_path / "r.json"
+    argv = ["verify", "--gpu", requested, "--python", empty_env, "--no-lock", "--only", "torch",
+            "--kernels-dir", str(kernels_echoing_profile(tmp_path / "kernels")), "--report", str(report)]
+    main(argv + ["--force"] * force)
+    data = json.loads(report.read_text())
+    echo = next(c for c in data["checks"] if c["name"] == "torch/profile-echo")
+    assert echo["numbers"] == expected
+    assert data["profile"]["key"] == expected["key"] and data["profile"]["forced"] is force
+    assert [g["name"] for g in data["gpus"]] == [d["name"] for d in devices]

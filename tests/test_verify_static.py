@@ -1,0 +1,457 @@
+"""Static checks on real conditions: real venvs made with uv (lock drift, overwritten files, the PyPI apex,
+pip check), real shared objects built with g++ (the undefined-symbol preflight), real nvcc output (cubins),
+real files where Triton looks for libcuda.
+"""
+
+import ctypes  # noqa: F401  (the ground-truth loads run in subprocesses; imported to fail early without it)
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from base64 import urlsafe_b64encode
+from hashlib import sha256
+from pathlib import Path
+
+import pytest
+
+from test_verify_profiles import REPO, fake_nvidia_smi
+from verlenv import catalog, cubins
+from verlenv.doctor import facts as facts_mod
+from verlenv.pins import read_lock
+from verlenv.verify import static
+from verlenv.verify.results import SKIPPED_BY_REQUEST
+from verlenv.verify.runner import installed_versions
+from verlenv.verify.static import Scope
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+FSDP = Scope(frozenset({"torch", "triton", "flash-attn", "vllm", "verl", "nccl"}))
+
+
+def venv(path: Path, *requirements: str, seed: bool = False, no_deps: bool = False) -> str:
+    subprocess.run(["uv", "venv", "-q", *(["--seed"] if seed else []), "--python", sys.executable, str(path)], check=True)
+    python = str(path / "bin" / "python")
+    if requirements:
+        install(python, *requirements, no_deps=no_deps)
+    return python
+
+
+def install(python: str, *requirements: str, no_deps: bool = False) -> None:
+    subprocess.run(["uv", "pip", "install", "-q", "--python", python, *(["--no-deps"] if no_deps else []),
+                    *requirements], check=True)
+
+
+def installed(python: str) -> dict[str, list[str]]:
+    return installed_versions(facts_mod.gather(python))
+
+
+@pytest.fixture(scope="module")
+def six_lock(tmp_path_factory) -> Path:
+    """A real lock: `uv pip compile --generate-hashes` of six==1.16.0."""
+    folder = tmp_path_factory.mktemp("lock")
+    (folder / "in.txt").write_text("six==1.16.0\n")
+    lock = folder / "six.linux-64.txt"
+    subprocess.run(["uv", "pip", "compile", "-q", "--generate-hashes", "--python-version", "3.12",
+                    str(folder / "in.txt"), "-o", str(lock)], check=True)
+    return lock
+
+
+# --- lock drift ---------------------------------------------------------------------------------------
+
+@pytest.mark.network
+def test_env_equal_to_the_lock_passes(tmp_path, six_lock):
+    python = venv(tmp_path / "env", "six==1.16.0")
+    r = static.check_lock(installed(python), read_lock(six_lock), {}, str(six_lock))
+    assert r.status == "pass" and r.required, r.reason
+    assert r.reason == f"1 pins match {six_lock}"
+
+
+@pytest.mark.network
+def test_a_package_installed_over_the_locked_one_is_drift(tmp_path, six_lock):
+    python = venv(tmp_path / "env", "six==1.16.0")
+    install(python, "six==1.17.0")
+    r = static.check_lock(installed(python), read_lock(six_lock), {}, str(six_lock))
+    assert r.status == "fail"
+    assert r.numbers["differ"] == {"six": {"installed": "1.17.0", "lock": "1.16.0"}}
+    assert "six 1.17.0, want 1.16.0" in r.reason
+
+
+@pytest.mark.network
+def test_unlocked_packages_are_flagged_unless_they_are_source_builds(tmp_path, six_lock):
+    python = venv(tmp_path / "env", "six==1.16.0", "packaging==24.2")
+    pins = read_lock(six_lock)
+    r = static.check_lock(installed(python), pins, {}, str(six_lock))
+    assert r.status == "fail" and r.numbers["unlocked"] == ["packaging"] and "1 not in the lock (packaging)" in r.reason
+    assert static.check_lock(installed(python), pins, {"packaging": "24.2"}, str(six_lock)).status == "pass"
+    wrong = static.check_lock(installed(python), pins, {"packaging": "25.0"}, str(six_lock))
+    assert wrong.status == "fail" and wrong.numbers["differ"] == {"packaging": {"installed": "24.2", "source build": "25.0"}}
+
+
+@pytest.mark.network
+def test_verify_reports_lock_drift_and_exits_1(tmp_path, six_lock, monkeypatch):
+    from verlenv.cli import main
+
+    monkeypatch.chdir(REPO)
+    python = venv(tmp_path / "env", "six==1.17.0")
+    report = tmp_path / "r.json"
+    assert main(["verify", "--python", python, "--lock", str(six_lock), "--report", str(report)]) == 1
+    lock = next(c for c in json.loads(report.read_text())["checks"] if c["name"] == "lock/match")
+    assert lock["status"] == "fail" and lock["required"] and lock["numbers"]["differ"]["six"]["installed"] == "1.17.0"
+
+
+# --- protected packages: overwritten files ------------------------------------------------------------
+
+def wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    """A real wheel file (zip with METADATA, WHEEL, RECORD), built by hand."""
+    dist_info = f"{name}-{version}.dist-info"
+    files = {**files, f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{p},sha256={urlsafe_b64encode(sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for p, d in files.items()]
+    files[f"{dist_info}/RECORD"] = ("\n".join(record + [f"{dist_info}/RECORD,,"]) + "\n").encode()
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, d in files.items():
+            z.writestr(p, d)
+    return path
+
+
+@pytest.mark.network
+def test_files_of_a_protected_package_overwritten_by_another_are_found(tmp_path):
+    python = venv(tmp_path / "env", "six==1.16.0")
+    probe = static.probe_files(python, ["six"], [])
+    clean = static.check_protected("six", "torch", probe["intact"]["six"], "1.16.0", FSDP)
+    assert clean.status == "pass" and clean.numbers["files"] > 0, clean.reason
+    # Another distribution that ships six.py: the way one wheel silently replaces another's files.
+    clobber = wheel(tmp_path, "sixclobber", "1.0", {"six.py": b"# not six\n"})
+    install(python, str(clobber), no_deps=True)
+    probe = static.probe_files(python, ["six"], [])
+    r = static.check_protected("six", "torch", probe["intact"]["six"], "1.16.0", FSDP)
+    assert r.status == "fail" and r.required
+    assert r.numbers["claimed_by"] == {"sixclobber 1.0": 1}
+    assert "files overwritten by sixclobber 1.0 (1 files)" in r.reason and "1 files changed size" in r.reason
+    drift = static.check_protected("six", "torch", probe["intact"]["six"], "1.15.0", FSDP)
+    assert "version 1.16.0, lock 1.15.0" in drift.reason
+
+
+def test_a_locked_protected_package_that_is_absent_fails():
+    r = static.check_protected("nvidia-nccl-cu13", "nccl", None, "2.28.9", FSDP)
+    assert r.status == "fail" and r.reason == "not installed (lock: 2.28.9)"
+
+
+# --- the wrong apex -----------------------------------------------------------------------------------
+
+@pytest.mark.network
+def test_the_pypi_apex_is_recognised_as_an_impostor(tmp_path):
+    # Its dependencies (cryptacular) do not build on Python 3.12; the package itself is what matters.
+    python = venv(tmp_path / "env", "apex==0.9.10.dev0", no_deps=True)
+    r = static.check_apex(facts_mod.gather(python), Scope(frozenset({"apex"})))
+    assert r.status == "fail" and r.required
+    assert "is the PyPI Pyramid toolkit, not NVIDIA apex" in r.reason
+    assert r.diagnosis[0]["id"] == "F6a"
+
+
+@pytest.mark.network
+def test_verify_megatron_fails_on_the_pypi_apex(tmp_path, monkeypatch):
+    from verlenv.cli import main
+
+    monkeypatch.chdir(REPO)
+    python = venv(tmp_path / "env", "apex==0.9.10.dev0", no_deps=True)
+    report = tmp_path / "r.json"
+    code = main(["verify", "--variant", "megatron", "--only", "apex", "--no-lock", "--python", python,
+                 "--report", str(report)])
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    assert code == 1
+    assert checks["apex/distribution"]["status"] == "fail"
+    assert checks["objects/apex"]["status"] == "fail" and "without its compiled extensions" in checks["objects/apex"]["reason"]
+
+
+def test_apex_absent_on_fsdp_is_a_skip(tmp_path):
+    python = venv(tmp_path / "env")
+    assert static.check_apex(facts_mod.gather(python), FSDP).status == "skip"
+
+
+# --- torch symbols of extensions, before import --------------------------------------------------------
+
+def gxx(*args: str) -> None:
+    subprocess.run([GXX, *args], check=True, capture_output=True)
+
+
+def provider(lib_dir: Path, source: str) -> Path:
+    """A library named libc10.so: a test double of torch's, exporting what `source` defines."""
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    (lib_dir / "c10.cpp").write_text(source)
+    gxx("-shared", "-fPIC", "-o", str(lib_dir / "libc10.so"), str(lib_dir / "c10.cpp"))
+    return lib_dir / "libc10.so"
+
+
+def extension(folder: Path, lib_dir: Path, name: str = "ext_probe", extra: tuple[str, ...] = (),
+              uses_cudart: bool = False) -> Path:
+    """An extension needing c10::check(int) from libc10.so, linked the way torch extensions are (DT_NEEDED + rpath)."""
+    src = folder / f"{name}.cpp"
+    cudart = "extern \"C\" int cudaRuntimeGetVersion(int*);\n" if uses_cudart else ""
+    call = "int v; cudaRuntimeGetVersion(&v);" if uses_cudart else ""
+    src.write_text(f"namespace c10 {{ int check(int); }}\n{cudart}"
+                   f"extern \"C\" int use(int x) {{ {call} return c10::check(x); }}\n")
+    so = folder / f"{name}.cpython-312-x86_64-linux-gnu.so"
+    gxx("-shared", "-fPIC", "-o", str(so), str(src), f"-L{lib_dir}", "-lc10", f"-Wl,-rpath,{lib_dir}", *extra)
+    return so
+
+
+def loader_says(so: Path, python: str = sys.executable, preload: str = "") -> str:
+    """What the dynamic loader says when the object is loaded (the ground truth the preflight predicts)."""
+    code = f"{preload}import ctypes\ntry:\n    ctypes.CDLL({str(so)!r})\n    print('loaded')\nexcept OSError as e:\n    print(e)\n"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@needs_gxx
+def test_resolved_torch_symbols_pass_and_match_the_loader(tmp_path):
+    lib = tmp_path / "torch" / "lib"
+    provider(lib, "namespace c10 { int check(int x) { return x; } }\n")
+    so = extension(tmp_path, lib)
+    r = static.check_symbols(so, "flash-attn", lib, "13.0", FSDP)
+    assert r.status == "pass" and r.numbers["torch_symbols"] == 1, r.reason
+    assert loader_says(so) == "loaded"
+
+
+@needs_gxx
+def test_an_unresolved_torch_symbol_is_explained_before_import(tmp_path):
+    lib = tmp_path / "torch" / "lib"
+    provider(lib, "namespace c10 { int check(int x) { return x; } }\n")
+    so = extension(tmp_path, lib)
+    # Then torch is swapped underneath: the new release changed the signature, check(long) not check(int).
+    provider(lib, "namespace c10 { int check(long x) { return (int)x; } }\n")
+    r = static.check_symbols(so, "flash-attn", lib, "13.0", FSDP)
+    assert r.status == "fail" and r.required
+    assert r.numbers["unresolved"] == ["_ZN3c105checkEi"]
+    assert "1 of 1 torch symbols unresolved, e.g. c10::check(int)" in r.reason
+    assert "another torch release" in r.reason
+    assert r.diagnosis and r.diagnosis[0]["id"] == "F1"
+    assert "undefined symbol: _ZN3c105checkEi" in loader_says(so)
+
+
+@needs_gxx
+def test_a_cuda_major_other_than_torchs_fails(tmp_path):
+    lib = tmp_path / "torch" / "lib"
+    provider(lib, "namespace c10 { int check(int x) { return x; } }\n")
+    cudart = tmp_path / "cudart"
+    cudart.mkdir()
+    (cudart / "rt.cpp").write_text("extern \"C\" int cudaRuntimeGetVersion(int* v) { *v = 12080; return 0; }\n")
+    gxx("-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o", str(cudart / "libcudart.so.12"), str(cudart / "rt.cpp"))
+    so = extension(tmp_path, lib, extra=(str(cudart / "libcudart.so.12"),), uses_cudart=True)
+    r = static.check_symbols(so, "flash-attn", lib, "13.0", FSDP)
+    assert r.status == "fail" and "needs libcudart.so.12, torch is built for CUDA 13.0" in r.reason
+    assert static.check_symbols(so, "flash-attn", lib, "12.8", FSDP).status == "pass"
+
+
+@needs_gxx
+def test_objects_that_do_not_link_torch_get_no_symbol_check(tmp_path):
+    (tmp_path / "plain.cpp").write_text("extern \"C\" int f() { return 1; }\n")
+    gxx("-shared", "-fPIC", "-o", str(tmp_path / "plain.so"), str(tmp_path / "plain.cpp"))
+    assert static.check_symbols(tmp_path / "plain.so", "vllm", tmp_path, "13.0", FSDP) is None
+
+
+@needs_gxx
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_pre_cxx11_abi_build_against_the_real_torch_2_11(tmp_path):
+    """The flash-attn `undefined symbol` failure (F1) reproduced on the real libc10.so of torch 2.11.0."""
+    from test_build_env import torch_python
+
+    python = torch_python()
+    torch = facts_mod.gather(python).torch
+    lib = Path(torch["lib"])
+    src = tmp_path / "probe.cpp"
+    src.write_text(textwrap.dedent("""\
+        #include <string>
+        namespace c10 { namespace detail {
+        [[noreturn]] void torchCheckFail(const char*, const char*, unsigned int, const std::string&);
+        } }
+        extern "C" void fail_loudly() { c10::detail::torchCheckFail("f", "file", 1, std::string("msg")); }
+        """))
+    results = {}
+    for abi in ("1", "0"):
+        so = tmp_path / f"probe_abi{abi}.cpython-312-x86_64-linux-gnu.so"
+        gxx("-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-o", str(so), str(src), f"-L{lib}", "-lc10",
+            f"-Wl,-rpath,{lib}")
+        results[abi] = (static.check_symbols(so, "flash-attn", lib, torch["cuda"], FSDP),
+                        loader_says(so, python, preload="import torch\n"))
+    good, good_load = results["1"]
+    assert good.status == "pass", good.reason
+    assert good_load == "loaded"
+    bad, bad_load = results["0"]
+    assert bad.status == "fail" and "pre-C++11 std::string ABI" in bad.reason, bad.reason
+    assert bad.numbers["unresolved"] == ["_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"]
+    assert "undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jRKSs" in bad_load
+
+
+def test_extension_modules_match_by_dotted_path():
+    vllm = static.PACKAGES["vllm"]
+    probed = {"vllm": [["/sp/vllm/_C.abi3.so", "vllm/_C.abi3.so"],
+                       ["/sp/vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so",
+                        "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"],
+                       ["/sp/vllm/_moe_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so"]]}
+    assert static.find_objects(vllm, probed) == ["/sp/vllm/_C.abi3.so", "/sp/vllm/_moe_C_stable_libtorch.abi3.so"]
+    te = static.PACKAGES["transformer-engine"]
+    probed = {"transformer-engine-cu13": [["/sp/transformer_engine/libtransformer_engine.so",
+                                           "transformer_engine/libtransformer_engine.so"]]}
+    assert static.find_objects(te, probed) == ["/sp/transformer_engine/libtransformer_engine.so"]
+
+
+# --- cubins -------------------------------------------------------------------------------------------
+
+def test_arch_support_follows_cuda_compatibility_rules():
+    E = cubins.FatbinEntry
+    sm80_and_ptx = [E("elf", 80), E("ptx", 80)]
+    assert static.arch_support(sm80_and_ptx, 80) == "cubin"
+    assert static.arch_support(sm80_and_ptx, 86) == "cubin"  # same major, newer minor: the SASS runs
+    assert static.arch_support(sm80_and_ptx, 90) == "ptx"  # another major: only the PTX, JIT-compiled
+    assert static.arch_support([E("elf", 90)], 80) == "none"
+    assert static.arch_support([E("ptx", 90)], 80) == "none"  # PTX never runs on an older arch
+
+
+@pytest.fixture(scope="module")
+def nvcc(tmp_path_factory) -> Path:
+    from test_build_env import torch_python
+
+    from verlenv import toolchain
+
+    python = torch_python()
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    home = toolchain.assemble_pypi_cuda_home(Path(purelib) / "nvidia" / "cu13", tmp_path_factory.mktemp("cuda"))
+    return home / "bin" / "nvcc"
+
+
+def cuda_object(nvcc: Path, folder: Path, name: str, gencode: list[str]) -> Path:
+    src = folder / "k.cu"
+    src.write_text("__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+                   "extern \"C\" void launch(float* x) { twice<<<1, 32>>>(x); }\n")
+    out = folder / f"{name}.so"
+    args = [str(nvcc), "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-o", str(out), str(src)]
+    for g in gencode:
+        args += ["-gencode", g]
+    subprocess.run(args, check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_cubins_of_real_nvcc_objects(nvcc, tmp_path):
+    sm80 = cuda_object(nvcc, tmp_path, "sm80", ["arch=compute_80,code=sm_80", "arch=compute_80,code=compute_80"])
+    sm90 = cuda_object(nvcc, tmp_path, "sm90", ["arch=compute_90,code=sm_90"])
+    assert static.check_cubins(sm80, "flash-attn", ["8.0"], True, FSDP).status == "pass"
+    ptx = static.check_cubins(sm80, "flash-attn", ["9.0"], True, FSDP)
+    assert ptx.status == "warn" and "only PTX for sm_90" in ptx.reason
+    assert ptx.numbers["cubin_sm"] == [80] and ptx.numbers["ptx_sm"] == [80]
+    missing = static.check_cubins(sm90, "flash-attn", ["8.0"], True, FSDP)
+    assert missing.status == "fail" and "no code for sm_80" in missing.reason
+    assert static.check_cubins(sm90, "flash-attn", ["8.0", "9.0"], False, FSDP).status == "warn"  # no profile: warn
+
+
+# --- driver -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("driver, stack, status", [
+    ("575.57.08", "verl-0.9", "fail"), ("580.95.05", "verl-0.9", "pass"), ("575.57.08", "verl-0.7", "pass"),
+])
+def test_driver_against_the_stacks_cuda(tmp_path, driver, stack, status):
+    cat = catalog.load(REPO / "stacks.toml")
+    smi = fake_nvidia_smi(tmp_path / "smi", [{"name": "NVIDIA H100 80GB HBM3", "driver_version": driver}])
+    r, seen = static.check_driver(cat.stack(stack), cat, {"PATH": f"{smi}:{os.environ['PATH']}"})
+    assert seen == driver and r.status == status, r.reason
+    if status == "fail":
+        assert "580.65.06" in r.reason and r.diagnosis[0]["id"] == "F15"
+
+
+def test_no_driver_skips_with_a_reason(tmp_path):
+    cat = catalog.load(REPO / "stacks.toml")
+    if Path("/proc/driver/nvidia/version").exists():
+        pytest.skip("this machine has an NVIDIA driver")
+    r, seen = static.check_driver(cat.stack("verl-0.9"), cat, {"PATH": str(tmp_path)})
+    assert seen is None and r.status == "skip" and "no NVIDIA driver" in r.reason
+
+
+# --- Triton's libcuda ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def driver_dirs(tmp_path) -> dict[str, Path]:
+    out = {}
+    for name in ("driver", "cuda/lib64/stubs", "empty"):
+        d = tmp_path / name
+        d.mkdir(parents=True)
+        out[name] = d
+    shutil.copy(sys.executable, out["driver"] / "libcuda.so.1")  # a real file: Triton only checks it exists
+    shutil.copy(sys.executable, out["cuda/lib64/stubs"] / "libcuda.so.1")
+    return out
+
+
+def ldconfig_line(path: Path) -> str:
+    return f"\tlibcuda.so.1 (libc6,x86-64) => {path}\n"
+
+
+def test_libcuda_follows_tritons_rules(driver_dirs):
+    d = driver_dirs
+    real, stub, empty = d["driver"], d["cuda/lib64/stubs"], d["empty"]
+    cases = [
+        # TRITON_LIBCUDA_PATH wins outright, even when it points nowhere useful.
+        ({"TRITON_LIBCUDA_PATH": str(real)}, "", "pass", "TRITON_LIBCUDA_PATH"),
+        ({"TRITON_LIBCUDA_PATH": str(empty)}, ldconfig_line(real / "libcuda.so.1"), "fail", "TRITON_LIBCUDA_PATH"),
+        ({}, ldconfig_line(real / "libcuda.so.1"), "pass", "ldconfig -p"),
+        ({}, ldconfig_line(stub / "libcuda.so.1"), "fail", "ldconfig -p"),
+        # LD_LIBRARY_PATH counts only when the ld cache has no libcuda.so.1 at all.
+        ({"LD_LIBRARY_PATH": f"{empty}:{real}"}, "", "pass", "LD_LIBRARY_PATH"),
+        ({"LD_LIBRARY_PATH": str(real)}, ldconfig_line(empty / "libcuda.so.1"), "fail", "ldconfig -p"),
+    ]
+    for environ, ld, status, rule in cases:
+        r = static.check_libcuda(environ, ld, "580.95.05", FSDP)
+        assert (r.status, r.numbers["rule"]) == (status, rule), (environ, ld, r.reason)
+    stubbed = static.check_libcuda({}, ldconfig_line(stub / "libcuda.so.1"), "580.95.05", FSDP)
+    assert "stub" in stubbed.reason and stubbed.diagnosis[0]["id"] == "F10"
+
+
+def test_libcuda_without_a_driver(driver_dirs):
+    assert static.check_libcuda({}, "", None, FSDP).status == "skip"
+    missing = static.check_libcuda({}, "", "580.95.05", FSDP)
+    assert missing.status == "fail" and missing.required and missing.diagnosis[0]["id"] == "F10"
+
+
+# --- pip check ----------------------------------------------------------------------------------------
+
+@pytest.mark.network
+def test_pip_check_with_the_envs_pip_and_with_uv(tmp_path):
+    clean = venv(tmp_path / "clean", "six==1.16.0")
+    r = static.check_pip(clean, has_pip=False)
+    assert r.status == "pass" and r.numbers["tool"] == "uv pip check", r.reason
+    broken = venv(tmp_path / "broken", "requests==2.32.3", no_deps=True)
+    r = static.check_pip(broken, has_pip=False)
+    assert r.status == "fail" and r.numbers["tool"] == "uv pip check"
+    assert any("urllib3" in p for p in r.numbers["problems"]), r.numbers
+    seeded = venv(tmp_path / "seeded", "requests==2.32.3", seed=True, no_deps=True)
+    r = static.check_pip(seeded, has_pip=True)
+    assert r.status == "fail" and r.numbers["tool"] == "pip check"
+    assert any("requests 2.32.3 requires urllib3" in p for p in r.numbers["problems"]), r.numbers
+
+
+# --- installed packages: required, optional, skipped ---------------------------------------------------
+
+def test_installed_packages_against_the_variants_needs():
+    have = {"torch": ["2.11.0"], "nvidia-nccl-cu13": ["2.28.9"], "megatron-core": ["0.18.2"]}
+    scope = Scope(FSDP.required, skipped=frozenset({"vllm"}))
+    r = {c.name: c for c in static.check_installed(have, scope, "fsdp")}
+    assert (r["installed/torch"].status, r["installed/nccl"].reason) == ("pass", "nvidia-nccl-cu13 2.28.9")
+    assert r["installed/flash-attn"].status == "fail" and r["installed/flash-attn"].blocking
+    assert "the fsdp variant needs it" in r["installed/flash-attn"].reason
+    assert r["installed/vllm"].status == "skip" and r["installed/vllm"].reason == SKIPPED_BY_REQUEST
+    assert not r["installed/vllm"].blocking
+    assert r["installed/apex"].status == "skip" and not r["installed/apex"].required
+    assert r["installed/megatron-core"].status == "pass"
+
+
+def test_envprobe_runs_in_a_bare_interpreter(tmp_path):
+    """envprobe.py needs nothing but the standard library: it runs in the env under test."""
+    python = venv(tmp_path / "env")
+    out = subprocess.run([python, "-I", str(static.ENVPROBE), "--intact", "pip", "--objects", "pip"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["python"] == python or json.loads(out)["python"].endswith("/bin/python")

@@ -3,7 +3,6 @@ pip check), real shared objects built with g++ (the undefined-symbol preflight),
 real files where Triton looks for libcuda.
 """
 
-import ctypes  # noqa: F401  (the ground-truth loads run in subprocesses; imported to fail early without it)
 import json
 import os
 import shutil

@@ -1,0 +1,144 @@
+"""The kernel-script runner: each script in its own process with a timeout; crashes, hangs and junk become
+failures with the output tail and the doctor's diagnosis; --skip-package and --only; required vs optional.
+
+The scripts here are test doubles (tiny stdlib scripts named like the real ones), so the runner's side of
+the contract is exercised on a machine without a GPU.
+"""
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from test_verify_profiles import REPO
+from verlenv import catalog, gpus
+from verlenv.verify import runner
+from verlenv.verify.results import SKIPPED_BY_REQUEST
+
+H100 = [gpus.Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559, "580.95.05")]
+WRITE = textwrap.dedent("""\
+    import argparse, json
+    p = argparse.ArgumentParser(); p.add_argument("--out"); p.add_argument("--profile")
+    args = p.parse_args()
+    def write(results):
+        json.dump(results, open(args.out, "w"))
+    """)
+UNDEFINED = ("ImportError: /env/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: "
+             "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE")
+SCRIPTS = {
+    "_common.py": "def result(check, status, **kw):\n    return {'check': check, 'package': 'torch', 'status': status, **kw}\n",
+    "torch.py": WRITE + "import _common\nwrite([_common.result('torch/matmul', 'pass', numbers={'tflops': 600.0}, seconds=0.2)])\n",
+    "flash_attn.py": "import sys\nprint('loading flash_attn')\n"
+                     f"sys.stderr.write({UNDEFINED!r} + '\\n')\nsys.exit(1)\n",
+    "vllm.py": WRITE + textwrap.dedent("""\
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open(os.environ["CHILD_PID_FILE"], "w").write(str(child.pid))
+        print("vllm check started", flush=True)
+        time.sleep(600)
+        """),
+    "verl.py": "print('no results from me')\n",
+    "nccl.py": WRITE + "write([{'check': 'nccl/all-reduce/1gpu', 'package': 'nccl', 'status': 'pass'}])\n"
+                       "raise SystemExit(3)\n",
+    "apex.py": WRITE + "import os\nopen(os.environ['APEX_RAN'], 'w').write('ran')\n"
+                       "write([{'check': 'apex/fused-layer-norm', 'package': 'apex', 'status': 'fail', 'reason': 'err 0.5'}])\n",
+}
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    for name, text in SCRIPTS.items():
+        (folder / name).write_text(text)
+    monkeypatch.setenv("CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    monkeypatch.setenv("APEX_RAN", str(tmp_path / "apex.ran"))
+    return folder
+
+
+def settings(kernels: Path, variant: str = "fsdp", **kw) -> runner.Settings:
+    cat = catalog.load(REPO / "stacks.toml")
+    base = dict(python=sys.executable, catalog=cat, variant=cat.variant(None, variant), profile=gpus.profile("h100"),
+                gpus=H100, lock=None, kernels_dir=kernels, timeout=3.0)
+    return runner.Settings(**{**base, **kw})
+
+
+def by_name(results) -> dict:
+    return {r.name: r for r in results}
+
+
+def test_scripts_run_in_order_and_helpers_are_not_checks(kernels):
+    assert [p.name for p in runner.scripts(kernels)] == ["torch.py", "flash_attn.py", "apex.py", "vllm.py", "nccl.py",
+                                                         "verl.py"]
+    assert "_common" not in runner.known_packages(kernels)
+
+
+def test_a_good_script_reports_its_results(kernels):
+    r = by_name(runner.run_kernels(settings(kernels, only="torch")))
+    assert list(r) == ["torch/matmul"]
+    assert (r["torch/matmul"].status, r["torch/matmul"].kind, r["torch/matmul"].required) == ("pass", "kernel", True)
+    assert r["torch/matmul"].numbers == {"tflops": 600.0} and r["torch/matmul"].seconds == 0.2
+
+
+def test_a_crash_is_a_failure_with_the_output_tail_and_the_doctors_diagnosis(kernels):
+    r = by_name(runner.run_kernels(settings(kernels, only="flash-attn")))["flash-attn/run"]
+    assert r.status == "fail" and r.blocking
+    assert r.reason.startswith("flash_attn.py crashed (exit code 1): ImportError:")
+    assert "loading flash_attn" in r.log and "undefined symbol" in r.log
+    assert r.diagnosis[0]["id"] == "F1" and r.diagnosis[0]["fix"]
+
+
+def test_a_hanging_script_is_killed_with_its_workers(kernels, tmp_path):
+    start = time.monotonic()
+    r = by_name(runner.run_kernels(settings(kernels, only="vllm", timeout=2.0)))["vllm/run"]
+    assert time.monotonic() - start < 20
+    assert r.status == "fail" and r.reason == "vllm.py timed out after 2 s"
+    assert "vllm check started" in r.log
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(50):  # the killed child is reaped by init shortly after
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"worker {child} of the timed-out script is still running")
+
+
+def test_no_results_and_partial_results(kernels):
+    r = by_name(runner.run_kernels(settings(kernels, only="verl")))["verl/run"]
+    assert r.status == "fail" and "wrote no results to --out" in r.reason and "no results from me" in r.log
+    r = by_name(runner.run_kernels(settings(kernels, only="nccl")))
+    assert r["nccl/all-reduce/1gpu"].status == "pass"
+    assert r["nccl/run"].status == "fail" and "crashed (exit code 3)" in r["nccl/run"].reason
+    assert r["nccl/run"].numbers["results_before"] == 1
+
+
+def test_optional_failures_do_not_block_but_required_ones_do(kernels):
+    fsdp = by_name(runner.run_kernels(settings(kernels, only="apex")))["apex/fused-layer-norm"]
+    assert fsdp.status == "fail" and not fsdp.required and not fsdp.blocking
+    megatron = by_name(runner.run_kernels(settings(kernels, "megatron", only="apex")))["apex/fused-layer-norm"]
+    assert megatron.blocking
+
+
+def test_skip_package_does_not_run_the_script_and_says_why(kernels, tmp_path):
+    results = runner.run_kernels(settings(kernels, only="apex", skipped=frozenset({"apex"})))
+    assert [(r.name, r.status, r.reason) for r in results] == [("apex/kernels", "skip", SKIPPED_BY_REQUEST)]
+    assert not (tmp_path / "apex.ran").exists()
+    assert SKIPPED_BY_REQUEST == "skipped by request: not installed on this machine"
+
+
+def test_without_a_gpu_kernel_checks_are_skipped_not_failed(kernels, tmp_path):
+    results = runner.run_kernels(settings(kernels, profile=None, gpus=[]))
+    assert {r.status for r in results} == {"skip"} and len(results) == 6
+    assert all(r.reason == "no GPU on this machine: kernel checks need one" for r in results)
+    assert not (tmp_path / "apex.ran").exists()
+
+
+def test_the_whole_run_stays_fast(kernels):
+    """Overheads are one interpreter start per script; the hanging one is the only slow part."""
+    start = time.monotonic()
+    results = runner.run_kernels(settings(kernels, timeout=2.0))
+    wall = time.monotonic() - start
+    assert len([r for r in results if r.status == "fail"]) == 5  # flash-attn, vllm, nccl, verl, apex
+    assert wall < 2.0 + 10, wall

@@ -1,0 +1,128 @@
+"""The report of `verlenv verify`: a real CPU run against a real (small) venv gives a JSON document that
+matches the schema, a markdown summary and a table; exit codes follow the required checks only."""
+
+import copy
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from test_verify_profiles import H100, empty_env, machine  # noqa: F401  (fixtures)
+from verlenv.cli import main
+from verlenv.verify import report
+from verlenv.verify.results import SKIPPED_BY_REQUEST
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (test dependency) validates reports against SCHEMA")
+
+
+@pytest.fixture
+def cpu_run(machine, empty_env, tmp_path, capsys):  # noqa: F811
+    machine()  # nvidia-smi answers with no GPU
+    out = {"json": tmp_path / "reports" / "r.json", "md": tmp_path / "r.md"}
+    code = main(["verify", "--python", empty_env, "--no-lock", "--report", str(out["json"]), "--markdown", str(out["md"])])
+    printed = capsys.readouterr()
+    return code, json.loads(out["json"].read_text()), out, printed
+
+
+def test_cpu_run_writes_a_report_that_matches_the_schema(cpu_run):
+    code, data, out, _ = cpu_run
+    jsonschema.validate(data, report.SCHEMA)
+    assert code == 1 == data["exit_code"] and data["result"] == "fail"  # torch, vllm, ... are not installed
+    assert data["profile"] is None and data["gpus"] == [] and data["selection"]["gpu"] == "cpu"
+    assert data["stack"] == "verl-0.9" and data["variant"] == "fsdp"
+    assert data["command"][:4] == ["verlenv", "verify", "--gpu", "auto"] and "--no-lock" in data["command"]
+    t = data["totals"]
+    assert sum(t[s] for s in ("pass", "warn", "fail", "skip")) == t["checks"] == len(data["checks"])
+    assert t["required_failed"] == sum(c["required"] and c["status"] == "fail" for c in data["checks"]) > 0
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["installed/torch"]["status"] == "fail" and checks["installed/torch"]["required"]
+    assert checks["lock/match"]["status"] == "skip"
+    kernels = [c for c in data["checks"] if c["kind"] == "kernel"]
+    assert all(c["status"] == "skip" and "no GPU" in c["reason"] for c in kernels)
+    assert data["versions"]["torch"] is None and data["env"]["python_version"].startswith("3.")
+    assert [p.name for p in out["json"].parent.iterdir()] == ["r.json"]  # atomic write left no temp file
+
+
+def test_markdown_and_table_summarise_the_same_report(cpu_run):
+    _, data, out, printed = cpu_run
+    md = out["md"].read_text()
+    assert md.startswith("# verlenv verify: verl-0.9 / fsdp / cpu\n")
+    assert "**FAIL**" in md and "- GPU: none (static checks only)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| status")]
+    assert len(rows) == len(data["checks"])
+    assert "| fail | installed/torch | torch | yes |" in md
+    assert "installed/torch" in printed.out and "FAIL: " in printed.out
+    assert "no GPU: static checks only" in printed.err and f"report: {out['json']}" in printed.err
+
+
+def test_the_schema_can_fail(cpu_run):
+    _, data, _, _ = cpu_run
+    for mutate in (lambda d: d["checks"][0].update(status="ok"), lambda d: d.pop("versions"),
+                   lambda d: d.update(exit_code=2), lambda d: d["checks"][0].pop("required"),
+                   lambda d: d["totals"].update(pass_="x")):
+        bad = copy.deepcopy(data)
+        mutate(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, report.SCHEMA)
+
+
+def kernels_dir(folder: Path, name: str, status: str) -> Path:
+    """One kernel script (a test double) that reports `status` for its package and marks that it ran."""
+    folder.mkdir(parents=True, exist_ok=True)
+    package = name.replace("_", "-")
+    (folder / f"{name}.py").write_text(
+        "import argparse, json, pathlib\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile'); a = p.parse_args()\n"
+        f"pathlib.Path(a.out).with_name('ran').touch()\n"
+        f"pathlib.Path({str(folder / 'ran')!r}).touch()\n"
+        f"json.dump([{{'check': '{package}/kernel', 'package': '{package}', 'status': '{status}', 'reason': 'test double'}}],"
+        " open(a.out, 'w'))\n")
+    return folder
+
+
+@pytest.mark.parametrize("variant, expected", [("fsdp", 0), ("megatron", 1)])
+def test_exit_code_counts_required_checks_only(machine, empty_env, tmp_path, variant, expected):  # noqa: F811
+    machine(H100)
+    kernels = kernels_dir(tmp_path / "k", "megatron_core", "fail")
+    r = tmp_path / "r.json"
+    code = main(["verify", "--variant", variant, "--only", "megatron-core", "--python", empty_env, "--no-lock",
+                 "--kernels-dir", str(kernels), "--report", str(r)])
+    data = json.loads(r.read_text())
+    kernel = next(c for c in data["checks"] if c["name"] == "megatron-core/kernel")
+    assert kernel["status"] == "fail" and kernel["required"] == (variant == "megatron")
+    assert code == expected == data["exit_code"]
+
+
+def test_skip_package_records_skips_and_runs_nothing(machine, empty_env, tmp_path):  # noqa: F811
+    machine(H100)
+    kernels = kernels_dir(tmp_path / "k", "vllm", "fail")
+    r = tmp_path / "r.json"
+    code = main(["verify", "--only", "vllm", "--skip-package", "vllm", "--python", empty_env, "--no-lock",
+                 "--kernels-dir", str(kernels), "--report", str(r)])
+    data = json.loads(r.read_text())
+    assert code == 0 and not (kernels / "ran").exists()
+    assert {(c["name"], c["status"], c["reason"]) for c in data["checks"]} == {
+        ("installed/vllm", "skip", SKIPPED_BY_REQUEST), ("objects/vllm", "skip", SKIPPED_BY_REQUEST),
+        ("vllm/kernels", "skip", SKIPPED_BY_REQUEST)}
+    assert data["selection"]["skipped_packages"] == ["vllm"]
+
+
+def test_default_report_path():
+    when = datetime(2026, 11, 22, 1, 2, 3, tzinfo=timezone.utc)
+    assert report.default_path(Path("/r"), "verl-0.9", "fsdp", "h100", when) == \
+        Path("/r/reports/verify-verl-0.9-fsdp-h100-20261122T010203Z.json")
+
+
+def test_verify_imports_without_uv_or_conda_lock():
+    """The GPU machine has only torch, packaging, rich, pyyaml and pyelftools: none of the verify path may need more."""
+    code = ("import sys\n"
+            "for blocked in ('conda_lock', 'uv', 'yaml'):\n"
+            "    sys.modules[blocked] = None\n"
+            "import argparse, verlenv.verify, verlenv.verify.runner, verlenv.verify.static, verlenv.verify.report\n"
+            "verlenv.verify.register(argparse.ArgumentParser().add_subparsers())\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr

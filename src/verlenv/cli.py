@@ -8,6 +8,8 @@ from verlenv.errors import UserError
 
 # Each module adds its own subcommand through `register(subparsers)`; the order is the pipeline's.
 STAGE_MODULES = (
+    "verlenv.render",
+    "verlenv.lock",
     "verlenv.toolchain",
     "verlenv.build",
     "verlenv.verify",

@@ -1,0 +1,389 @@
+"""Locks: one exact, hash-pinned pip set per variant (`uv pip compile`, date-capped), the conda files
+rendered from them, and conda-lock where conda channels are reachable.
+
+`verlenv lock --check` proves offline that the committed files are fresh: each lock was written by
+`verlenv lock` from the inputs stacks.toml gives now (recorded in `locks/<key>.inputs.json`), the
+environment files are what `verlenv render` writes, and a conda-lock.yml's content hash matches them.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from verlenv import catalog, pins, render
+from verlenv.errors import UserError
+from verlenv.fsutil import write_atomic
+
+PYTHON_PLATFORM = "x86_64-manylinux_2_28"
+INDEX = "https://pypi.org/simple"
+COMPILE_COMMAND = "nox -s lock"
+CONDA_PROBE_URL = "https://conda.anaconda.org/conda-forge/linux-64/repodata.json"
+CONDA_LOCK_FILE = "conda-lock.yml"
+EXIT_STALE = 1
+EXIT_NO_CONDA = 3
+# Transport settings only: any other UV_* (indexes, constraints, date caps) would change the resolution.
+UV_ENV_KEEP = {"UV_CACHE_DIR", "UV_NO_CACHE", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_HTTP_RETRIES",
+               "UV_CONCURRENT_DOWNLOADS", "UV_PYTHON_DOWNLOADS"}
+
+
+def inputs_path(root: Path, variant: catalog.Variant) -> Path:
+    return Path(root) / pins.LOCK_DIR / f"{variant.key}.inputs.json"
+
+
+def base_of(variant: catalog.Variant) -> catalog.Variant | None:
+    return variant.stack.variants[variant.extends] if variant.extends else None
+
+
+def resolver_requirements(variant: catalog.Variant) -> list[str]:
+    """The variant's pins plus its source builds, so their dependencies come from real metadata.
+    Source builds named only by a URL (git) stay out: uv would clone and build them."""
+    return [*variant.requirements, *(str(b.requirement) for b in variant.source_builds if b.url is None)]
+
+
+def uv_flags(variant: catalog.Variant) -> list[str]:
+    stack = variant.stack
+    flags = ["--python-version", stack.python, "--python-platform", PYTHON_PLATFORM,
+             "--generate-hashes", "--exclude-newer", stack.exclude_newer]
+    for name, date in sorted(stack.exclude_newer_package.items()):
+        flags += ["--exclude-newer-package", f"{name}={date}"]
+    for build in sorted(b.name for b in variant.source_builds if b.url is None):
+        flags += ["--no-emit-package", build]
+    return flags + ["--no-config", "--default-index", INDEX, "--custom-compile-command", COMPILE_COMMAND]
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def lock_inputs(variant: catalog.Variant, base_lock_text: str | None) -> dict:
+    """Everything the resolution depends on besides PyPI itself; its digest goes into the sidecar."""
+    inputs: dict = {"requirements": resolver_requirements(variant), "uv_flags": uv_flags(variant)}
+    if base := base_of(variant):
+        # Resolved against the base's pins, so one conda-lock.yml can hold both as categories.
+        inputs["constraints"] = {"lock": f"{pins.LOCK_DIR}/{pins.lock_path(Path(), base).name}",
+                                 "sha256": _sha256(base_lock_text or "")}
+    return inputs
+
+
+def inputs_digest(inputs: dict) -> str:
+    return _sha256(json.dumps(inputs, sort_keys=True))
+
+
+def uv_bin() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise UserError("uv not found; install it (`pip install uv`)") from None
+        return found
+
+
+def _uv_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
+
+
+def resolve(variant: catalog.Variant, workdir: Path, uv: str, base_pins: dict[str, pins.LockedPin] | None) -> str:
+    """Run `uv pip compile` for one variant in workdir; return the lock's text."""
+    key = variant.key
+    # Relative names: uv writes them into the `# via -r ...` annotations, so the lock stays path-free.
+    (workdir / f"{key}.in").write_text("\n".join(resolver_requirements(variant)) + "\n")
+    out = f"{key}.{pins.LOCK_PLATFORM}.txt"
+    cmd = [uv, "pip", "compile", f"{key}.in", "-o", out, "--quiet", *uv_flags(variant)]
+    if base_pins is not None:
+        base = base_of(variant)
+        constraints = f"{base.key}.pins.txt"
+        (workdir / constraints).write_text("".join(f"{p.requirement}\n" for _, p in sorted(base_pins.items())))
+        cmd += ["--constraints", constraints]
+    started = time.monotonic()
+    result = subprocess.run(cmd, cwd=workdir, env=_uv_env(), stdout=subprocess.DEVNULL, check=False)
+    seconds = time.monotonic() - started
+    if result.returncode != 0:
+        raise UserError(f"uv could not resolve {key} (exit {result.returncode}, see above); no lock was written",
+                        exit_code=1)
+    text = (workdir / out).read_text()
+    print(f"resolved {key}: {len(pins.parse_lock(text, out))} pins in {seconds:.1f} s", file=sys.stderr)
+    return text
+
+
+def lock_problems(cat: catalog.Catalog, variant: catalog.Variant) -> list[str]:
+    """Why the committed lock of a variant is not what `verlenv lock` would write now (offline)."""
+    lock, side = pins.lock_path(cat.root, variant), inputs_path(cat.root, variant)
+    rel, fix = _rel(cat, lock), f"run `verlenv lock --stack {variant.stack.name} --variant {variant.name}`"
+    if not lock.is_file():
+        return [f"{rel}: missing; {fix}"]
+    text = lock.read_text()
+    problems = []
+    try:
+        pins.parse_lock(text, rel)
+    except UserError as e:
+        problems.append(str(e))
+    try:
+        record = json.loads(side.read_text())
+    except FileNotFoundError:
+        return problems + [f"{_rel(cat, side)}: missing (it records the lock's inputs); {fix}"]
+    except json.JSONDecodeError as e:
+        return problems + [f"{_rel(cat, side)}: not valid JSON ({e}); {fix}"]
+    if not isinstance(record, dict):
+        return problems + [f"{_rel(cat, side)}: not an inputs record; {fix}"]
+    if record.get("lock_sha256") != _sha256(text):
+        problems.append(f"{rel}: edited after `verlenv lock` wrote it (sha256 differs from {side.name}); {fix}")
+    base = base_of(variant)
+    base_lock = pins.lock_path(cat.root, base) if base else None
+    base_text = base_lock.read_text() if base_lock and base_lock.is_file() else None
+    expected = lock_inputs(variant, base_text)
+    if record.get("inputs_sha256") != inputs_digest(expected):
+        problems.append(f"{rel}: stale, {_what_changed(record.get('inputs') or {}, expected)}; {fix}")
+    return problems
+
+
+def _what_changed(old: dict, new: dict) -> str:
+    old_reqs, new_reqs = old.get("requirements", []), new["requirements"]
+    added = [r for r in new_reqs if r not in old_reqs]
+    removed = [r for r in old_reqs if r not in new_reqs]
+    if added or removed:
+        return "stacks.toml's requirements changed (" + ", ".join([*(f"+{r}" for r in added), *(f"-{r}" for r in removed)]) + ")"
+    if old.get("uv_flags") != new["uv_flags"]:
+        return f"its resolver flags changed (now: {' '.join(new['uv_flags'])})"
+    if old.get("constraints") != new.get("constraints"):
+        return f"it was resolved against another {new['constraints']['lock']} than the one committed"
+    return "its recorded inputs do not match"
+
+
+def _rel(cat: catalog.Catalog, path: Path) -> str:
+    try:
+        return str(path.relative_to(cat.root))
+    except ValueError:
+        return str(path)
+
+
+def _selected(cat: catalog.Catalog, stack: str | None, variant: str | None) -> list[catalog.Variant]:
+    stacks = [cat.stack(stack)] if stack else list(cat.stacks.values())
+    return [s.variant(variant) for s in stacks] if variant else [v for s in stacks for v in s.variants.values()]
+
+
+def _plan(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.Variant]:
+    """Wanted variants, bases first; a base joins the run only when its committed lock is not fresh."""
+    wanted = list(wanted)
+    keys = {v.key for v in wanted}
+    for v in list(wanted):
+        base = base_of(v)
+        if base and base.key not in keys and lock_problems(cat, base):
+            wanted.append(base)
+            keys.add(base.key)
+    return sorted(wanted, key=lambda v: (v.stack.name, _depth(v)))
+
+
+def _depth(variant: catalog.Variant) -> int:
+    base = base_of(variant)
+    return 0 if base is None else 1 + _depth(base)
+
+
+def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.Variant]:
+    """Resolve every planned variant, then (only if all succeeded) replace the committed locks."""
+    plan = _plan(cat, wanted)
+    uv = uv_bin()
+    # "uv 0.13.9": the build triple after it would differ between machines for the same lock.
+    uv_version = " ".join(subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout.split()[:2])
+    texts: dict[str, str] = {}
+
+    def base_text(v: catalog.Variant) -> str | None:
+        base = base_of(v)
+        return (texts.get(base.key) or pins.lock_path(cat.root, base).read_text()) if base else None
+
+    with tempfile.TemporaryDirectory(prefix="verlenv-lock-") as tmp:
+        for v in plan:
+            base = base_text(v)
+            texts[v.key] = resolve(v, Path(tmp), uv, pins.parse_lock(base, v.extends) if base else None)
+    for v in plan:
+        inputs = lock_inputs(v, base_text(v))
+        record = {"variant": v.key, "resolver": uv_version, "inputs": inputs,
+                  "inputs_sha256": inputs_digest(inputs), "lock_sha256": _sha256(texts[v.key])}
+        write_atomic(pins.lock_path(cat.root, v), texts[v.key])
+        write_atomic(inputs_path(cat.root, v), json.dumps(record, indent=2) + "\n")
+    return plan
+
+
+def env_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]:
+    """Committed environment files against what render produces now: pins first, then the whole text."""
+    try:
+        want = render.rendered(cat)
+    except UserError as e:
+        return [f"cannot render the environment files: {e}"]
+    names = {s.name for s in stacks}
+    problems = []
+    for rel, text in want.items():
+        owner = rel.parts[1] if rel.parts[0] == "environments" else cat.default
+        if owner not in names:
+            continue
+        path = cat.root / rel
+        if not path.is_file():
+            problems.append(f"{rel}: missing; run `verlenv render`")
+            continue
+        have = path.read_text()
+        if have == text:
+            continue
+        pin_diff = _pin_diff(_pip_list(have), _pip_list(text))
+        if pin_diff:
+            problems.append(f"{rel}: its pip pins differ from the locks ({pin_diff}); run `verlenv render`")
+        else:
+            problems.append(f"{rel}: differs from what `verlenv render` writes; run `verlenv render`")
+    return problems
+
+
+def _pip_list(text: str) -> list[str]:
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return []
+    for dep in doc.get("dependencies", []) if isinstance(doc, dict) else []:
+        if isinstance(dep, dict) and isinstance(dep.get("pip"), list):
+            return [str(p) for p in dep["pip"]]
+    return []
+
+
+def _pin_diff(have: list[str], want: list[str]) -> str:
+    extra = [p for p in have if p not in want]
+    missing = [p for p in want if p not in have]
+    parts = [*(f"not in lock: {p}" for p in extra[:3]), *(f"lock has: {p}" for p in missing[:3])]
+    more = len(extra) + len(missing) - len(parts)
+    return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
+
+
+def conda_dirs(cat: catalog.Catalog, stack: catalog.Stack) -> list[Path]:
+    """Folders holding one stack's environment files (and its conda-lock.yml), relative to the root."""
+    return [render.stack_dir(stack)] + ([Path(".")] if stack.name == cat.default else [])
+
+
+def env_files(stack: catalog.Stack) -> list[str]:
+    variants = sorted(stack.variants.values(), key=lambda v: v.extends is not None)
+    return [render.env_file_name(v) for v in variants]
+
+
+def conda_lock_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]:
+    """For each committed conda-lock.yml: it parses, and its content hash matches the env files."""
+    problems = []
+    for stack in stacks:
+        for folder in conda_dirs(cat, stack):
+            lockfile = cat.root / folder / CONDA_LOCK_FILE
+            if lockfile.is_file():
+                sources = [cat.root / folder / name for name in env_files(stack)]
+                problems += conda_lock_file_problems(lockfile, sources, stack.cuda, _rel(cat, lockfile))
+    return problems
+
+
+def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, shown: str) -> list[str]:
+    from conda_lock.content_hash import backwards_compatible_content_hashes
+    from conda_lock.lockfile import parse_conda_lock_file
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    try:
+        locked = parse_conda_lock_file(lockfile)
+    # pydantic's ValidationError and conda-lock's version errors are ValueErrors; a non-mapping is a Type/AttributeError.
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
+        return [f"{shown}: not a conda-lock file ({type(e).__name__}: {str(e).splitlines()[0]})"]
+    with tempfile.TemporaryDirectory(prefix="verlenv-mapping-") as tmp:
+        # An empty PyPI->conda name map keeps conda-lock offline; our specs need no renaming.
+        mapping = Path(tmp) / "pypi-to-conda.json"
+        mapping.write_text("{}")
+        spec = make_lock_spec(src_files=sources, mapping_url=str(mapping))
+        # The same virtual packages `verlenv lock` passes to conda-lock (--with-cuda).
+        packages = default_virtual_package_repodata(cuda_version=cuda)
+        problems = []
+        for platform in spec.platforms:
+            have = locked.metadata.content_hash.get(platform)
+            if have not in backwards_compatible_content_hashes(spec, packages, platform):
+                problems.append(f"{shown}: its {platform} content hash does not match "
+                                f"{', '.join(s.name for s in sources)}; run `verlenv lock` where conda channels are reachable")
+    return problems
+
+
+def check(cat: catalog.Catalog, stack: str | None = None, variant: str | None = None) -> list[str]:
+    variants = _selected(cat, stack, variant)
+    stacks = list({v.stack.name: v.stack for v in variants}.values())
+    problems = [p for v in variants for p in lock_problems(cat, v)]
+    return problems + env_problems(cat, stacks) + conda_lock_problems(cat, stacks)
+
+
+def conda_unreachable(url: str = CONDA_PROBE_URL, timeout: float = 5.0) -> str | None:
+    """None when the conda-forge channel answers, else why not."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None  # the server answered; a status code is not a network failure
+    except (urllib.error.URLError, OSError) as e:
+        return str(getattr(e, "reason", e))
+    return None
+
+
+def _conda_exe() -> list[str]:
+    for name in ("micromamba", "mamba", "conda"):
+        if found := shutil.which(name):
+            return ["--conda", found]
+    return []
+
+
+def conda_lock(cat: catalog.Catalog, stack: catalog.Stack) -> None:
+    """Run conda-lock for one stack's env files; the lockfile is replaced only when it succeeds."""
+    for folder in conda_dirs(cat, stack):
+        where = cat.root / folder
+        tmp = where / f".{CONDA_LOCK_FILE}.tmp"
+        final = where / CONDA_LOCK_FILE
+        files = [arg for name in env_files(stack) for arg in ("-f", name)]
+        cmd = [sys.executable, "-m", "conda_lock", "lock", *files, "-p", render.CONDA_PLATFORM,
+               "--lockfile", tmp.name, "--with-cuda", stack.cuda, *_conda_exe()]
+        result = subprocess.run(cmd, cwd=where, check=False)
+        if result.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise UserError(f"conda-lock failed for {_rel(cat, where)} (exit {result.returncode}, see above)", exit_code=1)
+        os.replace(tmp, final)
+        print(f"wrote {_rel(cat, final)}", file=sys.stderr)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("lock", help="re-resolve the pip locks, re-render the env files, conda-lock; or --check them")
+    p.add_argument("--catalog", type=Path, default=None, help="stacks.toml to read (default: the project's)")
+    p.add_argument("--stack", help="lock only this stack (default: all)")
+    p.add_argument("--variant", help="lock only this variant (default: all); a stale base variant is relocked too")
+    p.add_argument("--check", action="store_true",
+                   help="offline: exit 1 if a lock, env file or conda-lock.yml is not what `verlenv lock` would write")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    cat = catalog.load(args.catalog)
+    wanted = _selected(cat, args.stack, args.variant)
+    if args.check:
+        problems = check(cat, args.stack, args.variant)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            print(f"verlenv lock --check: {len(problems)} problem(s)", file=sys.stderr)
+            return EXIT_STALE
+        print(f"verlenv lock --check: {len(wanted)} lock(s) and their environment files are fresh", file=sys.stderr)
+        return 0
+    unreachable = conda_unreachable()
+    locked = relock(cat, wanted)
+    for rel in render.write(cat):
+        print(f"wrote {rel}", file=sys.stderr)
+    stacks = list({v.stack.name: v.stack for v in locked}.values())
+    if unreachable:
+        raise UserError(f"conda channels unreachable ({CONDA_PROBE_URL}: {unreachable}); pip locks and environment "
+                        f"files are written, conda-lock.yml is not: rerun `verlenv lock` where conda-forge is reachable",
+                        exit_code=EXIT_NO_CONDA)
+    for stack in stacks:
+        conda_lock(cat, stack)
+    return 0

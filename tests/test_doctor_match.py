@@ -175,25 +175,28 @@ def test_big_log_streams_with_binary_junk(tmp_path):
     print(f"{lines_before} lines in {elapsed:.1f} s")
 
 
-def run_cli(*args, stdin: bytes | None = None):
-    return subprocess.run([sys.executable, "-m", "verlenv", "doctor", *args], input=stdin, capture_output=True,
-                          cwd=Path(__file__).parent.parent, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")})
-
-
-def test_cli_exit_codes_and_json(tmp_path):
+def test_cli_exit_codes_and_json(tmp_path, capsys):
     failing = LOGS / "F10-Seg-Zero-63.log"
-    p = run_cli(str(failing), "--json")
-    assert p.returncode == 1
-    report = json.loads(p.stdout)
+    assert main(["doctor", str(failing), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
     assert report["diagnoses"][0]["id"] == "F10" and report["diagnoses"][0]["evidence"][0]["lines"] == [2, 2]
-    assert run_cli(str(LOGS / "healthy-public-fragments.log")).returncode == 0
-    p = run_cli("-", stdin=failing.read_bytes())
-    assert p.returncode == 1 and b"[F10]" in p.stdout and b"stdin" in p.stdout
-    missing = run_cli(str(tmp_path / "nope.log"))
-    assert missing.returncode == 2 and missing.stderr.decode().count("\n") == 1 and b"no such file" in missing.stderr
-    assert run_cli("--bogus").returncode == 2
-    mixed = run_cli(str(failing), "--python", sys.executable)
-    assert mixed.returncode == 2 and b"--python" in mixed.stderr
+    assert main(["doctor", str(LOGS / "healthy-public-fragments.log")]) == 0
+    assert "no known failure matched" in capsys.readouterr().out
+    assert main(["doctor", str(tmp_path / "nope.log")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file" in err
+    assert main(["doctor", str(failing), "--python", sys.executable]) == 2
+    assert "--python" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["doctor", "--bogus"])
+    assert exit_.value.code == 2
+
+
+def test_cli_reads_stdin():
+    failing = LOGS / "F10-Seg-Zero-63.log"
+    p = subprocess.run([sys.executable, "-m", "verlenv", "doctor", "-"], input=failing.read_bytes(), capture_output=True,
+                       cwd=Path(__file__).parent.parent)
+    assert p.returncode == 1 and b"[F10]" in p.stdout and b"in stdin" in p.stdout
 
 
 def test_cli_in_process(capsys):

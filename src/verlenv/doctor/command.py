@@ -23,13 +23,15 @@ def register(sub) -> None:
     p.add_argument("--stack", help="stack whose driver and lock apply (default: the catalog's default)")
     p.add_argument("--variant", help="variant whose lock to compare with (fsdp or megatron)")
     p.add_argument("--lock", type=Path, help="lock file (uv pip compile format) to compare installed versions with")
+    p.add_argument("--only", metavar="PROBE[,PROBE]", help=f"run only these probes ({', '.join(probes.PROBES)})")
     p.add_argument("--json", action="store_true", help="print JSON for tools")
     p.set_defaults(func=handle)
 
 
 def handle(args) -> int:
     if args.log is not None:
-        given = [o for o, v in (("--python", args.python), ("--stack", args.stack), ("--variant", args.variant), ("--lock", args.lock)) if v]
+        given = [o for o, v in (("--python", args.python), ("--stack", args.stack), ("--variant", args.variant),
+                                ("--lock", args.lock), ("--only", args.only)) if v]
         if given:
             raise UserError(f"{', '.join(given)} apply to environment probes; run `verlenv doctor` without LOG for those")
         return _diagnose_log(args.log, args.json)
@@ -57,7 +59,8 @@ def _diagnose_log(log: str, as_json: bool) -> int:
 def _probe(args) -> int:
     python = args.python or sys.executable
     facts = facts_mod.gather(python)
-    results = probes.run_all(facts, args.stack, args.variant, args.lock)
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    results = probes.run_all(facts, args.stack, args.variant, args.lock, only=only)
     if args.json:
         _emit(json.dumps({"python": facts.executable, "probes": [r.to_dict() for r in results]}, indent=2))
     else:

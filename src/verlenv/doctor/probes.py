@@ -263,11 +263,13 @@ def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
             broken[str(ext)] = missing
     if not broken:
         return ok(name, f"{len(extensions)} torch extensions resolve every torch symbol", extensions=[str(e) for e in extensions])
-    readable = symbols.demangle([s for names in broken.values() for s in names[:3]])
+    readable = symbols.demangle([s for names in broken.values() for s in names[:20]])
     lines, failure_id = [], "F1"
     for so, names in broken.items():
-        first = names[0]
-        lines.append(f"{so}: {len(names)} missing, e.g. {readable.get(first, first)} ({symbols.abi_hint(first, readable.get(first))})")
+        # Show the symbol that says most: one whose std::string ABI tells how the extension was built.
+        hints = {n: symbols.abi_hint(n, readable.get(n)) for n in names[:20]}
+        first = next((n for n, h in hints.items() if "ABI" in h), names[0])
+        lines.append(f"{so}: {len(names)} missing, e.g. {readable.get(first, first)} ({hints.get(first) or symbols.abi_hint(first)})")
         if "vllm" in Path(so).parts and failure_id == "F1":
             failure_id = "F7"
         if "transformer_engine" in so:
@@ -476,8 +478,15 @@ def select_lock(root: Path | None, stack: str | None, variant: str | None, lock:
     return path, ""
 
 
+PROBES = ("driver", "nvcc-vs-torch", "host-compiler", "apex", "torch-extensions", "lock-drift", "triton-libcuda",
+          "threads", "numpy", "cuda-majors", "pip")
+
+
 def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None = None,
-            lock: Path | None = None, environ: dict | None = None) -> list[ProbeResult]:
+            lock: Path | None = None, environ: dict | None = None, only: list[str] | None = None) -> list[ProbeResult]:
+    unknown = [n for n in only or [] if n not in PROBES]
+    if unknown:
+        raise UserError(f"unknown probe {', '.join(unknown)}; valid: {', '.join(PROBES)}")
     environ = dict(os.environ if environ is None else environ)
     try:
         cat = catalog_mod.load()
@@ -493,21 +502,29 @@ def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None 
     driver, gpus, source = read_driver(environ)
     torch = facts.torch or {}
     nvcc = find_nvcc(environ, facts.site_packages)
-    ldconfig = _run(["ldconfig", "-p"]) or _run(["/sbin/ldconfig", "-p"])
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return [
-        probe_driver(driver, gpus, source, stack, cat),
-        probe_nvcc_vs_torch(torch.get("cuda"), nvcc, bool(facts.torch)),
-        probe_host_compiler(nvcc, environ),
-        probe_apex(facts),
-        probe_torch_extensions(facts),
-        probe_lock_drift(facts, lock_path, lock_reason),
-        probe_triton_libcuda(environ, ldconfig.stdout if ldconfig else "", driver is not None),
-        probe_threads(resource.getrlimit(resource.RLIMIT_NPROC)[0], cores, environ),
-        probe_numpy(facts),
-        probe_cuda_majors(facts),
-        probe_pip(facts, environ),
-    ]
+
+    def triton():
+        ldconfig = _run(["ldconfig", "-p"]) or _run(["/sbin/ldconfig", "-p"])
+        return probe_triton_libcuda(environ, ldconfig.stdout if ldconfig else "", driver is not None)
+
+    def threads():
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return probe_threads(resource.getrlimit(resource.RLIMIT_NPROC)[0], cores, environ)
+
+    run = {
+        "driver": lambda: probe_driver(driver, gpus, source, stack, cat),
+        "nvcc-vs-torch": lambda: probe_nvcc_vs_torch(torch.get("cuda"), nvcc, bool(facts.torch)),
+        "host-compiler": lambda: probe_host_compiler(nvcc, environ),
+        "apex": lambda: probe_apex(facts),
+        "torch-extensions": lambda: probe_torch_extensions(facts),
+        "lock-drift": lambda: probe_lock_drift(facts, lock_path, lock_reason),
+        "triton-libcuda": triton,
+        "threads": threads,
+        "numpy": lambda: probe_numpy(facts),
+        "cuda-majors": lambda: probe_cuda_majors(facts),
+        "pip": lambda: probe_pip(facts, environ),
+    }
+    return [run[name]() for name in PROBES if not only or name in only]
 
 
 def format_probes(results: list[ProbeResult], python: str) -> str:

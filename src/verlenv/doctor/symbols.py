@@ -77,7 +77,7 @@ def unresolved(so: Path, providers: Iterable[Path], only: re.Pattern | None = No
     for lib in providers:
         if not wanted:
             break
-        wanted -= defined(Path(lib))
+        wanted -= exported(Path(lib), wanted)
     return sorted(wanted)
 
 

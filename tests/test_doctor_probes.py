@@ -1,0 +1,422 @@
+"""`verlenv doctor` without a log: live probes run on real conditions made in the test.
+
+Real: g++-built shared objects read with pyelftools, the system's libc/libstdc++, nvcc, uv venvs, PyPI
+packages (network tests), rlimits. Test doubles, named where used: a torch package skeleton (torch cannot
+be installed here), stand-in libcuda.so.1 files, and the driver version (VERLENV_TEST_DRIVER_VERSION).
+"""
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from verlenv import catalog
+from verlenv.cli import main
+from verlenv.doctor import facts as facts_mod
+from verlenv.doctor import probes, symbols
+
+ROOT = Path(__file__).parent.parent
+PY311 = shutil.which("python3.11") or "/root/.pyenv/versions/3.11.7/bin/python3.11"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build real shared objects")
+needs_nvcc = pytest.mark.skipif(probes.find_nvcc(dict(os.environ), []) is None, reason="needs nvcc")
+needs_uv = pytest.mark.skipif(shutil.which("uv") is None, reason="needs uv to make venvs")
+
+# A stand-in for libc10.so: the C++11-ABI torch 2.8+ surface that extensions call into.
+PROVIDER = """
+#include <string>
+namespace c10 {
+struct SourceLocation { const char* function; const char* file; unsigned line; };
+struct Error { Error(SourceLocation loc, std::string msg); };
+Error::Error(SourceLocation, std::string) {}
+void present(int) {}
+namespace cuda { void SetDevice(signed char) {} }
+}
+"""
+# An extension compiled for an older torch with the pre-C++11 ABI: needs Error(SourceLocation, std::string[Ss])
+# and SetDevice(int), neither of which the provider defines.
+STALE_EXTENSION = """
+#include <cstdio>
+#include <string>
+namespace c10 {
+struct SourceLocation { const char* function; const char* file; unsigned line; };
+struct Error { Error(SourceLocation loc, std::string msg); };
+void present(int);
+void definitely_missing(int);
+namespace cuda { void SetDevice(int); }
+}
+extern "C" void entry() {
+  c10::present(1);
+  c10::definitely_missing(2);
+  c10::cuda::SetDevice(0);
+  c10::Error(c10::SourceLocation{"f", "x.cpp", 1}, std::string("boom"));
+  std::printf("%s\\n", std::string("x").c_str());
+}
+"""
+GOOD_EXTENSION = """
+namespace c10 { void present(int); namespace cuda { void SetDevice(signed char); } }
+extern "C" void entry() { c10::present(1); c10::cuda::SetDevice(0); }
+"""
+
+
+def gxx(out: Path, source: str, *flags: str) -> Path:
+    src = out.with_suffix(".cpp")
+    src.write_text(source)
+    # Libraries after the source: the linker only keeps a -l that resolves something already seen.
+    subprocess.run(["g++", "-shared", "-fPIC", "-O0", str(src), *flags, "-o", str(out)], check=True)
+    return out
+
+
+def system_lib(name: str) -> Path:
+    return Path(subprocess.run(["g++", f"-print-file-name={name}"], capture_output=True, text=True, check=True).stdout.strip())
+
+
+@needs_gxx
+def test_unresolved_symbols_of_a_real_shared_object(tmp_path):
+    provider = gxx(tmp_path / "libc10.so", PROVIDER)
+    ext = gxx(tmp_path / "ext.so", STALE_EXTENSION, "-D_GLIBCXX_USE_CXX11_ABI=0", f"-L{tmp_path}", "-lc10")
+    real_libs = [system_lib(n) for n in ("libstdc++.so.6", "libc.so.6", "libm.so.6", "libgcc_s.so.1")]
+    assert all(p.is_file() for p in real_libs)
+    missing = symbols.unresolved(ext, [provider, *real_libs])
+    assert missing == sorted([
+        "_ZN3c1018definitely_missingEi",
+        "_ZN3c104cuda9SetDeviceEi",
+        "_ZN3c105ErrorC1ENS_14SourceLocationESs",
+    ])
+    # Without the provider, what it defines becomes unresolved too; printf and std::string stay resolved by libc/libstdc++.
+    assert "_ZN3c107presentEi" in symbols.unresolved(ext, real_libs)
+    # Restricted to torch's namespaces, the C library is not even consulted.
+    assert symbols.unresolved(ext, [provider], only=symbols.TORCH_SYMBOL) == missing
+    assert symbols.needed(ext)[:1] == ["libc10.so"]
+    readable = symbols.demangle(missing)
+    if shutil.which("c++filt"):
+        assert readable["_ZN3c104cuda9SetDeviceEi"] == "c10::cuda::SetDevice(int)"
+    assert "pre-C++11" in symbols.abi_hint("_ZN3c105ErrorC1ENS_14SourceLocationESs", readable["_ZN3c105ErrorC1ENS_14SourceLocationESs"])
+
+
+TORCH_VERSION_PY = """\
+from typing import Optional
+
+__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']
+__version__ = '2.11.0'
+debug = False
+cuda: Optional[str] = '13.0'
+git_version = '70d99e998b4955e0049d6b1d2ee9ce0a7f1b3d14'
+hip: Optional[str] = None
+xpu: Optional[str] = None
+"""
+
+
+def make_venv(path: Path) -> Path:
+    subprocess.run(["uv", "venv", "-q", "-p", PY311, str(path)], check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    return path / "bin" / "python"
+
+
+def site_packages(python: Path) -> Path:
+    return Path(facts_mod.gather(python).site_packages[0])
+
+
+@pytest.fixture(scope="module")
+def torch_env(tmp_path_factory):
+    """A venv with a torch skeleton (test double of torch's files), a stale extension and a good one."""
+    if shutil.which("uv") is None or shutil.which("g++") is None:
+        pytest.skip("needs uv and g++")
+    root = tmp_path_factory.mktemp("torch-env")
+    python = make_venv(root / "venv")
+    sp = site_packages(python)
+    torch = sp / "torch"
+    (torch / "lib").mkdir(parents=True)
+    (torch / "__init__.py").write_text("")
+    (torch / "version.py").write_text(TORCH_VERSION_PY)
+    info = sp / "torch-2.11.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
+    gxx(torch / "lib" / "libc10.so", PROVIDER)
+    stale = gxx(sp / "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so", STALE_EXTENSION,
+                "-D_GLIBCXX_USE_CXX11_ABI=0", f"-L{torch / 'lib'}", "-lc10")
+    (sp / "good_ext").mkdir()
+    good = gxx(sp / "good_ext" / "_C.so", GOOD_EXTENSION, f"-L{torch / 'lib'}", "-lc10")
+    return {"python": python, "site": sp, "stale": stale, "good": good}
+
+
+def test_facts_locate_torch_without_importing_it(torch_env):
+    facts = facts_mod.gather(torch_env["python"])
+    assert facts.torch["cuda"] == "13.0" and facts.torch["version"] == "2.11.0"
+    assert facts.dist("torch").version == "2.11.0"
+    assert facts.site_packages == [str(torch_env["site"])]
+
+
+def test_stale_torch_extension_is_found(torch_env):
+    facts = facts_mod.gather(torch_env["python"])
+    found = probes.torch_extensions(facts.site_packages, facts.torch["root"])
+    assert set(found) == {torch_env["stale"], torch_env["good"]}
+    r = probes.probe_torch_extensions(facts)
+    assert (r.status, r.failure_id) == ("problem", "F1")
+    assert list(r.details["broken"]) == [str(torch_env["stale"])]
+    assert "_ZN3c104cuda9SetDeviceEi" in r.details["broken"][str(torch_env["stale"])]
+    assert "1 of 2 torch extensions" in r.summary and "pre-C++11" in r.summary
+    assert "verlenv build flash-attn" in " ".join(r.fix)
+
+
+def test_no_torch_skips_with_a_reason(tmp_path):
+    facts = facts_mod.gather(sys.executable)
+    if facts.torch:
+        pytest.skip("the test interpreter has torch")
+    for r in (probes.probe_torch_extensions(facts), probes.probe_nvcc_vs_torch(None, None, False)):
+        assert r.status == "skipped" and "torch is not installed" in r.summary
+
+
+@needs_nvcc
+def test_nvcc_against_torch_cuda_with_the_real_nvcc():
+    nvcc = probes.find_nvcc(dict(os.environ), [])
+    release = probes.nvcc_release(nvcc)
+    assert release and release.count(".") == 1
+    assert probes.probe_nvcc_vs_torch(release, nvcc, True).status == "ok"
+    other = "12.8" if release != "12.8" else "13.0"
+    r = probes.probe_nvcc_vs_torch(other, nvcc, True)
+    assert (r.status, r.failure_id) == ("problem", "F5") and other in r.summary
+    assert probes.probe_nvcc_vs_torch(None, nvcc, True).status == "skipped"  # a CPU torch
+    assert probes.probe_nvcc_vs_torch("13.0", None, True).status == "skipped"
+
+
+@needs_nvcc
+def test_host_compiler_ground_truth_is_a_real_compile():
+    nvcc = probes.find_nvcc(dict(os.environ), [])
+    assert probes.probe_host_compiler(nvcc, dict(os.environ)).status == "ok"
+    broken = probes.probe_host_compiler(nvcc, {**os.environ, "NVCC_CCBIN": "/nonexistent/g++-99"})
+    assert broken.status == "problem" and broken.failure_id in ("F4", "F6c") and "g++-99" in broken.summary
+
+
+def test_driver_against_the_stack(monkeypatch):
+    cat = catalog.load(ROOT / "stacks.toml")
+    new, old = cat.stack("verl-0.9"), cat.stack("verl-0.7")
+    # The driver version cannot be changed on this machine: VERLENV_TEST_DRIVER_VERSION is the test double.
+    version, gpus, source = probes.read_driver({probes.TEST_DRIVER_ENV: "575.51.03"})
+    assert (version, source) == ("575.51.03", f"{probes.TEST_DRIVER_ENV} (test double)")
+    r = probes.probe_driver(version, ["NVIDIA H100 80GB HBM3"], source, new, cat)
+    assert (r.status, r.failure_id) == ("problem", "F15")
+    assert any("cuda-compat-13-0" in f for f in r.fix) and any("--stack verl-0.7" in f for f in r.fix)
+    assert probes.probe_driver("580.65.06", [], source, new, cat).status == "ok"
+    assert probes.probe_driver("575.51.03", [], source, old, cat).status == "ok"
+    assert probes.probe_driver("535.183.01", [], source, old, cat).status == "problem"
+    assert probes.probe_driver(None, [], "", new, cat).status == "skipped"
+    assert probes.probe_driver("580.65.06", [], source, None, None).status == "skipped"
+
+
+def test_driver_version_from_proc_formats():
+    # /proc/driver/nvidia/version as the proprietary and the open kernel modules write it.
+    assert probes.parse_proc_driver(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
+        "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n") == "535.183.01"
+    assert probes.parse_proc_driver(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder@U22-I3-AF03-09-1)\n"
+    ) == "580.65.06"
+    assert probes.parse_proc_driver("no driver here") is None
+
+
+def test_this_machine_without_a_driver_is_skipped_not_flagged():
+    environ = {k: v for k, v in os.environ.items() if k != probes.TEST_DRIVER_ENV}
+    driver, _, _ = probes.read_driver(environ)
+    if driver is not None:
+        pytest.skip("this machine has an NVIDIA driver")
+    ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    assert probes.probe_triton_libcuda(environ, ldconfig, driver_present=False).status == "skipped"
+
+
+def test_libcuda_for_triton_stubs_do_not_count(tmp_path):
+    # Stand-in files named libcuda.so.1: the probe looks at where they are, not what they contain.
+    stubs = tmp_path / "cuda" / "lib64" / "stubs"
+    driver_dir = tmp_path / "driver"
+    for d in (stubs, driver_dir):
+        d.mkdir(parents=True)
+        (d / "libcuda.so.1").write_bytes(b"")
+    only_stubs = {"LD_LIBRARY_PATH": str(stubs)}
+    r = probes.probe_triton_libcuda(only_stubs, "", driver_present=True)
+    assert (r.status, r.failure_id) == ("problem", "S6")
+    assert probes.probe_triton_libcuda({}, "", driver_present=True).failure_id == "F10"
+    ok = probes.probe_triton_libcuda({"TRITON_LIBCUDA_PATH": str(driver_dir), **only_stubs}, "", driver_present=True)
+    assert ok.status == "ok" and ok.details["libcuda"] == [str(driver_dir / "libcuda.so.1")]
+    ldconfig = "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+    assert probes.find_libcuda({}, ldconfig) == (["/usr/lib/x86_64-linux-gnu/libcuda.so.1"], [])
+
+
+def test_thread_limits():
+    inf = resource.RLIM_INFINITY
+    assert probes.probe_threads(inf, 2, {}).status == "ok"
+    r = probes.probe_threads(4096, 2, {})
+    assert (r.status, r.failure_id) == ("problem", "S3") and "4096" in r.summary
+    assert probes.probe_threads(inf, 128, {}).status == "problem"
+    assert probes.probe_threads(inf, 128, {"OMP_NUM_THREADS": "1"}).status == "ok"
+
+
+def test_real_nproc_limit_reaches_the_probe_through_the_cli(tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip("hard nproc limit below the value the test sets")
+
+    def lower():
+        resource.setrlimit(resource.RLIMIT_NPROC, (4096, hard))
+
+    report = cli(["--json", "--only", "threads"], preexec_fn=lower)
+    assert [p["probe"] for p in report["probes"]] == ["threads"]
+    threads = next(p for p in report["probes"] if p["probe"] == "threads")
+    assert threads["status"] == "problem" and threads["id"] == "S3" and "4096" in threads["summary"]
+
+
+def cli(args, python=None, env=None, **kw) -> dict:
+    cmd = [sys.executable, "-m", "verlenv", "doctor", *args] + (["--python", str(python)] if python else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, **kw)
+    assert p.returncode in (0, 1), p.stderr
+    report = json.loads(p.stdout)
+    report["returncode"] = p.returncode
+    return report
+
+
+def by_probe(report) -> dict:
+    return {p["probe"]: p for p in report["probes"]}
+
+
+def write_lock(path: Path, pins: dict[str, str]) -> Path:
+    # The format `uv pip compile --generate-hashes` writes: `name==version \`, hash lines, `# via` comments.
+    lines = ["# This file was autogenerated by uv via the following command:",
+             "#    uv pip compile --generate-hashes requirements.in -o lock.txt"]
+    for name, version in pins.items():
+        lines += [f"{name}=={version} \\", "    --hash=sha256:" + "0" * 64, "    # via -r requirements.in"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_probes_the_torch_env(torch_env, tmp_path):
+    lock = write_lock(tmp_path / "same.txt", {"torch": "2.11.0", "filelock": "3.20.0"})
+    report = cli(["--json", "--lock", str(lock)], python=torch_env["python"])
+    probes_ = by_probe(report)
+    assert report["returncode"] == 1
+    assert probes_["torch-extensions"]["status"] == "problem" and probes_["torch-extensions"]["id"] == "F1"
+    assert probes_["lock-drift"]["status"] == "ok"
+    if shutil.which("nvcc") and probes.nvcc_release(Path(shutil.which("nvcc"))) == "13.0":
+        assert probes_["nvcc-vs-torch"]["status"] == "ok"
+    drift = write_lock(tmp_path / "drift.txt", {"torch": "2.10.0", "nvidia-cudnn-cu13": "9.19.0.56"})
+    lock_probe = probes.probe_lock_drift(facts_mod.gather(torch_env["python"]), drift)
+    assert (lock_probe.status, lock_probe.failure_id) == ("problem", "F7")
+    assert lock_probe.details["drift"] == {"torch": "2.11.0 (lock: 2.10.0)"}
+    assert lock_probe.details["missing"] == ["nvidia-cudnn-cu13"]
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    for args in (["--python", str(tmp_path / "no-python")], ["--lock", str(tmp_path / "no.lock")],
+                 ["--stack", "no-such-stack"], ["--stack", "verl-0.9", "--variant", "nope"], ["--only", "thread"]):
+        assert main(["doctor", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("verlenv doctor:"), err
+
+
+def test_missing_lock_of_a_stack_is_skipped(tmp_path):
+    (tmp_path / "stacks.toml").write_text((ROOT / "stacks.toml").read_text())
+    lock, reason = probes.select_lock(tmp_path, "verl-0.9", "fsdp", None)
+    assert lock is None and "verl-0.9-fsdp.linux-64.txt does not exist" in reason
+    r = probes.probe_lock_drift(facts_mod.gather(sys.executable), lock, reason)
+    assert r.status == "skipped" and r.summary == reason
+    assert probes.select_lock(tmp_path, None, None, None)[0] is None
+
+
+def test_lock_parser_reads_pins_and_rejects_other_files(tmp_path):
+    lock = write_lock(tmp_path / "l.txt", {"Torch": "2.11.0", "nvidia_nccl_cu13": "2.28.9"})
+    assert probes.read_lock(lock) == {"torch": "2.11.0", "nvidia-nccl-cu13": "2.28.9"}
+    (tmp_path / "notes.txt").write_text("just words\n")
+    with pytest.raises(Exception, match="no `name==version` lines"):
+        probes.read_lock(tmp_path / "notes.txt")
+
+
+def nvidia_like_apex(sp: Path, with_extensions: bool) -> None:
+    """Test double of an installed NVIDIA apex: its package files and dist-info, optionally its .so names."""
+    (sp / "apex").mkdir()
+    (sp / "apex" / "__init__.py").write_text("import logging\nimport warnings\n\nimport torch\n")
+    info = sp / "apex-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: apex\nVersion: 0.1\nRequires-Dist: packaging>20.6\n")
+    record = ["apex/__init__.py,,"]
+    if with_extensions:
+        for name in ("amp_C", "fused_layer_norm_cuda", "apex_C"):
+            (sp / f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+            record.append(f"{name}.cpython-311-x86_64-linux-gnu.so,,")
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+@needs_uv
+@pytest.mark.parametrize("with_extensions", [False, True])
+def test_nvidia_apex_with_and_without_extensions(tmp_path, with_extensions):
+    python = make_venv(tmp_path / "venv")
+    nvidia_like_apex(site_packages(python), with_extensions)
+    r = probes.probe_apex(facts_mod.gather(python))
+    if with_extensions:
+        assert r.status == "ok" and r.details["extensions"] == ["amp_C", "apex_C", "fused_layer_norm_cuda"]
+    else:
+        assert (r.status, r.failure_id) == ("problem", "F6b")
+
+
+def test_pip_of_another_interpreter(tmp_path):
+    base_bin = Path(sys.base_prefix) / "bin"
+    base_pip = base_bin / "pip"
+    if not base_pip.is_file() or not base_pip.read_text(errors="replace").startswith("#!"):
+        pytest.skip("the base interpreter has no pip script")
+    path = f"{base_bin}:/usr/bin:/bin"
+    base_python = next(p for p in (base_bin / "python3", base_bin / "python") if p.exists())
+    assert probes.probe_pip(facts_mod.gather(base_python), {"PATH": path}).status == "ok"
+    other = probes.probe_pip(facts_mod.gather(sys.executable), {"PATH": path})
+    assert (other.status, other.failure_id) == ("problem", "S4") and str(base_bin.parent) in other.summary
+    # A venv whose interpreter is gone: its pip launcher (pip's own script, pointed at the venv) cannot start.
+    subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    launcher = tmp_path / "venv" / "bin" / "pip"
+    body = base_pip.read_text().split("\n", 1)[1]
+    launcher.write_text(f"#!{tmp_path / 'venv' / 'bin' / 'python'}\n{body}")
+    launcher.chmod(0o755)
+    for exe in (tmp_path / "venv" / "bin").glob("python*"):
+        exe.unlink()
+    gone = probes.probe_pip(facts_mod.gather(sys.executable), {"PATH": f"{launcher.parent}:/usr/bin:/bin"})
+    assert (gone.status, gone.failure_id) == ("problem", "S4") and "bad interpreter" in gone.summary
+
+
+@pytest.mark.network
+@needs_uv
+def test_pypi_apex_impostor_in_a_real_venv(tmp_path):
+    python = make_venv(tmp_path / "venv")
+    # --no-deps: the impostor's own files are what the probe reads; its Pyramid dependencies add nothing.
+    subprocess.run(["uv", "pip", "install", "-q", "-p", str(python), "--no-deps", "apex==0.9.10.dev0"], check=True)
+    report = cli(["--json"], python=python)
+    apex = by_probe(report)["apex"]
+    assert apex["status"] == "problem" and apex["id"] == "F6a" and "Pyramid" in apex["summary"]
+    assert report["returncode"] == 1
+
+
+@pytest.mark.network
+@needs_uv
+def test_numpy_and_cuda_majors_with_real_pypi_packages(tmp_path):
+    python = make_venv(tmp_path / "venv")
+    # verl 0.7.1 requires numpy<2; the two CUDA runtimes are the cu12 and the cu13 (nvidia/cu13) wheels.
+    subprocess.run(["uv", "pip", "install", "-q", "-p", str(python), "--no-deps", "verl==0.7.1", "numpy==2.2.6",
+                    "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-runtime==13.0.96"], check=True)
+    facts = facts_mod.gather(python)
+    numpy = probes.probe_numpy(facts)
+    assert (numpy.status, numpy.failure_id) == ("problem", "F11")
+    assert any(c.startswith("verl 0.7.1 requires numpy<2") for c in numpy.details["conflicts"])
+    majors = probes.probe_cuda_majors(facts)
+    assert (majors.status, majors.failure_id) == ("problem", "F15")
+    assert set(majors.details["majors"]) == {"12", "13"}
+    subprocess.run(["uv", "pip", "uninstall", "-q", "-p", str(python), "nvidia-cuda-runtime-cu12", "verl"], check=True)
+    facts = facts_mod.gather(python)
+    assert probes.probe_numpy(facts).status == "ok"
+    assert probes.probe_cuda_majors(facts).status == "ok"
+
+
+@pytest.mark.network
+@needs_uv
+def test_lock_parser_on_a_real_uv_lock(tmp_path):
+    (tmp_path / "requirements.in").write_text("packaging==24.2\n")
+    subprocess.run(["uv", "pip", "compile", "-q", "--generate-hashes", "--python-version", "3.12",
+                    str(tmp_path / "requirements.in"), "-o", str(tmp_path / "lock.txt")], check=True)
+    assert probes.read_lock(tmp_path / "lock.txt") == {"packaging": "24.2"}

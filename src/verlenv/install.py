@@ -1,0 +1,126 @@
+"""Materialise a locked variant into an environment, exactly as locked, then prove nothing drifted.
+
+`uv pip sync --require-hashes` installs the lock and nothing else: no resolution happens, every file
+is checked against its pinned hash before the env is touched, and packages not in the lock are removed.
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from verlenv import catalog
+from verlenv.errors import UserError
+from verlenv.fsutil import write_atomic
+
+MARKER = "verlenv-env.json"
+
+
+def lock_path(root: Path, variant: catalog.Variant) -> Path:
+    path = root / "locks" / f"{variant.key}.linux-64.txt"
+    if not path.is_file():
+        raise UserError(f"no lock for {variant.key} at {path}; run `nox -s lock` first")
+    return path
+
+
+def _runs(python: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", "pass"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def find_python(version: str) -> str:
+    """An interpreter of the stack's Python (pyenv shims that cannot run it are skipped)."""
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python{version}")), reverse=True)
+    candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+    for c in filter(None, candidates):
+        if _runs(c):
+            return c
+    raise UserError(f"no Python {version} found; install it (pyenv, conda, or your distro) or pass --python")
+
+
+def env_python(prefix: Path) -> Path:
+    return prefix / "bin" / "python"
+
+
+def installer_env() -> dict[str, str]:
+    # Neither installer may fetch a Python build or read config files that could add indexes or constraints.
+    return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "PIP_CONFIG_FILE": os.devnull}
+
+
+def create_venv(prefix: Path, python: str, seed: bool = False) -> None:
+    cmd = ["uv", "venv", "--python", python, str(prefix)] + (["--seed"] if seed else [])
+    subprocess.run(cmd, check=True, env=installer_env(), capture_output=True)
+
+
+def sync(python: Path, lock: Path, installer: str = "uv") -> None:
+    if installer == "uv":
+        cmd = ["uv", "pip", "sync", "--python", str(python), "--require-hashes", "--strict", str(lock)]
+    else:
+        # The same lock through plain pip: --no-deps keeps pip from resolving anything itself.
+        cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
+               "--disable-pip-version-check", "-r", str(lock)]
+    r = subprocess.run(cmd, env=installer_env())
+    if r.returncode != 0:
+        raise UserError(f"installing {lock.name} failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
+
+
+def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bool, python: str | None,
+            installer: str = "uv") -> Path:
+    lock = lock_path(root, variant)
+    if conda:
+        if not os.environ.get("CONDA_PREFIX"):
+            raise UserError("--conda given but no conda env is active; `conda activate` one or drop --conda")
+        prefix, created = Path(os.environ["CONDA_PREFIX"]), False
+    else:
+        prefix = (prefix or root / f".venv-{variant.key}").absolute()
+        created = not env_python(prefix).exists()
+        if created:
+            create_venv(prefix, python or find_python(variant.stack.python), seed=installer == "pip")
+    (prefix / MARKER).unlink(missing_ok=True)
+    started = time.monotonic()
+    try:
+        sync(env_python(prefix), lock, installer)
+    except BaseException:
+        if created:
+            shutil.rmtree(prefix, ignore_errors=True)  # a half-made env must not look usable
+        raise
+    seconds = time.monotonic() - started
+    write_atomic(prefix / MARKER, json.dumps({"stack": variant.stack.name, "variant": variant.name,
+                                              "lock": str(lock.relative_to(root)), "installer": installer,
+                                              "install_seconds": round(seconds, 1)}, indent=2) + "\n")
+    print(f"installed {lock.name} into {prefix} with {installer} in {seconds:.1f} s", file=sys.stderr)
+    return prefix
+
+
+def register(sub) -> None:
+    p = sub.add_parser("install", help="install a locked variant into a venv or the active conda env, then check drift")
+    p.add_argument("--stack", help="stack (default: the catalog's default)")
+    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    p.add_argument("--prefix", type=Path, help="venv to create or update (default: .venv-<stack>-<variant>)")
+    p.add_argument("--conda", action="store_true", help="install into the active conda env instead of a venv")
+    p.add_argument("--python", help="interpreter for a new venv (default: the stack's Python found on this machine)")
+    p.add_argument("--installer", choices=("uv", "pip"), default="uv", help="uv (default) or plain pip, on the same lock")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant)
+    prefix = install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)
+    from verlenv.verify.static import lock_drift_problems
+
+    problems = lock_drift_problems(str(env_python(prefix)), lock_path(cat.root, variant), variant)
+    for line in problems:
+        print(f"drift: {line}", file=sys.stderr)
+    if problems:
+        print(f"verlenv install: {len(problems)} distribution(s) differ from the lock", file=sys.stderr)
+        return 1
+    print("drift check: every installed distribution equals its lock line", file=sys.stderr)
+    return 0

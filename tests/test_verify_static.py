@@ -273,8 +273,9 @@ def test_a_pre_cxx11_abi_build_against_the_real_torch_2_11(tmp_path):
     results = {}
     for abi in ("1", "0"):
         so = tmp_path / f"probe_abi{abi}.cpython-312-x86_64-linux-gnu.so"
-        gxx("-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-o", str(so), str(src), f"-L{lib}", "-lc10",
-            f"-Wl,-rpath,{lib}")
+        # --no-as-needed: libc10 stays needed even when it lacks the symbol, as it did for the torch built against.
+        gxx("-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-o", str(so), str(src), f"-L{lib}",
+            "-Wl,--no-as-needed", "-lc10", f"-Wl,-rpath,{lib}")
         results[abi] = (static.check_symbols(so, "flash-attn", lib, torch["cuda"], FSDP),
                         loader_says(so, python, preload="import torch\n"))
     good, good_load = results["1"]
@@ -329,7 +330,8 @@ def cuda_object(nvcc: Path, folder: Path, name: str, gencode: list[str]) -> Path
     src.write_text("__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n"
                    "extern \"C\" void launch(float* x) { twice<<<1, 32>>>(x); }\n")
     out = folder / f"{name}.so"
-    args = [str(nvcc), "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-o", str(out), str(src)]
+    args = [str(nvcc), "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", f"-L{nvcc.parent.parent / 'lib64'}",
+            "-o", str(out), str(src)]
     for g in gencode:
         args += ["-gencode", g]
     subprocess.run(args, check=True, capture_output=True)

@@ -142,3 +142,17 @@ def test_the_whole_run_stays_fast(kernels):
     wall = time.monotonic() - start
     assert len([r for r in results if r.status == "fail"]) == 5  # flash-attn, vllm, nccl, verl, apex
     assert wall < 2.0 + 10, wall
+
+
+def test_the_packaged_scripts_accept_the_profile_verify_sends():
+    """Contract: every packaged script takes the profile from gpus.toml and answers with valid results
+    (here, without torch: each says its package is not installed)."""
+    found = runner.scripts(runner.KERNELS_DIR)
+    assert [runner.package_of(p) for p in found] == ["torch", "triton", "flash-attn", "apex", "transformer-engine",
+                                                      "megatron-core", "vllm", "nccl", "verl"]
+    scope = runner.Scope(frozenset(runner.REQUIRED["megatron"]))
+    for profile in gpus.profiles().values():
+        for script in found:
+            results = runner.run_script(sys.executable, script, profile.for_checks(1), 60.0, scope)
+            assert results and all(r.status == "skip" and "not installed" in r.reason for r in results), \
+                [(r.name, r.status, r.reason) for r in results]

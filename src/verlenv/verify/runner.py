@@ -187,7 +187,9 @@ def run_script(python: str, script: Path, profile: dict, timeout: float, scope: 
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="verlenv-verify-") as tmp:
         out_path = Path(tmp) / "results.json"
-        cmd = [python, str(Path(script).resolve()), "--out", str(out_path), "--profile", json.dumps(profile)]
+        # Scripts run in a scratch folder: a relative interpreter path must not change meaning there.
+        interpreter = os.path.abspath(python) if os.sep in python else python
+        cmd = [interpreter, str(Path(script).resolve()), "--out", str(out_path), "--profile", json.dumps(profile)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                                 cwd=tmp, start_new_session=True)
         timed_out = False

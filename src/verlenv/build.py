@@ -15,7 +15,7 @@ from pathlib import Path
 
 from verlenv import catalog, cubins, gpus, recipes, sources, toolchain, wheelcache
 from verlenv.errors import UserError
-from verlenv.parallelism import mem_available_gib, parallelism_for
+from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
 
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 
@@ -62,14 +62,14 @@ class MemorySampler(threading.Thread):
     def __init__(self, interval: float = 1.0):
         super().__init__(daemon=True)
         self.interval, self.start_avail, self.min_avail = interval, mem_available_gib(), mem_available_gib()
-        self._stop = threading.Event()
+        self._halt = threading.Event()  # not _stop: that name is Thread.join's own method
 
     def run(self):
-        while not self._stop.wait(self.interval):
+        while not self._halt.wait(self.interval):
             self.min_avail = min(self.min_avail, mem_available_gib())
 
     def stop(self) -> float:
-        self._stop.set()
+        self._halt.set()
         self.join()
         return round(self.start_avail - self.min_avail, 2)
 
@@ -160,10 +160,14 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     if recipe.source["kind"] == "pypi-sdist":
         version = wanted.version
         source_id = f"sha256:{recipe.sha256_for(version)}"
-    else:
+    elif recipe.source["kind"] == "git":
         version = recipe.source["version"]
         source_id = f"git:{recipe.source['commit']}:tree-sha256:{recipe.source['tree_sha256']}"
-    inputs = fingerprint_inputs(recipe, version, source_id, info, archs)
+    else:
+        version = recipe.source["version"]
+        source_id = f"dir:tree-sha256:{recipe.source['tree_sha256']}"
+    # Host-only code is the same binary for every GPU: one build serves all archs.
+    inputs = fingerprint_inputs(recipe, version, source_id, info, archs if recipe.gpu_code else [])
     fp = wheelcache.fingerprint(inputs)
     try:
         hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
@@ -176,7 +180,9 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         return BuildResult(recipe.package, hit.wheel, fp, True, hit.record)
 
     mem, cores = mem_available_gib(), os.cpu_count() or 1
-    par = parallelism_for(recipe.mem_per_job_gib, recipe.mem_per_extra_thread_gib, len(archs), mem, cores)
+    # nvcc threads only help when the recipe can pass them on and there is GPU code to split by arch.
+    n_archs = len(archs) if recipe.threads_variable and recipe.gpu_code else 1
+    par = parallelism_for(recipe.mem_per_job_gib, recipe.mem_per_extra_thread_gib, n_archs, mem, cores)
     jobs = jobs or _env_int("MAX_JOBS") or par.jobs
     threads = threads or (_env_int(recipe.threads_variable) if recipe.threads_variable else None) or par.threads
     decided = "given by the user" if (jobs, threads) != (par.jobs, par.threads) else par.reason
@@ -188,14 +194,25 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     try:
         if recipe.source["kind"] == "pypi-sdist":
             src = sources.unpack_sdist(sources.fetch_sdist(recipe, version, work, source), tmp / "src")
-        else:
+        elif recipe.source["kind"] == "git":
             if source is None:
                 raise UserError(f"{recipe.package} is built from git {recipe.source['url']}: pass --source <clone or mirror>")
             src = sources.export_git_tree(recipe, source, tmp / "src")
-        env = {**os.environ, **tc.env, **recipe.env,
-               recipe.arch_variable: recipe.arch_value(archs), recipe.jobs_variable: str(jobs)}
+        else:
+            src = sources.copy_local_tree(recipe, tmp / "src")
+        env = {**os.environ, **tc.env, **recipe.env, recipe.jobs_variable: str(jobs)}
+        # The env's own tools (ninja, cmake) as if it were activated; the toolchain's nvcc stays first.
+        env["PATH"] = f"{tc.cuda_home}/bin:{Path(python).parent}:{env['PATH']}"
+        if recipe.gpu_code:
+            env[recipe.arch_variable] = recipe.arch_value(archs)
         if recipe.threads_variable:
             env[recipe.threads_variable] = str(threads)
+        if recipe.concurrent_extensions_variable:
+            at_once, per_extension = split_jobs(jobs)
+            env[recipe.concurrent_extensions_variable], env[recipe.jobs_variable] = str(at_once), str(per_extension)
+            print(f"  {recipe.concurrent_extensions_variable}={at_once} extensions at once x "
+                  f"{recipe.jobs_variable}={per_extension} jobs each", file=sys.stderr)
+        env |= _site_paths(recipe, info, env)
         cmd = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
                *recipe.pip_args, "-w", str(tmp / "dist"), str(src)]
         print(f"  log: {log_path}", file=sys.stderr)
@@ -235,6 +252,19 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _site_paths(recipe: recipes.Recipe, info: toolchain.TorchInfo, env: dict) -> dict[str, str]:
+    """The recipe's site-packages folders, prepended to their search-path variables; each must exist."""
+    out = {}
+    for var, rels in recipe.site_paths.items():
+        folders = [Path(info.purelib) / rel for rel in rels]
+        for folder in folders:
+            if not folder.is_dir():
+                raise UserError(f"{recipe.package} needs {folder} (site-packages/{folder.relative_to(info.purelib)}); "
+                                f"install the env's locked packages first (verlenv install)")
+        out[var] = ":".join([*map(str, folders), *([env[var]] if env.get(var) else [])])
+    return out
+
+
 def _check_cubins(recipe: recipes.Recipe, objects: list[Path], archs: list[str], log_path: Path) -> None:
     """Every requested arch must have a cubin in every CUDA object; the named extensions must be CUDA objects."""
     missing = cubins.missing_archs(objects, archs)
@@ -242,7 +272,7 @@ def _check_cubins(recipe: recipes.Recipe, objects: list[Path], archs: list[str],
         hits = [o for o in objects if o.name.startswith(module + ".") or o.name.startswith(module + "_")]
         if not hits:
             raise UserError(f"{recipe.package}: the wheel has no {module} extension; log: {log_path}", exit_code=1)
-        if not any(cubins.shared_object_archs(o) for o in hits):
+        if recipe.gpu_code and not any(cubins.shared_object_archs(o) for o in hits):
             raise UserError(f"{recipe.package}: {module} carries no GPU code (.nv_fatbin); log: {log_path}", exit_code=1)
     if missing:
         detail = "; ".join(f"{Path(k).name} lacks sm_{','.join(map(str, v))}" for k, v in missing.items())
@@ -251,8 +281,11 @@ def _check_cubins(recipe: recipes.Recipe, objects: list[Path], archs: list[str],
 
 def install_wheel(python: str, wheel: Path, recipe: recipes.Recipe) -> None:
     """Install with no dependency resolution (torch must stay as locked), then import it."""
-    subprocess.run(["uv", "pip", "install", "--python", python, "--no-deps", "--no-index", "--reinstall",
-                    "--no-config", str(wheel)], check=True)
+    if shutil.which("uv"):
+        cmd = ["uv", "pip", "install", "--python", python, "--no-deps", "--no-index", "--reinstall", "--no-config"]
+    else:  # an env made without uv (e.g. a GPU image's own Python)
+        cmd = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", "--no-input"]
+    subprocess.run([*cmd, str(wheel)], check=True)
     modules = [recipe.import_name, *recipe.extension_modules]
     code = "import importlib, torch\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
     r = subprocess.run([python, "-c", code], capture_output=True, text=True)

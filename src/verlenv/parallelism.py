@@ -1,5 +1,6 @@
 """How many compile jobs (and nvcc threads per job) fit in this machine's memory and cores."""
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,3 +39,10 @@ def parallelism_for(mem_per_job_gib: float, mem_per_extra_thread_gib: float, n_a
               + (", one job only: memory is tight" if by_memory < 1 else "")
               + f", {threads} nvcc thread(s) per job for {n_archs} arch(s)")
     return Parallelism(jobs, threads, reason)
+
+
+def split_jobs(jobs: int) -> tuple[int, int]:
+    """(extensions at once, jobs per extension) whose product stays within `jobs`; most go to extensions,
+    since a package like apex has many extensions of a few files each."""
+    per_extension = max(1, math.isqrt(jobs))
+    return max(1, jobs // per_extension), per_extension

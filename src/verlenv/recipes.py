@@ -8,7 +8,7 @@ from pathlib import Path
 from verlenv.errors import UserError
 
 ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TORCH_CUDA_ARCH_LIST)
-SOURCE_KINDS = ("pypi-sdist", "git")
+SOURCE_KINDS = ("pypi-sdist", "git", "local-dir")  # local-dir: a folder beside the recipe, pinned by tree digest
 
 
 @dataclass(frozen=True)
@@ -19,13 +19,19 @@ class Recipe:
     extension_modules: tuple[str, ...]
     source: dict
     requires: tuple[str, ...]
-    arch_variable: str
+    arch_variable: str | None
     arch_format: str
     threads_variable: str | None
     jobs_variable: str
+    # setup.py builds this many extensions at once, each running jobs_variable compile jobs.
+    concurrent_extensions_variable: str | None
+    # False: host C++ only (kernels live in a prebuilt core library): no archs, no cubins expected.
+    gpu_code: bool
     mem_per_job_gib: float
     mem_per_extra_thread_gib: float
     env: dict[str, str]
+    # Search-path variables (CPATH, ...) to prepend with folders inside the env's site-packages.
+    site_paths: dict[str, tuple[str, ...]]
     pip_args: tuple[str, ...]
 
     @property
@@ -70,19 +76,28 @@ def load(root: Path, package: str) -> Recipe:
             extension_modules=tuple(data.get("extension_modules", [])),
             source=source,
             requires=tuple(build.get("requires", [])),
-            arch_variable=build["arch_variable"],
+            arch_variable=build.get("arch_variable"),
             arch_format=build.get("arch_format", "dotted"),
             threads_variable=build.get("threads_variable"),
             jobs_variable=build.get("jobs_variable", "MAX_JOBS"),
+            concurrent_extensions_variable=build.get("concurrent_extensions_variable"),
+            gpu_code=bool(build.get("gpu_code", True)),
             mem_per_job_gib=float(build["mem_per_job_gib"]),
             mem_per_extra_thread_gib=float(build.get("mem_per_extra_thread_gib", 0.0)),
             env={k: str(v) for k, v in build.get("env", {}).items()},
+            site_paths={k: tuple(v) for k, v in build.get("site_paths", {}).items()},
             pip_args=tuple(build.get("pip_args", [])),
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None
+    if recipe.gpu_code and not recipe.arch_variable:
+        raise UserError(f"{path}: missing key build.arch_variable (or set build.gpu_code = false)")
     if recipe.arch_format not in ARCH_FORMATS:
         raise UserError(f"{path}: build.arch_format is {recipe.arch_format!r}; valid: {', '.join(ARCH_FORMATS)}")
     if source.get("kind") not in SOURCE_KINDS:
         raise UserError(f"{path}: source.kind is {source.get('kind')!r}; valid: {', '.join(SOURCE_KINDS)}")
+    if source["kind"] == "local-dir":
+        missing = [k for k in ("path", "version", "tree_sha256") if k not in source]
+        if missing:
+            raise UserError(f"{path}: missing key source.{missing[0]}")
     return recipe

@@ -118,3 +118,16 @@ def export_git_tree(recipe: Recipe, repo: Path, dest: Path) -> Path:
     if got != want:
         raise UserError(f"{recipe.package} at {commit[:12]}: tree digest {got} does not match the recipe's {want}; refusing to build")
     return out
+
+
+def copy_local_tree(recipe: Recipe, dest: Path) -> Path:
+    """A copy of the folder the recipe names (relative to the recipe), checked against the pinned tree digest."""
+    folder = (recipe.path.parent / recipe.source["path"]).resolve()
+    if not folder.is_dir():
+        raise UserError(f"{recipe.path}: source.path {recipe.source['path']!r} is not a folder ({folder})")
+    out = dest / f"{recipe.package}-{recipe.source['version']}"
+    shutil.copytree(folder, out, symlinks=True)
+    got, want = tree_digest(out), recipe.source["tree_sha256"]
+    if got != want:
+        raise UserError(f"{recipe.package}: tree digest of {folder} is {got}, not the recipe's {want}; refusing to build")
+    return out

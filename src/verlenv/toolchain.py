@@ -19,6 +19,8 @@ from pathlib import Path
 from verlenv.errors import UserError
 
 TARGET_TRIPLE = "x86_64-linux"
+# Layout 1 pointed targets/<triple>/lib at the temp folder it was made in, a link that broke on rename.
+PYPI_CUDA_HOME_LAYOUT = 2
 
 # Newest gcc major each nvcc release accepts (CUDA installation guides; nvcc's host_config.h).
 MAX_GCC_FOR_CUDA = {"12.8": 14, "12.9": 14, "13.0": 15}
@@ -107,7 +109,8 @@ def assemble_pypi_cuda_home(cu_root: Path, dest_parent: Path) -> Path:
     `targets/x86_64-linux/{include,lib}` and torch links `lib64/libcudart.so`, which the wheel ships
     only under its SONAME. Made in a temp dir and renamed into place, so a half-made one never exists.
     """
-    key = hashlib.sha256(str(cu_root.resolve()).encode()).hexdigest()[:12]
+    # The layout version is part of the key: a home made by an older layout is never reused.
+    key = hashlib.sha256(f"{cu_root.resolve()}:layout-{PYPI_CUDA_HOME_LAYOUT}".encode()).hexdigest()[:12]
     dest = dest_parent / f"cuda-home-{key}"
     if (dest / "bin" / "nvcc").exists():
         return dest
@@ -127,7 +130,7 @@ def assemble_pypi_cuda_home(cu_root: Path, dest_parent: Path) -> Path:
         targets = tmp / "targets" / TARGET_TRIPLE
         targets.mkdir(parents=True)
         (targets / "include").symlink_to(cu_root / "include")
-        (targets / "lib").symlink_to(lib64)
+        (targets / "lib").symlink_to(Path("..", "..", "lib64"))  # relative: tmp is renamed below
         os.replace(tmp, dest)
     except FileExistsError:
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished it first
@@ -187,7 +190,7 @@ def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None) -> 
     candidates += _candidate_conda(env)
     if cu_root := _pypi_cuda_root(info.purelib):
         candidates.append(("pypi", cu_root, f"PyPI CUDA wheels in {cu_root}"))
-    for system in (Path("/usr/local/cuda"), *(Path(p).parent.parent for p in [shutil.which("nvcc")] if p)):
+    for system in (Path("/usr/local/cuda"), *(Path(p).parent.parent for p in [shutil.which("nvcc", path=env.get("PATH"))] if p)):
         candidates.append(("system", system, f"system toolkit {system}"))
     seen: list[str] = []
     for source, root, reason in candidates:

@@ -1,0 +1,173 @@
+"""Build sources are verified before use: sdists by sha256, git commits and local folders by tree digest."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from verlenv import recipes, sources
+from verlenv.errors import UserError
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "ext"
+
+
+def write_recipe(root: Path, package: str, text: str) -> recipes.Recipe:
+    folder = root / "recipes" / package
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "recipe.toml").write_text(text)
+    return recipes.load(root, package)
+
+
+def sdist_recipe(root: Path, sha256: str) -> recipes.Recipe:
+    return write_recipe(root, "probe", f"""
+package = "probe"
+import_name = "probe"
+[source]
+kind = "pypi-sdist"
+[source.sha256]
+"1.0" = "{sha256}"
+[build]
+arch_variable = "TORCH_CUDA_ARCH_LIST"
+mem_per_job_gib = 1
+""")
+
+
+def test_a_local_sdist_with_the_pinned_hash_is_stored_once(tmp_path):
+    archive = tmp_path / "probe-1.0.tar.gz"
+    archive.write_bytes(b"an sdist's bytes")
+    recipe = sdist_recipe(tmp_path, hashlib.sha256(b"an sdist's bytes").hexdigest())
+    stored = sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive)
+    assert stored.read_bytes() == archive.read_bytes() and stored.name == archive.name
+    archive.unlink()  # the cache answers from now on
+    assert sources.fetch_sdist(recipe, "1.0", tmp_path / "cache") == stored
+
+
+def test_an_sdist_with_another_hash_is_refused_and_not_kept(tmp_path):
+    archive = tmp_path / "probe-1.0.tar.gz"
+    archive.write_bytes(b"something else")
+    recipe = sdist_recipe(tmp_path, hashlib.sha256(b"an sdist's bytes").hexdigest())
+    with pytest.raises(UserError) as e:
+        sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive)
+    assert "does not match the recipe's" in str(e.value) and "refusing to build" in str(e.value)
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
+def test_a_corrupted_cached_sdist_is_fetched_again(tmp_path):
+    archive = tmp_path / "probe-1.0.tar.gz"
+    archive.write_bytes(b"an sdist's bytes")
+    recipe = sdist_recipe(tmp_path, hashlib.sha256(b"an sdist's bytes").hexdigest())
+    stored = sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive)
+    stored.write_bytes(b"bit rot")
+    assert sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive).read_bytes() == b"an sdist's bytes"
+
+
+def test_an_unpinned_version_is_refused(tmp_path):
+    recipe = sdist_recipe(tmp_path, "0" * 64)
+    with pytest.raises(UserError) as e:
+        recipe.sha256_for("2.0")
+    assert str(e.value).endswith("no pinned sha256 for probe 2.0; pinned versions: 1.0")
+
+
+@pytest.fixture
+def git_repo(tmp_path) -> tuple[Path, str, str]:
+    """A real git repository with one commit; returns (repo, commit, tree digest of that commit)."""
+    repo = tmp_path / "upstream"
+    (repo / "csrc").mkdir(parents=True)
+    (repo / "setup.py").write_text("print('setup')\n")
+    (repo / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
+    (repo / "build.sh").write_text("#!/bin/sh\n")
+    (repo / "build.sh").chmod(0o755)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True, env=env)
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    digest_of = tmp_path / "checkout"
+    shutil.copytree(repo, digest_of, ignore=shutil.ignore_patterns(".git"))
+    return repo, commit, sources.tree_digest(digest_of)
+
+
+def git_recipe(root: Path, commit: str, digest: str) -> recipes.Recipe:
+    return write_recipe(root, "upstream", f"""
+package = "upstream"
+import_name = "upstream"
+[source]
+kind = "git"
+url = "https://example.invalid/upstream"
+commit = "{commit}"
+version = "0.1"
+tree_sha256 = "{digest}"
+[build]
+arch_variable = "TORCH_CUDA_ARCH_LIST"
+mem_per_job_gib = 1
+""")
+
+
+def test_a_git_commit_is_exported_and_checked(git_repo, tmp_path):
+    repo, commit, digest = git_repo
+    out = sources.export_git_tree(git_recipe(tmp_path, commit, digest), repo, tmp_path / "src")
+    assert (out / "csrc" / "k.cu").is_file() and os.access(out / "build.sh", os.X_OK)
+    assert not (out / ".git").exists()
+
+
+def test_a_git_tree_with_another_digest_is_refused(git_repo, tmp_path):
+    repo, commit, _ = git_repo
+    with pytest.raises(UserError) as e:
+        sources.export_git_tree(git_recipe(tmp_path, commit, "f" * 64), repo, tmp_path / "src")
+    assert "does not match the recipe's" in str(e.value)
+
+
+def test_a_missing_commit_and_a_non_repository_are_refused(git_repo, tmp_path):
+    repo, _, digest = git_repo
+    with pytest.raises(UserError) as e:
+        sources.export_git_tree(git_recipe(tmp_path, "1" * 40, digest), repo, tmp_path / "src")
+    assert f"has no commit {'1' * 40}" in str(e.value)
+    with pytest.raises(UserError) as e:
+        sources.export_git_tree(git_recipe(tmp_path, "1" * 40, digest), tmp_path / "nowhere", tmp_path / "src")
+    assert "is not a git repository" in str(e.value)
+
+
+def test_the_apex_recipe_matches_its_upstream_commit(tmp_path):
+    """Needs a clone or mirror of NVIDIA/apex named by $VERLENV_APEX_GIT (GitHub is not always reachable)."""
+    repo = os.environ.get("VERLENV_APEX_GIT")
+    if not repo:
+        pytest.skip("set VERLENV_APEX_GIT to a clone or mirror of NVIDIA/apex")
+    recipe = recipes.load(REPO, "apex")
+    out = sources.export_git_tree(recipe, Path(repo), tmp_path / "src")
+    assert f'version="{recipe.source["version"]}"' in (out / "setup.py").read_text()
+
+
+def test_the_test_extensions_match_their_pinned_digests(tmp_path):
+    for package in ("cuda-ext-probe", "sleepy-probe"):
+        recipe = recipes.load(DATA, package)
+        out = sources.copy_local_tree(recipe, tmp_path / package)
+        assert (out / "setup.py").is_file()
+
+
+def test_an_edited_local_folder_is_refused(tmp_path):
+    shutil.copytree(DATA, tmp_path / "ext", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "ext" / "cuda-ext-probe" / "probe.cpp").write_text("// edited\n")
+    with pytest.raises(UserError) as e:
+        sources.copy_local_tree(recipes.load(tmp_path / "ext", "cuda-ext-probe"), tmp_path / "src")
+    assert "refusing to build" in str(e.value)
+
+
+def test_tree_digest_sees_content_names_and_the_executable_bit(tmp_path):
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / "a.txt").write_text("a")
+    base = sources.tree_digest(tree)
+    (tree / "a.txt").chmod(0o755)
+    assert sources.tree_digest(tree) != base
+    (tree / "a.txt").chmod(0o644)
+    assert sources.tree_digest(tree) == base
+    (tree / "a.txt").rename(tree / "b.txt")
+    assert sources.tree_digest(tree) != base
+    (tree / "b.txt").rename(tree / "a.txt")
+    (tree / "a.txt").write_text("A")
+    assert sources.tree_digest(tree) != base

@@ -1,0 +1,159 @@
+"""Toolchain resolution: the PyPI-assembled CUDA_HOME, refusal when no nvcc matches torch, host compiler limits."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_build_env import torch_python
+from verlenv import toolchain
+from verlenv.errors import UserError
+
+
+def fake_torch_python(folder: Path, cuda: str | None, purelib: Path, torch: str = "2.8.0+cu128") -> str:
+    """Test double: an 'interpreter' answering the torch probe as a torch built for `cuda` would."""
+    info = {"python": str(folder / "python"), "python_tag": "cp312", "torch": torch, "cuda": cuda,
+            "cxx11_abi": True, "torch_lib": str(purelib / "torch" / "lib"), "purelib": str(purelib)}
+    script = folder / "fake-torch-python"
+    script.write_text(f"#!/bin/sh\necho '{json.dumps(info)}'\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def fake_compiler(folder: Path, version: str) -> str:
+    """Test double: a g++ that reports `version` (no such gcc is installed here)."""
+    script = folder / "g++"
+    script.write_text(f"#!/bin/sh\necho {version}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """No CUDA_HOME, no conda, a PATH without nvcc: only the candidates the test names."""
+    return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **extra}
+
+
+def one_line(e: pytest.ExceptionInfo) -> str:
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+def test_no_matching_toolkit_is_refused_in_one_line(tmp_path):
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env())
+    message = one_line(e)
+    assert message.startswith("no CUDA 12.8 toolkit for torch 2.8.0+cu128 (needs nvcc 12.8)")
+    assert "conda-forge cuda-nvcc=12.8" in message
+    assert e.value.exit_code == 2
+    assert not (tmp_path / "cache").exists()  # nothing assembled for a refused env
+
+
+def test_a_cpu_torch_is_refused(tmp_path):
+    python = fake_torch_python(tmp_path, None, tmp_path / "site-packages", torch="2.11.0+cpu")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env())
+    assert "is a CPU build" in one_line(e)
+
+
+def test_an_env_without_torch_is_refused(tmp_path):
+    no_site = tmp_path / "python-without-site-packages"
+    no_site.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    no_site.chmod(0o755)
+    with pytest.raises(UserError) as e:
+        toolchain.torch_info(str(no_site))
+    assert "torch does not import" in one_line(e) and "No module named 'torch'" in str(e.value)
+
+
+def test_a_missing_interpreter_is_refused(tmp_path):
+    with pytest.raises(UserError) as e:
+        toolchain.torch_info(str(tmp_path / "no-such-python"))
+    assert "no Python interpreter at" in one_line(e)
+
+
+@pytest.mark.parametrize("cuda, version", [("13.0", "16.1.0"), ("12.8", "15.2.0")])
+def test_a_host_compiler_too_new_is_refused_in_one_line(tmp_path, cuda, version):
+    cxx, reported = toolchain.host_compiler({"CXX": fake_compiler(tmp_path, version)})
+    assert reported == version
+    with pytest.raises(UserError) as e:
+        toolchain.check_host_compiler(cuda, cxx, reported)
+    message = one_line(e)
+    limit = toolchain.MAX_GCC_FOR_CUDA[cuda]
+    assert f"gcc {version}" in message and f"gcc <= {limit}" in message and "CXX/CUDAHOSTCXX" in message
+
+
+@pytest.mark.parametrize("cuda, version", [("13.0", "15.1.0"), ("13.0", "12.2.0"), ("12.8", "14.3.0")])
+def test_a_supported_host_compiler_passes(cuda, version):
+    toolchain.check_host_compiler(cuda, "g++", version)
+
+
+def test_this_machines_gcc_is_accepted_for_cuda_13():
+    cxx, version = toolchain.host_compiler({})
+    toolchain.check_host_compiler("13.0", cxx, version)
+    assert version.split(".")[0].isdigit()
+
+
+def test_a_missing_host_compiler_is_refused(tmp_path):
+    with pytest.raises(UserError) as e:
+        toolchain.host_compiler({"CXX": str(tmp_path / "no-such-g++")})
+    assert "no host C++ compiler" in one_line(e)
+
+
+@pytest.fixture(scope="module")
+def real_env() -> tuple[str, Path]:
+    python = torch_python()
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    return python, Path(purelib)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_pypi_cuda_home_has_the_layout_torch_and_nvcc_expect(real_env, tmp_path):
+    _, purelib = real_env
+    home = toolchain.assemble_pypi_cuda_home(purelib / "nvidia" / "cu13", tmp_path)
+    assert toolchain.nvcc_version(home / "bin" / "nvcc") == "13.0"
+    assert (home / "nvvm" / "bin" / "cicc").is_file()
+    assert (home / "include" / "cuda_runtime.h").is_file()
+    assert (home / "lib64" / "libcudart.so").resolve().name == "libcudart.so.13"
+    assert os.readlink(home / "lib") == "lib64"
+    assert (home / "targets" / "x86_64-linux" / "include" / "cuda_runtime.h").is_file()
+    assert (home / "targets" / "x86_64-linux" / "lib" / "libcudart.so").exists()
+    assert toolchain.assemble_pypi_cuda_home(purelib / "nvidia" / "cu13", tmp_path) == home  # made once
+    assert [p.name for p in tmp_path.iterdir()] == [home.name]  # no temp folder left
+    # nvcc through the symlinked home finds its headers and device compiler: a real compile to a cubin.
+    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n")
+    r = subprocess.run([str(home / "bin" / "nvcc"), "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"),
+                        str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_resolve_picks_the_pypi_nvcc_for_the_cuda_13_torch(real_env, tmp_path):
+    python, _ = real_env
+    info, tc = toolchain.resolve(python, tmp_path, bare_env())
+    assert (info.torch, info.cuda, info.cxx11_abi) == ("2.11.0+cu130", "13.0", True)
+    assert (tc.source, tc.nvcc_version) == ("pypi", "13.0")
+    assert tc.env["CUDA_HOME"] == tc.cuda_home and tc.env["PATH"].startswith(f"{tc.cuda_home}/bin:")
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_nvcc_13_is_refused_for_a_cuda_12_8_torch(real_env, tmp_path):
+    _, purelib = real_env
+    python = fake_torch_python(tmp_path, "12.8", purelib)  # sees the env's real nvcc 13.0 wheels
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env())
+    message = one_line(e)
+    assert "no CUDA 12.8 toolkit" in message and f"{purelib / 'nvidia' / 'cu13'}: nvcc 13.0" in message
+    home = toolchain.assemble_pypi_cuda_home(purelib / "nvidia" / "cu13", tmp_path / "homes")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(home)))
+    assert one_line(e) == (f"CUDA_HOME={home} has nvcc 13.0 but torch 2.8.0+cu128 was built with CUDA 12.8; "
+                           "point CUDA_HOME at a 12.8 toolkit or unset it")

@@ -1,0 +1,195 @@
+"""The wheel cache: a changed input is a new fingerprint; a killed store or build leaves no entry; corruption shows."""
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from test_build_env import DATA, clean_build_env, torch_python
+from verlenv import build, catalog, recipes, toolchain, wheelcache
+
+REPO = Path(__file__).resolve().parent.parent
+
+TORCH = toolchain.TorchInfo(python="/env/bin/python", python_tag="cp312", torch="2.11.0+cu130", cuda="13.0",
+                            cxx11_abi=True, torch_lib="/env/torch/lib", purelib="/env/site-packages")
+
+
+def inputs(recipe: recipes.Recipe, **change) -> dict:
+    info = dataclasses.replace(TORCH, **{k: v for k, v in change.items() if k in ("torch", "cuda", "python_tag", "cxx11_abi")})
+    return build.fingerprint_inputs(recipe, change.get("version", "2.8.3.post2"),
+                                    change.get("source", "sha256:" + "0" * 64), info, change.get("archs", ["8.0", "9.0"]))
+
+
+@pytest.fixture
+def recipe(tmp_path) -> recipes.Recipe:
+    shutil.copytree(REPO / "recipes" / "flash-attn", tmp_path / "recipes" / "flash-attn")
+    return recipes.load(tmp_path, "flash-attn")
+
+
+@pytest.mark.parametrize("change", [
+    {"version": "2.8.3"},
+    {"source": "sha256:" + "1" * 64},
+    {"torch": "2.11.1+cu130"},
+    {"cuda": "12.8"},
+    {"python_tag": "cp311"},
+    {"cxx11_abi": False},
+    {"archs": ["9.0"]},
+    {"archs": ["8.0", "9.0", "10.0"]},
+])
+def test_each_input_changes_the_fingerprint(recipe, change):
+    assert wheelcache.fingerprint(inputs(recipe, **change)) != wheelcache.fingerprint(inputs(recipe))
+
+
+def test_an_edited_recipe_changes_the_fingerprint(recipe):
+    before = wheelcache.fingerprint(inputs(recipe))
+    recipe.path.write_text(recipe.path.read_text().replace("mem_per_job_gib = 6.5", "mem_per_job_gib = 7"))
+    assert wheelcache.fingerprint(inputs(recipes.load(recipe.path.parent.parent.parent, "flash-attn"))) != before
+
+
+def test_the_same_inputs_in_any_order_give_the_same_fingerprint(recipe):
+    a = inputs(recipe, archs=["9.0", "8.0"])
+    b = dict(reversed(list(inputs(recipe).items())))
+    assert wheelcache.fingerprint(a) == wheelcache.fingerprint(b)
+
+
+def make_wheel(folder: Path, size: int = 1000) -> Path:
+    wheel = folder / "probe-0.1-cp312-cp312-linux_x86_64.whl"
+    wheel.write_bytes(os.urandom(size))
+    return wheel
+
+
+def test_store_then_lookup_returns_the_entry(tmp_path):
+    wheel = make_wheel(tmp_path)
+    stored = wheelcache.store(tmp_path / "wh", "probe", "fp1", wheel, {"wall_s": 1.0})
+    found = wheelcache.lookup(tmp_path / "wh", "probe", "fp1")
+    assert found == stored and found.wheel.read_bytes() == wheel.read_bytes()
+    assert found.record["fingerprint"] == "fp1" and found.record["wall_s"] == 1.0
+    assert wheelcache.lookup(tmp_path / "wh", "probe", "fp2") is None
+    assert [p.name for p in (tmp_path / "wh" / "probe").iterdir()] == ["fp1"]  # no temp folder left
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "delete"])
+def test_a_corrupted_entry_is_detected_by_its_hash(tmp_path, damage):
+    entry = wheelcache.store(tmp_path / "wh", "probe", "fp1", make_wheel(tmp_path), {})
+    data = entry.wheel.read_bytes()
+    if damage == "flip a byte":
+        entry.wheel.write_bytes(data[:500] + bytes([data[500] ^ 1]) + data[501:])
+    elif damage == "truncate":
+        entry.wheel.write_bytes(data[:-1])
+    else:
+        entry.wheel.unlink()
+    with pytest.raises(wheelcache.Corrupt):
+        wheelcache.lookup(tmp_path / "wh", "probe", "fp1")
+    wheelcache.remove(tmp_path / "wh", "probe", "fp1")
+    assert wheelcache.lookup(tmp_path / "wh", "probe", "fp1") is None
+
+
+def test_a_store_killed_midway_leaves_no_entry(tmp_path):
+    big = tmp_path / "big-0.1-py3-none-any.whl"
+    with open(big, "wb") as f:
+        f.truncate(768 << 20)  # long enough to copy and hash that the kill lands mid-store
+    wheelhouse = tmp_path / "wh"
+    code = f"from pathlib import Path; from verlenv import wheelcache; " \
+           f"wheelcache.store(Path({str(wheelhouse)!r}), 'big', 'fp1', Path({str(big)!r}), {{}})"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not list((wheelhouse / "big").glob(".tmp-*")):
+            assert proc.poll() is None, "store finished before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    leftovers = list((wheelhouse / "big").iterdir())
+    assert [p.name.startswith(".tmp-fp1-") for p in leftovers] == [True]  # it was killed inside store
+    assert wheelcache.lookup(wheelhouse, "big", "fp1") is None
+    assert not list(wheelhouse.rglob(wheelcache.ENTRY_FILE))
+    # The leftover does not stand in the way of the next, complete store.
+    small = make_wheel(tmp_path)
+    assert wheelcache.store(wheelhouse, "big", "fp1", small, {}).wheel.read_bytes() == small.read_bytes()
+    big.unlink()
+    shutil.rmtree(leftovers[0])
+
+
+@pytest.fixture
+def probe_root(tmp_path) -> Path:
+    dest = tmp_path / "ext"
+    shutil.copytree(DATA, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch):
+    clean_build_env(monkeypatch)
+    python = torch_python()
+    started = tmp_path / "build-started"
+    wheelhouse, work = tmp_path / "wh", tmp_path / "work"
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from verlenv import build, catalog
+        root = Path({str(probe_root)!r})
+        variant = catalog.load(root / "stacks.toml").variant(None, "fsdp")
+        build.build_one(root, variant, "sleepy-probe", {python!r}, ["9.0"], Path({str(wheelhouse)!r}), Path({str(work)!r}))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                            env={**os.environ, "VERLENV_TEST_BUILD_STARTED": str(started)})
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists():
+            assert proc.poll() is None, "the builder exited before its build started"
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the builder and the pip build under it
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert list(work.glob("build-sleepy-probe-*/build.log"))  # it was killed inside the build
+    assert not list(wheelhouse.rglob(wheelcache.ENTRY_FILE)) and not list(wheelhouse.rglob("*.whl"))
+    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    # The next run finds nothing cached and builds (the hang is only on request).
+    result = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
+    assert not result.cached and wheelcache.lookup(wheelhouse, "sleepy-probe", result.fingerprint)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_the_builder_rebuilds_a_corrupted_entry(probe_root, tmp_path, monkeypatch):
+    clean_build_env(monkeypatch)
+    python = torch_python()
+    wheelhouse, work = tmp_path / "wh", tmp_path / "work"
+    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    first = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
+    # Host-only code: the archs are not an input, so any GPU target finds the same entry.
+    assert build.build_one(probe_root, variant, "sleepy-probe", python, ["8.0"], wheelhouse, work).cached
+    first.wheel.write_bytes(first.wheel.read_bytes() + b"\0")
+    again = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
+    assert not again.cached and again.fingerprint == first.fingerprint
+    assert wheelcache.lookup(wheelhouse, "sleepy-probe", first.fingerprint) is not None  # whole again
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_an_edited_recipe_is_a_new_fingerprint_and_a_rebuild(probe_root, tmp_path, monkeypatch):
+    clean_build_env(monkeypatch)
+    python = torch_python()
+    wheelhouse, work = tmp_path / "wh", tmp_path / "work"
+    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    before = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
+    recipe = probe_root / "recipes" / "sleepy-probe" / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace("mem_per_job_gib = 0.5", "mem_per_job_gib = 0.75"))
+    after = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
+    assert not after.cached and after.fingerprint != before.fingerprint
+    assert after.record["inputs"]["recipe"] != before.record["inputs"]["recipe"]
+    assert wheelcache.lookup(wheelhouse, "sleepy-probe", before.fingerprint) is not None  # the old entry stays

@@ -11,7 +11,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -141,7 +140,11 @@ def torch_env(tmp_path_factory):
                 "-D_GLIBCXX_USE_CXX11_ABI=0", f"-L{torch / 'lib'}", "-lc10")
     (sp / "good_ext").mkdir()
     good = gxx(sp / "good_ext" / "_C.so", GOOD_EXTENSION, f"-L{torch / 'lib'}", "-lc10")
-    return {"python": python, "site": sp, "stale": stale, "good": good}
+    # One build per torch release, as torch_c_dlpack_ext ships them: the torch24 build is not loaded on 2.11.
+    (sp / "addon").mkdir()
+    other = gxx(sp / "addon" / "libaddon_torch24-cuda.so", STALE_EXTENSION, "-D_GLIBCXX_USE_CXX11_ABI=0",
+                f"-L{torch / 'lib'}", "-lc10")
+    return {"python": python, "site": sp, "stale": stale, "good": good, "other": other}
 
 
 def test_facts_locate_torch_without_importing_it(torch_env):
@@ -154,10 +157,11 @@ def test_facts_locate_torch_without_importing_it(torch_env):
 def test_stale_torch_extension_is_found(torch_env):
     facts = facts_mod.gather(torch_env["python"])
     found = probes.torch_extensions(facts.site_packages, facts.torch["root"])
-    assert set(found) == {torch_env["stale"], torch_env["good"]}
+    assert set(found) == {torch_env["stale"], torch_env["good"], torch_env["other"]}
     r = probes.probe_torch_extensions(facts)
     assert (r.status, r.failure_id) == ("problem", "F1")
     assert list(r.details["broken"]) == [str(torch_env["stale"])]
+    assert r.details["other_releases"] == [str(torch_env["other"])]
     assert "_ZN3c104cuda9SetDeviceEi" in r.details["broken"][str(torch_env["stale"])]
     assert "1 of 2 torch extensions" in r.summary and "pre-C++11" in r.summary
     assert "verlenv build flash-attn" in " ".join(r.fix)
@@ -196,7 +200,7 @@ def test_driver_against_the_stack(monkeypatch):
     cat = catalog.load(ROOT / "stacks.toml")
     new, old = cat.stack("verl-0.9"), cat.stack("verl-0.7")
     # The driver version cannot be changed on this machine: VERLENV_TEST_DRIVER_VERSION is the test double.
-    version, gpus, source = probes.read_driver({probes.TEST_DRIVER_ENV: "575.51.03"})
+    version, _, source = probes.read_driver({probes.TEST_DRIVER_ENV: "575.51.03"})
     assert (version, source) == ("575.51.03", f"{probes.TEST_DRIVER_ENV} (test double)")
     r = probes.probe_driver(version, ["NVIDIA H100 80GB HBM3"], source, new, cat)
     assert (r.status, r.failure_id) == ("problem", "F15")
@@ -224,7 +228,7 @@ def test_this_machine_without_a_driver_is_skipped_not_flagged():
     driver, _, _ = probes.read_driver(environ)
     if driver is not None:
         pytest.skip("this machine has an NVIDIA driver")
-    ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
     assert probes.probe_triton_libcuda(environ, ldconfig, driver_present=False).status == "skipped"
 
 
@@ -255,7 +259,7 @@ def test_thread_limits():
 
 
 def test_real_nproc_limit_reaches_the_probe_through_the_cli(tmp_path):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
     if hard != resource.RLIM_INFINITY and hard < 4096:
         pytest.skip("hard nproc limit below the value the test sets")
 
@@ -270,7 +274,7 @@ def test_real_nproc_limit_reaches_the_probe_through_the_cli(tmp_path):
 
 def cli(args, python=None, env=None, **kw) -> dict:
     cmd = [sys.executable, "-m", "verlenv", "doctor", *args] + (["--python", str(python)] if python else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, **kw)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, check=False, **kw)
     assert p.returncode in (0, 1), p.stderr
     report = json.loads(p.stdout)
     report["returncode"] = p.returncode
@@ -322,6 +326,19 @@ def test_missing_lock_of_a_stack_is_skipped(tmp_path):
     r = probes.probe_lock_drift(facts_mod.gather(sys.executable), lock, reason)
     assert r.status == "skipped" and r.summary == reason
     assert probes.select_lock(tmp_path, None, None, None)[0] is None
+
+
+def test_lock_parser_on_the_project_locks():
+    cat = catalog.load(ROOT / "stacks.toml")
+    locks = sorted((ROOT / "locks").glob("*.linux-64.txt"))
+    if not locks:
+        pytest.skip("no locks/ in this checkout")
+    for lock in locks:
+        pins = probes.read_lock(lock)
+        stack = cat.stack(lock.name.split("-fsdp")[0].split("-megatron")[0])
+        torch = next(r for r in stack.variant("fsdp").requirements if r.startswith("torch=="))
+        assert pins["torch"] == torch.split("==")[1], lock.name
+        assert len(pins) > 100
 
 
 def test_lock_parser_reads_pins_and_rejects_other_files(tmp_path):
@@ -420,3 +437,13 @@ def test_lock_parser_on_a_real_uv_lock(tmp_path):
     subprocess.run(["uv", "pip", "compile", "-q", "--generate-hashes", "--python-version", "3.12",
                     str(tmp_path / "requirements.in"), "-o", str(tmp_path / "lock.txt")], check=True)
     assert probes.read_lock(tmp_path / "lock.txt") == {"packaging": "24.2"}
+
+
+@pytest.mark.skipif(not os.environ.get("VERLENV_DOCTOR_ENV"), reason="set VERLENV_DOCTOR_ENV to the python of an installed stack env")
+def test_an_installed_stack_env():
+    # e.g. VERLENV_DOCTOR_ENV=.venv-verl-0.9-fsdp/bin/python after `verlenv install --stack verl-0.9 --variant fsdp`
+    report = cli(["--json", "--stack", "verl-0.9", "--variant", "fsdp",
+                  "--only", "torch-extensions,lock-drift,numpy,cuda-majors"], python=os.environ["VERLENV_DOCTOR_ENV"])
+    found = by_probe(report)
+    assert {name: p["status"] for name, p in found.items()} == {
+        "torch-extensions": "ok", "lock-drift": "ok", "numpy": "ok", "cuda-majors": "ok"}, found

@@ -8,6 +8,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import BinaryIO
 
 from verlenv.doctor import knowledge, symbols
@@ -71,7 +72,7 @@ def _joins(pieces: list[str]) -> list[str]:
     """Ways a message wrapped over `pieces` may have read: a terminal cuts at a fixed width inside a word
     (join without a space), a program wraps at word boundaries and indents (join with one space)."""
     words = pieces[0]
-    for before, after in zip(pieces, pieces[1:]):
+    for before, after in pairwise(pieces):
         hard = len(before) >= HARD_WRAP and not after[:1].isspace()
         words += ("" if hard else " ") + after
     spaced = " ".join(pieces)
@@ -146,7 +147,7 @@ class Matcher:
                 parts = prev[-span:]
                 pieces = [*(p[1] for p in parts), text]
                 # Keywords a join can hold: those of its lines, and any cut at a line break.
-                seams = "\n".join(a[-SEAM:] + sep + b.lstrip()[:SEAM] for a, b in zip(pieces, pieces[1:]) for sep in ("", " "))
+                seams = "\n".join(a[-SEAM:] + sep + b.lstrip()[:SEAM] for a, b in pairwise(pieces) for sep in ("", " "))
                 keywords = present.union(*(p[3] for p in parts)) | self._present(seams.lower())
                 if not keywords:
                     continue

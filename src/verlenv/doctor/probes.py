@@ -31,6 +31,7 @@ DATACENTER_GPU = re.compile(r"\b(A100|A800|A30|A40|A10|H100|H800|H200|H20|GH200|
 MIN_NPROC = 16384
 MANY_CORES = 32
 KEY_PACKAGES = re.compile(r"^(torch|torchvision|torchaudio|triton|vllm|nvidia-cudnn-cu\d+|nvidia-nccl-cu\d+)$")
+RELEASE_TAG = re.compile(r"torch\d{2,3}(?=[-_.])")
 LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
 
 
@@ -203,7 +204,7 @@ def probe_apex(facts: EnvFacts) -> ProbeResult:
     init = root / "apex" / "__init__.py"
     init_text = init.read_text(errors="replace") if init.is_file() else ""
     files = [Path(f).name for f in dist.files] or [p.name for p in root.glob("*.so")]
-    if re.search(r"^\s*(?:from|import)\s+pyramid\b", init_text, re.M) or any(
+    if re.search(r"^\s*(?:from|import)\s+pyramid\b", init_text, re.MULTILINE) or any(
         canonicalize_name(Requirement(r).name) in ("pyramid", "cryptacular") for r in _requirements(dist.requires)
     ):
         return problem(name, f"apex {dist.version} at {root} is the PyPI Pyramid toolkit, not NVIDIA apex", "F6a",
@@ -254,15 +255,23 @@ def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
     if not providers:
         return skipped(name, f"no torch libraries under {lib}")
     extensions = torch_extensions(facts.site_packages, facts.torch["root"])
+    # Packages such as torch_c_dlpack_ext ship one build per torch release (…_torch27-cuda.so) and load the
+    # one that matches: the others are meant to miss symbols.
+    release = _version((facts.torch.get("version") or "").split("+")[0])
+    mine = f"torch{release.major}{release.minor}" if release else None
+    variants = [e for e in extensions if (m := RELEASE_TAG.search(e.name)) and m.group(0) != mine]
+    extensions = [e for e in extensions if e not in variants]
     if not extensions:
         return ok(name, "no compiled torch extensions installed", providers=len(providers))
     broken = {}
     for ext in extensions:
-        missing = symbols.unresolved(ext, providers, only=symbols.TORCH_SYMBOL)
+        missing = symbols.unresolved(ext, providers, only=symbols.TORCH_ABI_SYMBOL)
         if missing:
             broken[str(ext)] = missing
     if not broken:
-        return ok(name, f"{len(extensions)} torch extensions resolve every torch symbol", extensions=[str(e) for e in extensions])
+        return ok(name, f"{len(extensions)} torch extensions resolve every torch symbol"
+                  + (f" ({len(variants)} builds for other torch releases not checked)" if variants else ""),
+                  extensions=[str(e) for e in extensions], other_releases=[str(v) for v in variants])
     readable = symbols.demangle([s for names in broken.values() for s in names[:20]])
     lines, failure_id = [], "F1"
     for so, names in broken.items():
@@ -275,7 +284,8 @@ def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
         if "transformer_engine" in so:
             failure_id = "F8"
     return problem(name, f"{len(broken)} of {len(extensions)} torch extensions need symbols this torch ({facts.torch.get('version')}) lacks:\n  "
-                   + "\n  ".join(lines), failure_id, broken={k: v[:20] for k, v in broken.items()})
+                   + "\n  ".join(lines), failure_id, broken={k: v[:20] for k, v in broken.items()},
+                   other_releases=[str(v) for v in variants])
 
 
 # --- lock drift ---------------------------------------------------------------------------------------

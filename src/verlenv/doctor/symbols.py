@@ -3,7 +3,8 @@
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
@@ -12,63 +13,49 @@ from elftools.elf.elffile import ELFFile
 
 # Mangled names whose outermost namespace belongs to torch (c10::, at::, torch::, caffe2::), incl. vtables.
 TORCH_SYMBOL = re.compile(r"^_Z(?:T[VIS])?N[KVR]*(?:3c10|2at|5torch|6caffe2)")
+# Names an extension takes from torch: the C++ namespaces above, and the C entry points of torch's stable ABI.
+TORCH_ABI_SYMBOL = re.compile(rf"{TORCH_SYMBOL.pattern}|^(?:aoti_torch_|torch_)")
 # torch's own shared libraries that extensions link against (DT_NEEDED names, without version suffix).
 TORCH_LIBS = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so")
 
 
-def _elf(path: Path):
-    f = open(path, "rb")
-    try:
-        return f, ELFFile(f)
-    except ELFError:
-        f.close()
-        raise
+@contextmanager
+def _elf(path: Path) -> Iterator[ELFFile | None]:
+    """The parsed ELF file, or None when `path` is unreadable or not ELF."""
+    with ExitStack() as stack:
+        try:
+            f = stack.enter_context(open(path, "rb"))
+            elf = ELFFile(f)
+        except (OSError, ELFError):
+            elf = None
+        yield elf
 
 
 def needed(path: Path) -> list[str]:
     """DT_NEEDED entries of a shared object ([] when it is not an ELF file)."""
-    try:
-        f, elf = _elf(path)
-    except (ELFError, OSError):
-        return []
-    with f:
-        for section in elf.iter_sections():
+    with _elf(path) as elf:
+        for section in elf.iter_sections() if elf else ():
             if isinstance(section, DynamicSection):
                 return [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
     return []
 
 
-def _dynsym(path: Path):
-    try:
-        f, elf = _elf(path)
-    except ELFError:
-        return None, None
-    section = elf.get_section_by_name(".dynsym")
-    return f, section
+def _dynamic_symbols(path: Path) -> list:
+    with _elf(path) as elf:
+        section = elf.get_section_by_name(".dynsym") if elf else None
+        return list(section.iter_symbols()) if section else []
 
 
 def undefined(path: Path) -> set[str]:
     """Names the object needs from others: undefined, non-weak dynamic symbols."""
-    f, section = _dynsym(path)
-    if section is None:
-        return set()
-    with f:
-        return {
-            s.name for s in section.iter_symbols()
-            if s.name and s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"
-        }
+    return {s.name for s in _dynamic_symbols(path)
+            if s.name and s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"}
 
 
 def defined(path: Path) -> set[str]:
     """Names the object exports: defined global or weak dynamic symbols."""
-    f, section = _dynsym(path)
-    if section is None:
-        return set()
-    with f:
-        return {
-            s.name for s in section.iter_symbols()
-            if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
-        }
+    return {s.name for s in _dynamic_symbols(path)
+            if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")}
 
 
 def unresolved(so: Path, providers: Iterable[Path], only: re.Pattern | None = None) -> list[str]:
@@ -109,11 +96,9 @@ def exported(lib: Path, names: Iterable[str]) -> set[str]:
     """Which of `names` the library defines, looked up in its symbol hash table: no scan of every symbol,
     which takes seconds on libtorch_cpu.so. Falls back to `defined` for libraries without a hash table."""
     names = set(names)
-    try:
-        f, elf = _elf(Path(lib))
-    except (ELFError, OSError):
-        return set()
-    with f:
+    with _elf(Path(lib)) as elf:
+        if elf is None:
+            return set()
         table = elf.get_section_by_name(".gnu.hash") or elf.get_section_by_name(".hash")
         if table is None or not hasattr(table, "get_symbol"):
             return names & defined(Path(lib))

@@ -5,6 +5,8 @@ PATH that answers `--query-gpu` for a given GPU list; everything past it is the 
 """
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +51,7 @@ def machine(tmp_path, monkeypatch):
 
     def with_gpus(*devices: dict) -> None:
         folder = fake_nvidia_smi(tmp_path / "smi", list(devices))
-        monkeypatch.setenv("PATH", f"{folder}:{__import__('os').environ['PATH']}")
+        monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
 
     return with_gpus
 
@@ -147,6 +149,8 @@ def test_bad_input_is_one_line_and_exit_2(machine, capsys, empty_env, tmp_path):
     one_line_exit_2(capsys, ["verify", "--variant", "deepspeed", "--python", empty_env],
                     "unknown variant 'deepspeed' of stack verl-0.9; valid: fsdp, megatron")
     one_line_exit_2(capsys, ["verify", "--python", str(tmp_path / "nope" / "python")], "no such file")
+    one_line_exit_2(capsys, ["verify", "--python", shutil.which("true")], "not a Python 3 interpreter")
+    one_line_exit_2(capsys, ["verify", "--python", str(tmp_path)], "not an executable interpreter")
     one_line_exit_2(capsys, ["verify", "--python", empty_env, "--skip-package", "numpyy"],
                     "--skip-package numpyy: unknown package; valid: ")
     one_line_exit_2(capsys, ["verify", "--python", empty_env, "--lock", str(tmp_path / "missing.txt")], "no such file")
@@ -184,3 +188,22 @@ def test_kernel_scripts_receive_the_selected_profile(machine, capsys, empty_env,
     assert echo["numbers"] == expected
     assert data["profile"]["key"] == expected["key"] and data["profile"]["forced"] is force
     assert [g["name"] for g in data["gpus"]] == [d["name"] for d in devices]
+
+
+def test_default_env_is_the_active_one_unless_it_is_verlenvs_own(tmp_path, monkeypatch):
+    from verlenv import catalog
+    from verlenv.verify import default_python
+
+    variant = catalog.load(REPO / "stacks.toml").variant(None, "fsdp")
+    root = tmp_path / "checkout"
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(UserError, match=r"no env to verify: activate one, pass --python, or create .*\.venv-verl-0\.9-fsdp"):
+        default_python(variant, root)
+    monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)  # verlenv's own env, e.g. a nox session's
+    assert default_python(variant, root) == f"{sys.prefix}/bin/python"  # nothing better exists
+    (root / ".venv-verl-0.9-fsdp" / "bin").mkdir(parents=True)
+    (root / ".venv-verl-0.9-fsdp" / "bin" / "python").touch()
+    assert default_python(variant, root) == str(root / ".venv-verl-0.9-fsdp" / "bin" / "python")
+    monkeypatch.setenv("CONDA_PREFIX", str(tmp_path / "conda-env"))  # an activated env of the user's
+    assert default_python(variant, root) == str(tmp_path / "conda-env" / "bin" / "python")

@@ -1,6 +1,7 @@
 """verlenv verify: static checks of an env (also on CPU), GPU kernel checks, a JSON report."""
 
 import os
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,6 +63,13 @@ def check_python(path: str) -> str:
         raise UserError(f"--python {path}: no such file")
     if p.is_dir() or not os.access(p, os.X_OK):
         raise UserError(f"--python {path}: not an executable interpreter")
+    try:
+        out = subprocess.run([str(p), "-c", "import sys; print(sys.version_info[0])"], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    if out != "3":
+        raise UserError(f"--python {path}: not a Python 3 interpreter")
     return str(p.absolute())
 
 

@@ -1,0 +1,1 @@
+"""GPU kernel check scripts, each run by path with the python of the environment under test."""

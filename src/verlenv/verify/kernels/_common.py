@@ -1,0 +1,375 @@
+"""Shared by the kernel check scripts: arguments, thresholds, the result file, timing and error metrics.
+
+It runs inside the environment under test, so it needs only the standard library; torch is passed in
+by the scripts once they know it imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The scripts are named after the packages they check (torch.py, vllm.py), so with their folder on
+# sys.path `import torch` would import the script itself: take the folder off before anything else.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+
+# Defaults for the thresholds a GPU profile (gpus.toml) may override.
+DEFAULT_THRESHOLDS = {
+    "fp32_max_rel_err": 1e-4,
+    "fp16_max_rel_err": 2e-3,
+    "bf16_max_rel_err": 1e-2,
+    "fp8_max_rel_err": 1e-1,
+    "flash_attn_min_ratio_vs_sdpa": 1.0,
+    "flash_attn_min_tflops": 100.0,
+}
+
+NO_CUDA = "no CUDA device"
+
+
+class Skipped(Exception):
+    """A check that cannot run here (no fp8 on this GPU, one GPU only...): its message is the reason."""
+
+
+class Failed(Exception):
+    """A check that ran and found a problem; carries the numbers it measured."""
+
+    def __init__(self, reason: str, numbers: dict | None = None):
+        super().__init__(reason)
+        self.numbers = numbers or {}
+
+
+class ProfileError(ValueError):
+    pass
+
+
+class Profile:
+    def __init__(self, key: str, arch: str, fp8: bool, thresholds: dict):
+        self.key, self.arch, self.fp8, self.thresholds = key, arch, fp8, thresholds
+
+    def threshold(self, name: str) -> float:
+        return float(self.thresholds.get(name, DEFAULT_THRESHOLDS[name]))
+
+    def max_rel_err(self, dtype_name: str) -> float:
+        return self.threshold(f"{dtype_name}_max_rel_err")
+
+
+def parse_profile(text: str) -> Profile:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"--profile is not valid JSON ({e.msg} at char {e.pos})") from None
+    if not isinstance(data, dict):
+        raise ProfileError("--profile must be a JSON object with key, arch, fp8 and thresholds")
+    missing = [k for k in ("key", "arch", "fp8") if k not in data]
+    if missing:
+        raise ProfileError(f"--profile lacks {', '.join(missing)}; it needs key, arch, fp8 and thresholds")
+    key, arch, fp8 = data["key"], data["arch"], data["fp8"]
+    if not isinstance(key, str) or not key:
+        raise ProfileError(f"--profile key must be a non-empty string, not {key!r}")
+    if not isinstance(arch, str) or _parse_arch(arch) is None:
+        raise ProfileError(f"--profile arch must be a compute capability like \"9.0\", not {arch!r}")
+    if not isinstance(fp8, bool):
+        raise ProfileError(f"--profile fp8 must be true or false, not {fp8!r}")
+    thresholds = data.get("thresholds", {})
+    if not isinstance(thresholds, dict):
+        raise ProfileError("--profile thresholds must be a JSON object of numbers")
+    for name, value in thresholds.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ProfileError(f"--profile threshold {name} must be a finite number, not {value!r}")
+    return Profile(key, arch, fp8, thresholds)
+
+
+def _parse_arch(arch: str):
+    parts = arch.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def parse_args(argv: list[str], prog: str) -> tuple[str, Profile]:
+    parser = _OneLineParser(prog=prog, description="GPU kernel checks; writes a JSON list of results.")
+    parser.add_argument("--out", required=True, help="path of the JSON result file")
+    parser.add_argument("--profile", required=True, help="GPU profile as JSON: key, arch, fp8, thresholds")
+    args = parser.parse_args(argv)
+    try:
+        return args.out, parse_profile(args.profile)
+    except ProfileError as e:
+        parser.error(str(e))
+
+
+def _json_safe(value):
+    """NaN and infinity are not JSON: write them as strings so the file stays valid."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class Report:
+    """The result file: rewritten whole after every check, so a crash keeps what ran before it."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.results: list[dict] = []
+        self._write()
+
+    def add(self, check: str, package: str, status: str, reason: str = "", numbers: dict | None = None,
+            seconds: float = 0.0) -> dict:
+        result = {"check": check, "package": package, "status": status, "reason": reason,
+                  "numbers": _json_safe(numbers or {}), "seconds": round(seconds, 3)}
+        self.results.append(result)
+        self._write()
+        shown = f" ({reason})" if reason else ""
+        print(f"{status.upper():4} {check}{shown}", flush=True)
+        return result
+
+    def _write(self):
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(self.path)}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.results, f, indent=1, allow_nan=False)
+                f.write("\n")
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def describe(exc: BaseException, limit: int = 2000) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def run_check(report: Report, check: str, package: str, fn, torch=None) -> dict:
+    """Run one check; fn returns numbers, or (numbers, note). Exceptions become fail/skip results."""
+    start = time.perf_counter()
+    try:
+        out = fn()
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # an asynchronous CUDA error belongs to the check that caused it
+        numbers, note = out if isinstance(out, tuple) else (out, "")
+        return report.add(check, package, "pass", note, numbers, time.perf_counter() - start)
+    except Skipped as e:
+        return report.add(check, package, "skip", str(e), {}, time.perf_counter() - start)
+    except Failed as e:
+        return report.add(check, package, "fail", str(e), e.numbers, time.perf_counter() - start)
+    except Exception as e:  # one check raising must not stop the others
+        traceback.print_exc()
+        return report.add(check, package, "fail", describe(e), {}, time.perf_counter() - start)
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (a broken install must fail, not skip)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cuda_state(torch) -> tuple[str, str]:
+    """('ready', '') or ('skip', reason) when this machine has no GPU, or ('fail', reason) when it has one
+    that torch cannot use (CPU-only torch, driver too old for the torch CUDA build, ...)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available() and torch.cuda.device_count() > 0
+    if available:
+        return "ready", ""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return "skip", f"{NO_CUDA} (CUDA_VISIBLE_DEVICES={visible!r})"
+    if not os.path.exists("/dev/nvidia0") and not os.path.exists("/dev/nvidiactl"):
+        return "skip", NO_CUDA
+    if torch.version.cuda is None:
+        return "fail", f"this machine has an NVIDIA GPU but torch {torch.__version__} is a CPU-only build"
+    said = "; ".join(str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip())
+    return "fail", (f"this machine has an NVIDIA GPU but torch {torch.__version__} (CUDA {torch.version.cuda}) "
+                    f"cannot use it" + (f": {said}" if said else ""))
+
+
+def main(package: str, requires: dict[str, str], checks, argv: list[str] | None = None, vet=None) -> int:
+    """The body of every script. `requires` maps import names to the distribution a user installs;
+    `vet()` may return why the installed package is the wrong one (checked before any GPU work);
+    `checks(profile, torch)` returns [(check name, fn)], run in order. Returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    out, profile = parse_args(argv, prog=os.path.basename(sys.argv[0]) or package)
+    report = Report(out)
+    for module, distribution in requires.items():
+        if not installed(module):
+            report.add(package, package, "skip", f"{distribution} not installed")
+            return 0
+    wrong = vet() if vet else None
+    if wrong:
+        report.add(f"{package}/import", package, "fail", wrong)
+        return 0
+    try:
+        import torch
+    except Exception as e:  # torch is there (find_spec saw it) but does not import: a broken install
+        traceback.print_exc()
+        report.add(f"{package}/import", package, "fail", f"import torch failed: {describe(e)}")
+        return 0
+    state, reason = cuda_state(torch)
+    if state != "ready":
+        report.add(package, package, state, reason)
+        return 0
+    for name, fn in checks(profile, torch):
+        result = run_check(report, name, package, fn, torch)
+        if name.endswith("/import") and result["status"] == "fail":
+            break  # nothing else can run without the package
+    return 0
+
+
+@contextlib.contextmanager
+def folder_on_path_for_children():
+    """A spawned child re-runs the script, whose first import is _common: let it find this folder.
+    Appended last, so the real packages still win; the child takes it off again on importing us."""
+    sys.path.append(HERE)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(HERE)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def within(value: float, limit: float) -> bool:
+    """value <= limit, and False for NaN (a NaN error must never pass)."""
+    return value <= limit
+
+
+def at_least(value: float, floor: float) -> bool:
+    """value >= floor, and False for NaN."""
+    return value >= floor
+
+
+def relative_error_values(out, ref) -> float:
+    """||out - ref|| / ||ref|| over flat or nested sequences of numbers (pure Python)."""
+    out, ref = _flatten(out), _flatten(ref)
+    if len(out) != len(ref):
+        raise ValueError(f"shapes differ: {len(out)} values vs {len(ref)}")
+    diff = math.sqrt(math.fsum((a - b) ** 2 for a, b in zip(out, ref)))
+    norm = math.sqrt(math.fsum(b * b for b in ref))
+    if norm == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / norm
+
+
+def _flatten(values) -> list[float]:
+    if isinstance(values, (int, float)):
+        return [float(values)]
+    flat: list[float] = []
+    for v in values:
+        flat.extend(_flatten(v))
+    return flat
+
+
+def relative_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| of two tensors, computed in float64."""
+    out, ref = out.detach().double(), ref.detach().double()
+    if out.shape != ref.shape:
+        raise ValueError(f"shapes differ: {tuple(out.shape)} vs {tuple(ref.shape)}")
+    norm = ref.norm().item()
+    diff = (out - ref).norm().item()
+    if norm == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / norm
+
+
+def max_abs_error(out, ref) -> float:
+    return (out.detach().double() - ref.detach().double()).abs().max().item()
+
+
+def compare(numbers: dict, problems: list[str], name: str, out, ref, limit: float) -> None:
+    """Record name_rel_err and name_max_abs in numbers; note a problem when the relative error is above limit."""
+    rel = relative_error(out, ref)
+    numbers[f"{name}_rel_err"] = rel
+    numbers[f"{name}_max_abs"] = max_abs_error(out, ref)
+    if not within(rel, limit):
+        problems.append(f"{name} relative error {rel:.3g} above {limit:.3g}")
+
+
+def verdict(numbers: dict, problems: list[str], note: str = ""):
+    """What a check returns: its numbers, or Failed with every problem found."""
+    if problems:
+        raise Failed("; ".join(problems), numbers)
+    return numbers, note
+
+
+def timing_stats(times_ms: list[float]) -> dict:
+    if not times_ms:
+        raise ValueError("no timings")
+    return {"median_ms": statistics.median(times_ms), "min_ms": min(times_ms), "max_ms": max(times_ms),
+            "repeats": len(times_ms)}
+
+
+def cuda_times_ms(torch, fn, warmup: int = 3, repeats: int = 10) -> list[float]:
+    """Per-call device time of fn in ms, from CUDA events, after warm-up calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
+def attention_flops(batch: int, seqlen: int, heads: int, head_dim: int, causal: bool) -> float:
+    """Forward FLOPs of attention: two matmuls of 2*S*S*D each per head; causal does half."""
+    flops = 4.0 * batch * seqlen * seqlen * heads * head_dim
+    return flops / 2 if causal else flops
+
+
+def matmul_flops(m: int, n: int, k: int) -> float:
+    return 2.0 * m * n * k
+
+
+def algbw_gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def busbw_gbps(nbytes: int, ms: float, world: int) -> float:
+    """All-reduce bus bandwidth as nccl-tests defines it: algbw * 2(n-1)/n."""
+    return algbw_gbps(nbytes, ms) * 2 * (world - 1) / world
+
+
+def arch_of(capability: tuple[int, int]) -> str:
+    return f"{capability[0]}.{capability[1]}"

@@ -232,21 +232,51 @@ def test_this_machine_without_a_driver_is_skipped_not_flagged():
     assert probes.probe_triton_libcuda(environ, ldconfig, driver_present=False).status == "skipped"
 
 
-def test_libcuda_for_triton_stubs_do_not_count(tmp_path):
-    # Stand-in files named libcuda.so.1: the probe looks at where they are, not what they contain.
+def test_libcuda_for_triton(tmp_path):
+    # Stand-in files named as the driver and toolkit name theirs: the probe reads names and places, not content.
     stubs = tmp_path / "cuda" / "lib64" / "stubs"
-    driver_dir = tmp_path / "driver"
-    for d in (stubs, driver_dir):
+    driver = tmp_path / "driver"
+    shim = tmp_path / "shim"
+    for d in (stubs, driver, shim):
         d.mkdir(parents=True)
-        (d / "libcuda.so.1").write_bytes(b"")
-    only_stubs = {"LD_LIBRARY_PATH": str(stubs)}
-    r = probes.probe_triton_libcuda(only_stubs, "", driver_present=True)
-    assert (r.status, r.failure_id) == ("problem", "S6")
-    assert probes.probe_triton_libcuda({}, "", driver_present=True).failure_id == "F10"
-    ok = probes.probe_triton_libcuda({"TRITON_LIBCUDA_PATH": str(driver_dir), **only_stubs}, "", driver_present=True)
-    assert ok.status == "ok" and ok.details["libcuda"] == [str(driver_dir / "libcuda.so.1")]
-    ldconfig = "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
-    assert probes.find_libcuda({}, ldconfig) == (["/usr/lib/x86_64-linux-gnu/libcuda.so.1"], [])
+    (stubs / "libcuda.so").write_bytes(b"")
+    (driver / "libcuda.so.1").write_bytes(b"")
+    (shim / "libcuda.so.1").symlink_to(stubs / "libcuda.so")
+    cache = f"\tlibcuda.so.1 (libc6,x86-64) => {driver / 'libcuda.so.1'}\n"
+
+    def probe(environ, ldconfig):
+        return probes.probe_triton_libcuda(environ, ldconfig, driver_present=True, search_dirs=[])
+
+    # The diaries' workaround gone wrong: a libcuda.so.1 that is the stub, first on LD_LIBRARY_PATH.
+    r = probe({"LD_LIBRARY_PATH": str(shim)}, cache)
+    assert (r.status, r.failure_id) == ("problem", "S6") and "stub" in r.summary
+    assert probe({}, "").failure_id == "S6"
+    # The driver is visible but the unversioned libcuda.so that -lcuda needs is not: `cannot find -lcuda`.
+    r = probe({}, cache)
+    assert (r.status, r.failure_id) == ("problem", "F10") and any(str(driver) in f for f in r.fix)
+    # Linking against the stub is fine; the loader still picks the driver at run time.
+    assert probe({"TRITON_LIBCUDA_PATH": str(stubs)}, cache).status == "ok"
+    (driver / "libcuda.so").symlink_to("libcuda.so.1")
+    ok = probe({}, cache)
+    assert ok.status == "ok" and ok.details == {"loaded": str(driver / "libcuda.so.1"), "link": str(driver / "libcuda.so")}
+    assert probes.probe_triton_libcuda({}, cache, driver_present=False).status == "skipped"
+
+
+def test_libcuda_lookup_on_a_real_gpu_host_cache():
+    # `ldconfig -p | grep libcuda.so` of an H200 host (driver 580.159.04): two copies, the loader takes the first.
+    cache = ("\tlibcuda.so.1 (libc6,x86-64) => /usr/local/nvidia/lib64/libcuda.so.1\n"
+             "\tlibcuda.so.1 (libc6,x86-64) => /lib/libcuda.so.1\n"
+             "\tlibcuda.so (libc6,x86-64) => /usr/local/nvidia/lib64/libcuda.so\n"
+             "\tlibcuda.so (libc6,x86-64) => /lib/libcuda.so\n")
+    assert probes.loaded_libcuda({}, cache) == Path("/usr/local/nvidia/lib64/libcuda.so.1")
+    assert probes.triton_link_dirs({}, cache, [])[:2] == [Path("/usr/local/nvidia/lib64"), Path("/lib")]
+    assert probes.triton_link_dirs({"TRITON_LIBCUDA_PATH": "/opt/x"}, cache, ["/usr/lib"]) == [Path("/opt/x"), Path("/usr/lib")]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
+def test_linker_search_dirs_of_the_real_compiler():
+    dirs = probes.linker_search_dirs()
+    assert dirs and any(Path(d).is_dir() for d in dirs)
 
 
 def test_thread_limits():

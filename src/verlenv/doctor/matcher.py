@@ -260,7 +260,7 @@ def format_diagnoses(diagnoses: list[Diagnosis], source: str = "log") -> str:
         out.append("  fix:")
         out.extend(f"    {step}" for step in f.fix)
         if f.verlenv:
-            out.append(f"  with verlenv: {f.verlenv}")
+            out.append(f"  verlenv: {f.verlenv}")
         if f.refs:
             out.append(f"  seen in: {', '.join(f.refs)}")
     return "\n".join(out)

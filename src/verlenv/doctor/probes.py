@@ -61,7 +61,7 @@ def problem(name, summary, failure_id, fix=None, **details):
     steps = list(fix) if fix else []
     if not steps:
         f = knowledge.by_id(failure_id)
-        steps = [*f.fix, *([f"with verlenv: {f.verlenv}"] if f.verlenv else [])]
+        steps = [*f.fix, *([f"verlenv: {f.verlenv}"] if f.verlenv else [])]
     return ProbeResult(name, "problem", summary, failure_id, steps, details)
 
 
@@ -333,38 +333,60 @@ def probe_lock_drift(facts: EnvFacts, lock: Path | None, reason: str = "") -> Pr
 
 # --- Triton's libcuda -----------------------------------------------------------------------------------
 
-def find_libcuda(environ: dict, ldconfig_text: str) -> tuple[list[str], list[str]]:
-    """(real libcuda.so.1 files Triton can use, stub copies that were found and do not count)."""
-    real, stubs = [], []
+def _cached_libcuda(ldconfig_text: str) -> list[Path]:
+    return [Path(m.group(1)) for m in re.finditer(r"^\s*libcuda\.so\.1\s.*=>\s*(\S+)", ldconfig_text, re.M)]
 
-    def consider(path: Path):
-        target = str(path)
-        (stubs if "stubs" in path.parts else real).append(target)
 
-    if tpath := environ.get("TRITON_LIBCUDA_PATH"):
-        for d in tpath.split(":"):
-            if (Path(d) / "libcuda.so.1").exists():
-                consider(Path(d) / "libcuda.so.1")
-    for line in ldconfig_text.splitlines():
-        m = re.match(r"\s*libcuda\.so\.1\s.*=>\s*(\S+)", line)
-        if m:
-            consider(Path(m.group(1)))
+def _is_stub(path: Path) -> bool:
+    # The toolkit's stub satisfies the linker but fails at run time; symlinks to it count as the stub.
+    return "stubs" in path.parts or "stubs" in Path(os.path.realpath(path)).parts
+
+
+def loaded_libcuda(environ: dict, ldconfig_text: str) -> Path | None:
+    """The libcuda.so.1 the dynamic loader picks: LD_LIBRARY_PATH first, then the ld.so cache."""
     for d in filter(None, environ.get("LD_LIBRARY_PATH", "").split(":")):
         if (Path(d) / "libcuda.so.1").exists():
-            consider(Path(d) / "libcuda.so.1")
-    return sorted(set(real)), sorted(set(stubs))
+            return Path(d) / "libcuda.so.1"
+    cached = _cached_libcuda(ldconfig_text)
+    return cached[0] if cached else None
 
 
-def probe_triton_libcuda(environ: dict, ldconfig_text: str, driver_present: bool) -> ProbeResult:
+def triton_link_dirs(environ: dict, ldconfig_text: str, search_dirs: list[str]) -> list[Path]:
+    """Where `-lcuda` is looked up when Triton builds its launcher: the directories Triton passes with -L
+    (TRITON_LIBCUDA_PATH, else those of libcuda.so.1 in `ldconfig -p`, else in LD_LIBRARY_PATH), then the
+    linker's own search path."""
+    if tpath := environ.get("TRITON_LIBCUDA_PATH"):
+        dirs = [Path(d) for d in tpath.split(":") if d]
+    else:
+        dirs = [p.parent for p in _cached_libcuda(ldconfig_text)] or [
+            Path(d) for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d and (Path(d) / "libcuda.so.1").exists()]
+    return dirs + [Path(d) for d in environ.get("LIBRARY_PATH", "").split(":") if d] + [Path(d) for d in search_dirs]
+
+
+def linker_search_dirs() -> list[str]:
+    p = _run(["cc", "-print-search-dirs"]) or _run(["gcc", "-print-search-dirs"])
+    m = re.search(r"^libraries: =(.*)$", p.stdout, re.M) if p else None
+    return [os.path.normpath(d) for d in m.group(1).split(":")] if m else []
+
+
+def probe_triton_libcuda(environ: dict, ldconfig_text: str, driver_present: bool, search_dirs: list[str] | None = None) -> ProbeResult:
     name = "triton-libcuda"
-    real, stubs = find_libcuda(environ, ldconfig_text)
-    if real:
-        return ok(name, f"driver library found: {real[0]}", libcuda=real, stubs=stubs)
-    if stubs:
-        return problem(name, f"only stub libcuda found ({', '.join(stubs)}): stubs link but cannot run", "S6", stubs=stubs)
     if not driver_present:
         return skipped(name, "no NVIDIA driver on this machine; on GPU hosts Triton needs the driver's libcuda.so.1")
-    return problem(name, "no libcuda.so.1 in `ldconfig -p`, TRITON_LIBCUDA_PATH or LD_LIBRARY_PATH; Triton cannot link -lcuda", "F10")
+    loaded = loaded_libcuda(environ, ldconfig_text)
+    if loaded is None:
+        return problem(name, "no libcuda.so.1 in LD_LIBRARY_PATH or `ldconfig -p`: the driver library is not visible", "S6")
+    if _is_stub(loaded):
+        return problem(name, f"the loader picks the stub {loaded} (-> {os.path.realpath(loaded)}): CUDA calls fail with "
+                             "CUDA_ERROR_STUB_LIBRARY", "S6", loaded=str(loaded))
+    dirs = triton_link_dirs(environ, ldconfig_text, linker_search_dirs() if search_dirs is None else search_dirs)
+    link = next((d / "libcuda.so" for d in dirs if (d / "libcuda.so").exists()), None)
+    if link is None:
+        return problem(name, f"driver library {loaded}, but no unversioned libcuda.so where Triton links (-L "
+                             f"{', '.join(str(d) for d in dirs[:3])}...): `cannot find -lcuda`", "F10",
+                       [f"export TRITON_LIBCUDA_PATH={loaded.parent}  (and ln -s libcuda.so.1 libcuda.so there if it lacks one)",
+                        "or sudo ldconfig after installing the driver's libcuda.so link"], loaded=str(loaded))
+    return ok(name, f"runtime loads {loaded}; Triton links {link}", loaded=str(loaded), link=str(link))
 
 
 # --- threads --------------------------------------------------------------------------------------------

@@ -20,8 +20,6 @@ from verlenv.doctor import symbols
 from verlenv.errors import UserError
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
 
-# torch's C++ names plus its stable C ABI (aoti_torch_*, torch_*), which vLLM's *_stable_libtorch objects use.
-TORCH_ABI_SYMBOL = re.compile(rf"{symbols.TORCH_SYMBOL.pattern}|^(?:aoti_torch_|torch_)")
 CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 ENVPROBE = Path(__file__).with_name("envprobe.py")
 SHOWN = 5  # names listed in a reason; numbers hold the full lists
@@ -234,23 +232,6 @@ def _uv() -> str | None:
 
 # --- compiled objects: torch symbols and GPU code -------------------------------------------------------
 
-_EXPORTS: dict[tuple[str, str], bool] = {}
-
-
-def unresolved_in(libs: list[Path], wanted: set[str]) -> list[str]:
-    """The wanted names none of `libs` exports; each (library, name) is looked up once per run."""
-    missing = set(wanted)
-    for lib in libs:
-        todo = {n for n in missing if (str(lib), n) not in _EXPORTS}
-        if todo:
-            found = symbols.exported(lib, todo)
-            _EXPORTS.update({(str(lib), n): n in found for n in todo})
-        missing = {n for n in missing if not _EXPORTS[(str(lib), n)]}
-        if not missing:
-            break
-    return sorted(missing)
-
-
 def torch_libraries(torch_lib: Path) -> list[Path]:
     return [torch_lib / n for n in symbols.TORCH_LIBS if (torch_lib / n).is_file()]
 
@@ -286,8 +267,9 @@ def check_symbols(so: Path, package: str, torch_lib: Path | None, torch_cuda: st
         return None
     if torch_lib is None or not torch_libraries(torch_lib):
         return scope.result(name, package, "fail", f"{so.name} links torch, but this env has no torch libraries")
-    wanted = {s for s in symbols.undefined(so) if TORCH_ABI_SYMBOL.search(s)}
-    missing = unresolved_in(torch_libraries(torch_lib), wanted)
+    # torch's C++ names and its stable C ABI (aoti_torch_*), which vLLM's *_stable_libtorch objects use.
+    wanted = {s for s in symbols.undefined(so) if symbols.TORCH_ABI_SYMBOL.search(s)}
+    missing = symbols.unresolved(so, torch_libraries(torch_lib), only=symbols.TORCH_ABI_SYMBOL)
     cudart = [m.group(1) for n in needed if (m := CUDART.match(n))]
     numbers = {"object": str(so), "torch_symbols": len(wanted), "unresolved": missing[:50],
                "unresolved_count": len(missing), "cudart": cudart, "torch_cuda": torch_cuda}

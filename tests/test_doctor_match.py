@@ -180,6 +180,12 @@ def test_big_log_streams_with_binary_junk(tmp_path):
     print(f"{lines_before} lines in {elapsed:.1f} s")
 
 
+def test_a_failure_repeated_many_times_keeps_memory_bounded():
+    line = "/usr/bin/ld: cannot find -lcuda\n"
+    (d,) = diagnose_lines(line for _ in range(20_000))
+    assert d.id == "F10" and d.count == 20_000 and len(d.evidence) == 200
+
+
 def test_cli_exit_codes_and_json(tmp_path, capsys):
     failing = LOGS / "F10-Seg-Zero-63.log"
     assert main(["doctor", str(failing), "--json"]) == 1

@@ -32,6 +32,7 @@ MAX_LINE = 4000  # longer lines (binary junk, minified output) are cut before ma
 SHOWN = 3  # evidence lines shown per failure
 HARD_WRAP = 80  # a line this long that continues without indentation was cut by a terminal
 SEAM = 40  # characters each side of a line break searched for keywords cut by the break
+KEPT = 200  # matches kept per failure; beyond that only counted, so that a huge log cannot fill memory
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Diagnosis:
     failure: Failure
     evidence: list[Evidence] = field(default_factory=list)
     details: dict[str, str] = field(default_factory=dict)
+    uncounted: int = 0  # matches beyond KEPT, counted but not kept
 
     @property
     def id(self) -> str:
@@ -57,12 +59,12 @@ class Diagnosis:
 
     @property
     def count(self) -> int:
-        return len(self.evidence)
+        return len(self.evidence) + self.uncounted
 
     def to_dict(self) -> dict:
         f = self.failure
         return {
-            "id": f.id, "title": f.title, "priority": f.priority, "matched_lines": self.count,
+            "id": f.id, "title": f.title, "priority": f.priority, "matched": self.count,
             "evidence": [{"lines": [e.first, e.last], "text": e.text} for e in self.evidence],
             "details": self.details, "cause": f.cause, "fix": list(f.fix), "verlenv": f.verlenv, "refs": list(f.refs),
         }
@@ -87,11 +89,6 @@ def plain(raw: str) -> str:
     return CONTROL.sub("", ANSI.sub("", raw[:MAX_LINE])).rstrip()
 
 
-def clean(raw: str) -> str:
-    """A log line as the matcher sees it: plain, and without a logger prefix."""
-    return PREFIX.sub("", plain(raw))
-
-
 @dataclass
 class _Hit:
     failure: Failure
@@ -110,6 +107,8 @@ class Matcher:
         self.lineno = 0
         self._window: deque[tuple[int, str, set, set]] = deque(maxlen=WINDOW)
         self._hits: list[_Hit] = []
+        self._kept: dict[str, int] = {}
+        self._overflow: dict[str, int] = {}
         self._context_keys = {(f.id, i) for f in self.failures for i, s in enumerate(f.signatures) if s.context}
         self._context_literals = [(c, (f.id, i)) for f in self.failures for i, s in enumerate(f.signatures)
                                   for c in s.context_literals]
@@ -159,7 +158,8 @@ class Matcher:
     def _present(self, lowered: str) -> set[str]:
         return {k for k in self._keywords if k in lowered}
 
-    def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set, shown: str | None = None) -> None:
+    def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set,
+             shown: str | None = None) -> None:
         found = {f.id: f for k in keywords for f in self._by_keyword[k]}
         for f in sorted(found.values(), key=lambda f: self._rank[f.id]):
             for i, sig in enumerate(f.signatures):
@@ -169,6 +169,10 @@ class Matcher:
                 m = sig.pattern.search(text)
                 if m:
                     matched.add(key)
+                    if self._kept.get(f.id, 0) >= KEPT:
+                        self._overflow[f.id] = self._overflow.get(f.id, 0) + 1
+                        continue
+                    self._kept[f.id] = self._kept.get(f.id, 0) + 1
                     groups = {k: v for k, v in m.groupdict().items() if v}
                     self._hits.append(_Hit(f, i, first, last, (shown or text).strip(), groups))
 
@@ -203,6 +207,9 @@ class Matcher:
                 d.evidence.append(Evidence(h.first, h.last, h.text))
             for k, v in h.groups.items():
                 d.details.setdefault(k, v)
+        for fid, extra in self._overflow.items():
+            if fid in diagnoses:
+                diagnoses[fid].uncounted = extra
         ranked = sorted(diagnoses.values(), key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
         _explain_symbols(ranked)
         return ranked

@@ -79,7 +79,6 @@ def _version(text: str | None) -> Version | None:
         return None
 
 
-# --- driver -------------------------------------------------------------------------------------------
 
 def read_driver(environ: dict) -> tuple[str | None, list[str], str]:
     """(driver version, GPU names, where it was read)."""
@@ -129,7 +128,6 @@ def probe_driver(driver: str | None, gpus: list[str], source: str, stack, cat) -
                    "F15", fix, **details)
 
 
-# --- toolkit ------------------------------------------------------------------------------------------
 
 def find_nvcc(environ: dict, site_packages: list[str]) -> Path | None:
     for var in ("CUDA_HOME", "CUDA_PATH"):
@@ -193,7 +191,6 @@ def probe_host_compiler(nvcc: Path | None, environ: dict) -> ProbeResult:
     return problem(name, f"nvcc cannot compile a trivial kernel with {host}: {first}", failure_id, host=host, nvcc=str(nvcc))
 
 
-# --- apex ---------------------------------------------------------------------------------------------
 
 def probe_apex(facts: EnvFacts) -> ProbeResult:
     name = "apex"
@@ -203,7 +200,8 @@ def probe_apex(facts: EnvFacts) -> ProbeResult:
     root = Path(dist.location)
     init = root / "apex" / "__init__.py"
     init_text = init.read_text(errors="replace") if init.is_file() else ""
-    files = [Path(f).name for f in dist.files] or [p.name for p in root.glob("*.so")]
+    # RECORD names the extensions of a wheel install; an install without RECORD still has them beside apex/.
+    files = {Path(f).name for f in dist.files} | {p.name for p in root.glob("*.so")}
     if re.search(r"^\s*(?:from|import)\s+pyramid\b", init_text, re.MULTILINE) or any(
         canonicalize_name(Requirement(r).name) in ("pyramid", "cryptacular") for r in _requirements(dist.requires)
     ):
@@ -227,7 +225,6 @@ def _requirements(lines: list[str]) -> list[str]:
     return out
 
 
-# --- torch extensions ---------------------------------------------------------------------------------
 
 def torch_extensions(site_packages: list[str], torch_root: str) -> list[Path]:
     """Shared objects outside torch that link torch's libraries: the compiled torch extensions."""
@@ -288,7 +285,6 @@ def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
                    other_releases=[str(v) for v in variants])
 
 
-# --- lock drift ---------------------------------------------------------------------------------------
 
 def read_lock(path: Path) -> dict[str, str]:
     """name -> version pins of a `uv pip compile` lock (`name==version \\` lines, hashes ignored)."""
@@ -331,10 +327,9 @@ def probe_lock_drift(facts: EnvFacts, lock: Path | None, reason: str = "") -> Pr
                    drift=drift, missing=missing)
 
 
-# --- Triton's libcuda -----------------------------------------------------------------------------------
 
 def _cached_libcuda(ldconfig_text: str) -> list[Path]:
-    return [Path(m.group(1)) for m in re.finditer(r"^\s*libcuda\.so\.1\s.*=>\s*(\S+)", ldconfig_text, re.M)]
+    return [Path(m.group(1)) for m in re.finditer(r"^\s*libcuda\.so\.1\s.*=>\s*(\S+)", ldconfig_text, re.MULTILINE)]
 
 
 def _is_stub(path: Path) -> bool:
@@ -365,7 +360,7 @@ def triton_link_dirs(environ: dict, ldconfig_text: str, search_dirs: list[str]) 
 
 def linker_search_dirs() -> list[str]:
     p = _run(["cc", "-print-search-dirs"]) or _run(["gcc", "-print-search-dirs"])
-    m = re.search(r"^libraries: =(.*)$", p.stdout, re.M) if p else None
+    m = re.search(r"^libraries: =(.*)$", p.stdout, re.MULTILINE) if p else None
     return [os.path.normpath(d) for d in m.group(1).split(":")] if m else []
 
 
@@ -389,7 +384,6 @@ def probe_triton_libcuda(environ: dict, ldconfig_text: str, driver_present: bool
     return ok(name, f"runtime loads {loaded}; Triton links {link}", loaded=str(loaded), link=str(link))
 
 
-# --- threads --------------------------------------------------------------------------------------------
 
 def probe_threads(nproc_soft: int, cores: int, environ: dict) -> ProbeResult:
     name = "threads"
@@ -405,7 +399,6 @@ def probe_threads(nproc_soft: int, cores: int, environ: dict) -> ProbeResult:
     return ok(name, f"ulimit -u {limit}, {cores} cores, OMP_NUM_THREADS={environ.get('OMP_NUM_THREADS', 'unset')}", nproc=limit, cores=cores)
 
 
-# --- numpy ----------------------------------------------------------------------------------------------
 
 def numpy_conflicts(facts: EnvFacts) -> list[str]:
     """Installed packages whose (marker-active) numpy requirement the installed numpy does not satisfy."""
@@ -439,7 +432,6 @@ def probe_numpy(facts: EnvFacts) -> ProbeResult:
     return ok(name, f"numpy {numpy.version} satisfies every installed package")
 
 
-# --- CUDA majors ----------------------------------------------------------------------------------------
 
 def cuda_majors(facts: EnvFacts) -> dict[str, list[str]]:
     """CUDA major -> evidence (dist names, libcudart copies) of the runtime libraries in the env."""
@@ -471,7 +463,6 @@ def probe_cuda_majors(facts: EnvFacts) -> ProbeResult:
     return problem(name, f"CUDA runtime libraries of {len(majors)} majors in one env: {summary}", "F15", majors=majors)
 
 
-# --- pip ------------------------------------------------------------------------------------------------
 
 def probe_pip(facts: EnvFacts, environ: dict) -> ProbeResult:
     name = "pip"
@@ -495,7 +486,6 @@ def probe_pip(facts: EnvFacts, environ: dict) -> ProbeResult:
     return ok(name, f"`pip` on PATH installs into this env ({where})", pip=pip)
 
 
-# --- all ------------------------------------------------------------------------------------------------
 
 def select_lock(root: Path | None, stack: str | None, variant: str | None, lock: Path | None) -> tuple[Path | None, str]:
     if lock is not None:

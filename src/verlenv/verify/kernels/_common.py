@@ -60,6 +60,11 @@ class Profile:
     def threshold(self, name: str) -> float:
         return float(self.thresholds.get(name, DEFAULT_THRESHOLDS[name]))
 
+    def optional_threshold(self, name: str) -> float | None:
+        """A threshold with no default: None when the profile does not set it."""
+        value = self.thresholds.get(name)
+        return None if value is None else float(value)
+
     def max_rel_err(self, dtype_name: str) -> float:
         return self.threshold(f"{dtype_name}_max_rel_err")
 
@@ -213,20 +218,21 @@ def cuda_state(torch) -> tuple[str, str]:
 
 
 def main(package: str, requires: dict[str, str], checks, argv: list[str] | None = None, vet=None) -> int:
-    """The body of every script. `requires` maps import names to the distribution a user installs;
-    `vet()` may return why the installed package is the wrong one (checked before any GPU work);
-    `checks(profile, torch)` returns [(check name, fn)], run in order. Returns the exit code."""
+    """The body of every script. `requires` maps import names to the distribution a user installs, the
+    checked package first; `vet()` may return why the installed package is the wrong one (asked as soon as
+    it is found, before torch or a GPU); `checks(profile, torch)` returns [(check name, fn)], run in order.
+    Returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
     out, profile = parse_args(argv, prog=os.path.basename(sys.argv[0]) or package)
     report = Report(out)
-    for module, distribution in requires.items():
+    for index, (module, distribution) in enumerate(requires.items()):
         if not installed(module):
             report.add(package, package, "skip", f"{distribution} not installed")
             return 0
-    wrong = vet() if vet else None
-    if wrong:
-        report.add(f"{package}/import", package, "fail", wrong)
-        return 0
+        wrong = vet() if vet and index == 0 else None
+        if wrong:
+            report.add(f"{package}/import", package, "fail", wrong)
+            return 0
     try:
         import torch
     except Exception as e:  # torch is there (find_spec saw it) but does not import: a broken install

@@ -2,7 +2,7 @@
 exactly on every rank), then bus bandwidth for 2 MiB .. 512 MiB. With one GPU the all-reduce still runs
 (NCCL initialises), but bandwidth means nothing.
 
-Thresholds: none.
+Thresholds: nccl_min_busbw_gbs_<n>gpu (bus bandwidth floor at 512 MiB for n GPUs; no floor where unset).
 Run: python nccl.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {}}'
 """
 
@@ -89,7 +89,7 @@ def check_exact(torch, state):
     return _common.verdict(numbers, problems, f"NCCL {result['nccl']}, {world} GPU(s), fp32 sum checked exactly")
 
 
-def check_bandwidth(state):
+def check_bandwidth(profile, state):
     if "result" not in state:
         raise _common.Failed("the all-reduce did not run (see nccl/all-reduce/exact)")
     result = state["result"]
@@ -103,14 +103,23 @@ def check_bandwidth(state):
     if result["world"] == 1:
         return numbers, "one GPU: NCCL initialised and the all-reduce ran; bus bandwidth is not meaningful"
     largest = result["rows"][-1]
-    return numbers, f"{largest['busbw_gbps']:.0f} GB/s bus bandwidth at {largest['bytes'] // 2**20} MiB, bf16"
+    note = f"{largest['busbw_gbps']:.0f} GB/s bus bandwidth at {largest['bytes'] // 2**20} MiB, bf16"
+    key = f"nccl_min_busbw_gbs_{result['world']}gpu"
+    floor = profile.optional_threshold(key)
+    if floor is None:
+        return numbers, f"{note}; profile {profile.key!r} sets no {key}"
+    problems = []
+    if not _common.at_least(largest["busbw_gbps"], floor):
+        problems.append(f"{largest['busbw_gbps']:.0f} GB/s bus bandwidth at {largest['bytes'] // 2**20} MiB is "
+                        f"below the floor of {floor:.0f} (PCIe path instead of NVLink?)")
+    return _common.verdict(numbers, problems, f"{note} (floor {floor:.0f})")
 
 
 def checks(profile, torch):
     state = {}
     return [
         ("nccl/all-reduce/exact", lambda: check_exact(torch, state)),
-        ("nccl/all-reduce/busbw", lambda: check_bandwidth(state)),
+        ("nccl/all-reduce/busbw", lambda: check_bandwidth(profile, state)),
     ]
 
 

@@ -1,0 +1,591 @@
+"""The GPU kernel check scripts (src/verlenv/verify/kernels), run where there is no GPU: the result-file contract,
+argument errors, the pure helpers and references, and - with an environment that has torch - every check's
+comparison logic on CPU, against stand-ins for the GPU-only packages that must pass when right and fail when
+broken.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import py_compile
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+import verlenv
+
+KERNELS = Path(verlenv.__file__).parent / "verify" / "kernels"
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = json.dumps({"key": "h100", "arch": "9.0", "fp8": True, "thresholds": {}})
+# Script -> the skip reason it gives where nothing but the standard library is importable.
+NOT_INSTALLED = {
+    "torch": "torch not installed",
+    "flash_attn": "flash-attn not installed",
+    "apex": "NVIDIA apex not installed",
+    "transformer_engine": "transformer-engine not installed",
+    "megatron_core": "megatron-core not installed",
+    "vllm": "vllm not installed",
+    "triton": "triton not installed",
+    "nccl": "torch not installed",
+    "verl": "verl not installed",
+}
+FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
+
+
+def load(name: str):
+    """A kernel script (or _common) as a module, the way the script itself finds _common."""
+    if "_common" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("_common", KERNELS / "_common.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_common"] = module
+        spec.loader.exec_module(module)
+    if name == "_common":
+        return sys.modules["_common"]
+    spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", KERNELS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(name: str, out: Path, profile: str = PROFILE, python: str = sys.executable, env: dict | None = None):
+    # -S: no site-packages, so none of the checked packages can be imported, whatever this machine has.
+    return subprocess.run([python, "-S", str(KERNELS / f"{name}.py"), "--out", str(out), "--profile", profile],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def results_of(out: Path) -> list[dict]:
+    def no_nan(token):
+        raise AssertionError(f"{out} holds {token}, which is not JSON")
+
+    results = json.loads(out.read_text(), parse_constant=no_nan)
+    assert isinstance(results, list)
+    for r in results:
+        assert set(r) == FIELDS, r
+        assert r["status"] in {"pass", "fail", "skip"}
+        assert isinstance(r["check"], str) and isinstance(r["reason"], str) and isinstance(r["numbers"], dict)
+        assert isinstance(r["seconds"], (int, float))
+    return results
+
+
+def test_every_script_is_there():
+    assert sorted(p.stem for p in KERNELS.glob("*.py") if not p.name.startswith("_")) == sorted(NOT_INSTALLED)
+
+
+@pytest.mark.parametrize("name", [*NOT_INSTALLED, "_common"])
+def test_script_compiles(name, tmp_path):
+    py_compile.compile(str(KERNELS / f"{name}.py"), cfile=str(tmp_path / "out.pyc"), doraise=True)
+
+
+@pytest.mark.parametrize("name", NOT_INSTALLED)
+def test_without_its_package_a_script_writes_one_skip_and_exits_0(name, tmp_path):
+    # torch.py, vllm.py...: were the script's folder left on sys.path, `import torch` would find the script
+    # itself and the result would not be "not installed".
+    out = tmp_path / "deep" / "results.json"
+    proc = run(name, out)
+    assert proc.returncode == 0, proc.stderr
+    [result] = results_of(out)
+    assert result["status"] == "skip"
+    assert result["reason"] == NOT_INSTALLED[name]
+    # The runner files results under the script's canonical name.
+    assert result["package"] == canonicalize_name(name)
+    assert f"SKIP {result['check']}" in proc.stdout
+
+
+@pytest.mark.parametrize("profile, complaint", [
+    ("not json", "not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"key": "h100", "fp8": true}', "lacks arch"),
+    ('{"key": "h100", "arch": "sm_90", "fp8": true}', "arch must be a compute capability"),
+    ('{"key": "h100", "arch": "9.0", "fp8": "yes"}', "fp8 must be true or false"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {"bf16_max_rel_err": "big"}}', "must be a finite number"),
+])
+def test_a_bad_profile_is_one_line_and_exit_2(profile, complaint, tmp_path):
+    out = tmp_path / "results.json"
+    proc = run("flash_attn", out, profile=profile)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and complaint in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", NOT_INSTALLED)
+def test_every_script_rejects_a_bad_profile(name, tmp_path):
+    proc = run(name, tmp_path / "results.json", profile='{"key": "h100"}')
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_missing_out_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "-S", str(KERNELS / "torch.py"), "--profile", PROFILE],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["torch.py: the following arguments are "
+                                                                         "required: --out"]
+
+
+def test_each_result_is_written_before_the_next_check(tmp_path):
+    out = tmp_path / "results.json"
+    code = textwrap.dedent(f"""\
+        import os, sys
+        sys.path.insert(0, {str(KERNELS)!r})
+        import _common
+        report = _common.Report({str(out)!r})
+        report.add("x/first", "x", "pass", numbers={{"a": 1.0}})
+        os._exit(3)  # dies like a segfaulting kernel: no cleanup, no atexit
+        """)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert [r["check"] for r in results_of(out)] == ["x/first"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no temp file left behind
+
+
+def test_one_check_raising_does_not_stop_the_others(tmp_path):
+    common = load("_common")
+    report = common.Report(str(tmp_path / "r.json"))
+
+    def broken():
+        raise ZeroDivisionError("boom")
+
+    def skipped():
+        raise common.Skipped("profile has no fp8")
+
+    def failing():
+        raise common.Failed("out relative error 0.5 above 0.01", {"out_rel_err": 0.5})
+
+    common.run_check(report, "x/raises", "x", broken)
+    common.run_check(report, "x/skip", "x", skipped)
+    common.run_check(report, "x/fail", "x", failing)
+    common.run_check(report, "x/pass", "x", lambda: ({"tflops": 350.0}, "fast enough"))
+    common.run_check(report, "x/nan", "x", lambda: {"err": math.nan, "big": math.inf})
+    got = {r["check"]: r for r in results_of(tmp_path / "r.json")}
+    assert [r["status"] for r in got.values()] == ["fail", "skip", "fail", "pass", "pass"]
+    assert got["x/raises"]["reason"] == "ZeroDivisionError: boom"
+    assert got["x/skip"]["reason"] == "profile has no fp8"
+    assert got["x/fail"]["numbers"] == {"out_rel_err": 0.5}
+    assert got["x/pass"]["reason"] == "fast enough" and got["x/pass"]["numbers"] == {"tflops": 350.0}
+    assert got["x/nan"]["numbers"] == {"err": "nan", "big": "inf"}
+
+
+def test_profile_thresholds_override_the_defaults():
+    common = load("_common")
+    profile = common.parse_profile('{"key": "a100", "arch": "8.0", "fp8": false, '
+                                   '"thresholds": {"bf16_max_rel_err": 0.02, "nccl_min_busbw_gbs_8gpu": 125}}')
+    assert (profile.key, profile.arch, profile.fp8) == ("a100", "8.0", False)
+    assert profile.max_rel_err("bf16") == 0.02
+    assert profile.max_rel_err("fp16") == common.DEFAULT_THRESHOLDS["fp16_max_rel_err"] == 2e-3
+    assert profile.threshold("flash_attn_min_ratio_vs_sdpa") == 1.0
+    assert profile.optional_threshold("nccl_min_busbw_gbs_8gpu") == 125.0
+    assert profile.optional_threshold("nccl_min_busbw_gbs_2gpu") is None
+
+
+def test_timing_stats():
+    assert load("_common").timing_stats([3.0, 1.0, 2.0, 10.0]) == {"median_ms": 2.5, "min_ms": 1.0, "max_ms": 10.0,
+                                                                   "repeats": 4}
+
+
+def test_flop_counts_and_rates():
+    common = load("_common")
+    # 4 * B * S^2 * H * D, halved for causal: B=4 S=4096 H=32 D=128 is 2^40 FLOPs, 2^39 causal.
+    assert common.attention_flops(4, 4096, 32, 128, causal=False) == 2.0**40
+    assert common.attention_flops(4, 4096, 32, 128, causal=True) == 2.0**39
+    assert common.matmul_flops(4096, 4096, 4096) == 2.0 * 4096**3
+    assert common.tflops(1e12, 1.0) == pytest.approx(1000.0)  # 1e12 FLOPs in 1 ms
+    # The measured H200 point: 2^39 FLOPs in 1.544 ms is 356 TFLOP/s.
+    assert common.tflops(2.0**39, 1.544) == pytest.approx(356.1, abs=0.1)
+
+
+def test_bus_bandwidth():
+    common = load("_common")
+    assert common.algbw_gbps(10**9, 10.0) == pytest.approx(100.0)
+    assert common.busbw_gbps(10**9, 10.0, 8) == pytest.approx(175.0)  # 100 * 2 * 7 / 8
+    assert common.busbw_gbps(10**9, 10.0, 2) == pytest.approx(100.0)
+    assert common.busbw_gbps(10**9, 10.0, 1) == 0.0
+
+
+def test_relative_error_and_nan():
+    common = load("_common")
+    assert common.relative_error_values([1.0, 2.0, 2.0], [1.0, 2.0, 3.0]) == pytest.approx(1 / math.sqrt(14))
+    assert common.relative_error_values([[1.0], [2.0]], [[1.0], [2.0]]) == 0.0
+    assert common.relative_error_values([0.0, 0.0], [0.0, 0.0]) == 0.0
+    assert common.relative_error_values([1.0, 0.0], [0.0, 0.0]) == math.inf
+    assert not common.within(common.relative_error_values([math.nan], [1.0]), 1e-2)
+    assert not common.at_least(math.nan, 1.0) and common.at_least(1.0, 1.0)
+    with pytest.raises(ValueError):
+        common.relative_error_values([1.0], [1.0, 2.0])
+
+
+def test_gae_reference_by_hand():
+    verl = load("verl")
+    # gamma 0.5, lambda 1, values 0: advantages are discounted rewards-to-go.
+    assert verl.gae_advantages([[0, 0, 1]], [[0, 0, 0]], [[1, 1, 1]], 0.5, 1.0) == [[0.25, 0.5, 1.0]]
+    # With values: delta_t = r_t + gamma v_{t+1} - v_t; A_2 = 1 - 1 = 0, A_1 = 0 + 0.5*1 - 0.5 + 0.5*0 = 0,
+    # A_0 = 0 + 0.5*0.5 - 0 + 0.5*0 = 0.25.
+    assert verl.gae_advantages([[0, 0, 1]], [[0, 0.5, 1]], [[1, 1, 1]], 0.5, 1.0) == [[0.25, 0.0, 0.0]]
+    # A masked-out tail token is skipped: the last real token sees next value 0 and no running GAE.
+    assert verl.gae_advantages([[0, 1, 7]], [[0, 0, 9]], [[1, 1, 0]], 0.5, 1.0)[0][:2] == [0.5, 1.0]
+
+
+def test_masked_whiten_by_hand():
+    verl = load("verl")
+    # mean 2.5, unbiased variance 5/3: (x - 2.5) / sqrt(5/3).
+    [first, second] = verl.masked_whiten([[1.0, 2.0], [3.0, 4.0]], [[1, 1], [1, 1]])
+    scale = math.sqrt(5 / 3)
+    assert first + second == pytest.approx([-1.5 / scale, -0.5 / scale, 0.5 / scale, 1.5 / scale], rel=1e-6)
+    # Masked elements are left out of the statistics (and still shifted and scaled, as verl does).
+    got = verl.masked_whiten([[1.0, 3.0, 100.0]], [[1, 1, 0]])
+    assert got[0][:2] == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2)], rel=1e-6)
+
+
+def test_grpo_reference_by_hand():
+    verl = load("verl")
+    rewards = [[0, 1], [0, 0], [1, 0], [0, 0], [0, 0.5]]
+    mask = [[1, 1], [1, 1], [1, 0], [1, 1], [1, 1]]
+    advantages, returns = verl.grpo_reference(rewards, mask, ["a", "a", "a", "a", "solo"])
+    # Group a scores 1, 0, 1, 0: mean 0.5, sample std sqrt(1/3); a group of one keeps its score.
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
+    flat = [x for row in advantages for x in row]
+    assert flat == pytest.approx([a, a, -a, -a, a, 0, -a, -a, 0.5 / (1 + 1e-6), 0.5 / (1 + 1e-6)], rel=1e-9)
+    assert returns == advantages
+
+
+def test_nccl_expected_sum():
+    nccl = load("nccl")
+    assert [nccl.expected_sum(n) for n in (1, 2, 4, 8)] == [1, 3, 10, 36]
+
+
+def test_triton_libcuda_failure_is_recognised():
+    triton = load("triton")
+    link = subprocess.CalledProcessError(1, ["/usr/bin/gcc", "/tmp/main.c", "-O3", "-shared", "-l:libcuda.so.1",
+                                             "-L/usr/lib/x86_64-linux-gnu"])
+    assert triton.libcuda_failure(link)
+    assert triton.libcuda_failure(RuntimeError("/usr/bin/ld: cannot find -lcuda: No such file or directory"))
+    assert triton.libcuda_failure(AssertionError("libcuda.so cannot found!\nPlease make sure GPU is set up"))
+    assert not triton.libcuda_failure(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not triton.libcuda_failure(subprocess.CalledProcessError(1, ["/usr/bin/gcc", "x.c", "-lpython3.12"]))
+
+
+def test_apex_layout_decides_whether_it_is_nvidia_apex(tmp_path, monkeypatch):
+    apex = load("apex")
+    # Stand-ins for the two layouts: NVIDIA apex has apex/normalization/fused_layer_norm.py, PyPI's has not.
+    nvidia, web = tmp_path / "nvidia", tmp_path / "web"
+    (nvidia / "apex" / "normalization").mkdir(parents=True)
+    (nvidia / "apex" / "__init__.py").write_text("")
+    (nvidia / "apex" / "normalization" / "fused_layer_norm.py").write_text("")
+    (web / "apex").mkdir(parents=True)
+    (web / "apex" / "__init__.py").write_text("from pyramid_mailer.interfaces import IMailer\n")
+    monkeypatch.setattr(sys, "path", [str(nvidia), *sys.path])
+    assert apex.wrong_apex() is None
+    monkeypatch.setattr(sys, "path", [str(web), *sys.path[1:]])
+    assert "not NVIDIA apex" in apex.wrong_apex()
+
+
+@pytest.mark.network
+def test_the_pypi_apex_fails_with_a_clear_reason(tmp_path):
+    target = tmp_path / "site"
+    subprocess.run(["uv", "pip", "install", "--quiet", "--target", str(target), "--no-deps", "--python",
+                    sys.executable, "apex==0.9.10dev"], check=True, timeout=300)
+    out = tmp_path / "results.json"
+    proc = run("apex", out, env={**os.environ, "PYTHONPATH": str(target)})
+    assert proc.returncode == 0, proc.stderr
+    [result] = results_of(out)
+    assert (result["check"], result["status"]) == ("apex/import", "fail")
+    assert "not NVIDIA apex" in result["reason"] and "Pyramid" in result["reason"], result["reason"]
+
+
+def torch_python() -> str | None:
+    """A python whose environment has torch: $VERLENV_TEST_TORCH_PYTHON, or one of the repo's .venv-* envs."""
+    candidates = [os.environ.get("VERLENV_TEST_TORCH_PYTHON", "")] + sorted(map(str, REPO.glob(".venv-*/bin/python")))
+    for python in filter(None, candidates):
+        probe = subprocess.run([python, "-c", "import importlib.util, sys; "
+                                "sys.exit(importlib.util.find_spec('torch') is None)"], capture_output=True)
+        if probe.returncode == 0:
+            return python
+    return None
+
+
+# Runs inside an environment with torch (and, where it has them, triton, verl, transformers). flash-attn, apex
+# and transformer-engine cannot exist without a GPU: stand-ins (test doubles) take their names, computing the
+# same functions with torch; each also has a broken variant that the check must catch.
+CPU_DRIVER = r'''
+import contextlib, importlib.util, json, os, sys, tempfile, types
+
+os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter runs kernels on the CPU
+os.environ["HF_HUB_OFFLINE"] = "1"
+KERNELS, OUT = sys.argv[1], sys.argv[2]
+
+
+def load(name):
+    if "_common" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("_common", os.path.join(KERNELS, "_common.py"))
+        sys.modules["_common"] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", os.path.join(KERNELS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+import torch
+
+torch.set_num_threads(2)
+tm = load("torch")
+common = sys.modules["_common"]
+PROFILE = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {}}')
+NO_FP8 = common.parse_profile('{"key": "a100", "arch": "8.0", "fp8": false, "thresholds": {}}')
+REPORT = common.Report(os.path.join(OUT, "scenarios.json"))
+results = {}
+
+
+def scenario(name, fn):
+    result = common.run_check(REPORT, name, "test", fn)
+    results[name] = {"status": result["status"], "reason": result["reason"]}
+
+
+def have(module):
+    return importlib.util.find_spec(module) is not None
+
+
+def install(name, module):
+    sys.modules[name] = module
+    return module
+
+
+def uninstall(*packages):
+    for name in [n for n in sys.modules if n.split(".")[0] in packages]:
+        del sys.modules[name]
+
+
+# A whole script through _common.main: torch is here, a GPU is not.
+common.main("torch", {"torch": "torch"}, tm.checks, argv=["--out", os.path.join(OUT, "torch.json"),
+                                                          "--profile", '{"key": "h100", "arch": "9.0", "fp8": true}'])
+results["torch/main"] = json.load(open(os.path.join(OUT, "torch.json")))[0]
+
+# Real packages first: the stand-ins below must not leak into them.
+if have("triton"):
+    tr = load("triton")
+    scenario("triton/vector-add", lambda: tr.check_vector_add(torch, "cpu", (1 << 12) + 17))
+    scenario("triton/softmax", lambda: tr.check_softmax(torch, PROFILE, "cpu", 8, 781))
+
+if have("verl"):
+    vl = load("verl")
+    scenario("verl/gae", lambda: vl.check_gae(torch, PROFILE, "cpu"))
+    scenario("verl/grpo", lambda: vl.check_grpo(torch, PROFILE, "cpu"))
+    import verl.trainer.ppo.core_algos as core_algos
+
+    original = core_algos.compute_gae_advantage_return
+    core_algos.compute_gae_advantage_return = lambda **kw: original(**{**kw, "lam": 0.5})
+    scenario("verl/gae/broken", lambda: vl.check_gae(torch, PROFILE, "cpu"))
+    core_algos.compute_gae_advantage_return = original
+
+if have("transformers") and have("tokenizers"):
+    def tiny_model():
+        from transformers import AutoTokenizer
+
+        vm = load("vllm")
+        directory = tempfile.mkdtemp(dir=OUT)
+        vm.write_tiny_model(directory, torch)
+        prompts = vm.prompt_token_ids(torch)[:3]
+        first = vm.transformers_greedy(torch, directory, prompts, device="cpu")
+        again = vm.transformers_greedy(torch, directory, prompts, device="cpu")
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        problems = []
+        if first != again or any(len(p) != vm.NEW_TOKENS for p in first):
+            problems.append(f"greedy picks {first} then {again}")
+        words = tokenizer.decode(first[0]).split()
+        if len(tokenizer) != vm.VOCAB or len(words) != vm.NEW_TOKENS:
+            problems.append(f"tokenizer of {len(tokenizer)} words decodes {words}")
+        return common.verdict({}, problems)
+
+    scenario("vllm/tiny-model", tiny_model)
+
+
+def attention(q, k, v, causal, ignore_causal):
+    """What flash-attn computes, rounded where it rounds: fp32 scores, probabilities in the input dtype."""
+    s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * q.shape[-1] ** -0.5
+    if causal and not ignore_causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    p = torch.softmax(s, -1)
+    return torch.einsum("bhqk,bkhd->bqhd", p.to(q.dtype).float(), v.float()).to(q.dtype)
+
+
+def flash_attn_stand_in(ignore_causal=False):
+    fa = types.ModuleType("flash_attn")
+    fa.flash_attn_func = lambda q, k, v, causal=False: attention(q, k, v, causal, ignore_causal)
+
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+        bounds = cu_q.tolist()
+        return torch.cat([attention(q[a:b][None], k[a:b][None], v[a:b][None], causal, ignore_causal)[0]
+                          for a, b in zip(bounds, bounds[1:])])
+
+    fa.flash_attn_varlen_func = varlen
+    return fa
+
+
+fa = load("flash_attn")
+install("flash_attn", flash_attn_stand_in())
+scenario("flash_attn/bf16/causal", lambda: fa.check_fwd_bwd(torch, PROFILE, "bf16", True, 0, (1, 256, 2, 64), "cpu"))
+scenario("flash_attn/fp16/noncausal", lambda: fa.check_fwd_bwd(torch, PROFILE, "fp16", False, 1, (1, 256, 2, 64), "cpu"))
+scenario("flash_attn/varlen", lambda: fa.check_varlen(torch, PROFILE, 2, (17, 128, 64), 2, 64, "cpu"))
+install("flash_attn", flash_attn_stand_in(ignore_causal=True))
+scenario("flash_attn/bf16/causal/broken", lambda: fa.check_fwd_bwd(torch, PROFILE, "bf16", True, 0, (1, 256, 2, 64), "cpu"))
+scenario("flash_attn/varlen/broken", lambda: fa.check_varlen(torch, PROFILE, 2, (17, 128, 64), 2, 64, "cpu"))
+uninstall("flash_attn")
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    """Computes in fp32 and rounds once, as the fused kernels do."""
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x.float(), self.normalized_shape, self.weight.float(),
+                                              self.bias.float(), self.eps).to(x.dtype)
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, hidden, eps=1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, torch.nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()).to(x.dtype)
+
+
+def apex_stand_in(adam_class):
+    normalization = install("apex.normalization", types.ModuleType("apex.normalization"))
+    normalization.FusedLayerNorm = lambda hidden, eps=1e-5: LayerNorm(hidden, eps=eps)
+    normalization.FusedRMSNorm = RMSNorm
+    optimizers = install("apex.optimizers", types.ModuleType("apex.optimizers"))
+    optimizers.FusedAdam = lambda params, adam_w_mode=True, **kw: adam_class(params, **kw)
+    install("apex", types.ModuleType("apex"))
+    wgrad = install("fused_weight_gradient_mlp_cuda", types.ModuleType("fused_weight_gradient_mlp_cuda"))
+
+    def accumulate(inputs, d_output, d_weight):
+        flat_in, flat_out = inputs.reshape(-1, inputs.shape[-1]), d_output.reshape(-1, d_output.shape[-1])
+        d_weight += (flat_out.float().T @ flat_in.float()).to(d_weight.dtype)
+
+    wgrad.wgrad_gemm_accum_fp32 = wgrad.wgrad_gemm_accum_fp16 = accumulate
+
+
+ap = load("apex")
+apex_stand_in(torch.optim.AdamW)
+scenario("apex/layer_norm", lambda: ap.check_layer_norm(torch, PROFILE, 1, 64, 256, "cpu"))
+scenario("apex/rms_norm", lambda: ap.check_rms_norm(torch, PROFILE, 2, 64, 256, "cpu"))
+scenario("apex/fused_adam", lambda: ap.check_fused_adam(torch, PROFILE, 3, device="cpu"))
+scenario("apex/wgrad/fp32", lambda: ap.check_wgrad_gemm(torch, PROFILE, "fp32", "bf16", 4, (2, 16), 64, 48, "cpu"))
+scenario("apex/wgrad/fp16", lambda: ap.check_wgrad_gemm(torch, PROFILE, "fp16", "fp16", 5, (2, 16), 64, 48, "cpu"))
+apex_stand_in(torch.optim.Adam)  # L2 weight decay instead of AdamW's decoupled one
+scenario("apex/fused_adam/broken", lambda: ap.check_fused_adam(torch, PROFILE, 3, device="cpu"))
+uninstall("apex", "fused_weight_gradient_mlp_cuda")
+
+
+def to_fp8(t, dtype):
+    scale = torch.finfo(dtype).max / t.detach().abs().max().float()
+    return ((t.float() * scale).to(dtype).float() / scale).to(t.dtype)
+
+
+class Fp8Matmul(torch.autograd.Function):
+    """x @ w.T + b with e4m3 operands forward and an e5m2 gradient backward (the HYBRID format)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xq, wq = to_fp8(x, torch.float8_e4m3fn), to_fp8(w, torch.float8_e4m3fn)
+        ctx.save_for_backward(xq, wq)
+        return xq @ wq.T + b
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, wq = ctx.saved_tensors
+        dyq = to_fp8(dy, torch.float8_e5m2)
+        return dyq @ wq, dyq.T @ xq, dy.sum(0)
+
+
+def te_stand_in(emulate_fp8):
+    fp8 = {"on": False}
+
+    class Linear(torch.nn.Linear):
+        def __init__(self, i, o, bias=True, params_dtype=None, device=None):
+            super().__init__(i, o, bias=bias, dtype=params_dtype, device=device)
+
+        def forward(self, x):
+            return Fp8Matmul.apply(x, self.weight, self.bias) if fp8["on"] and emulate_fp8 else super().forward(x)
+
+    @contextlib.contextmanager
+    def autocast(enabled=True, recipe=None):
+        fp8["on"] = enabled
+        try:
+            yield
+        finally:
+            fp8["on"] = False
+
+    te = install("transformer_engine.pytorch", types.ModuleType("transformer_engine.pytorch"))
+    te.LayerNorm = lambda h, eps=1e-5, params_dtype=None, device=None: LayerNorm(h, eps=eps).to(device, params_dtype)
+    te.RMSNorm = lambda h, eps=1e-5, params_dtype=None, device=None: RMSNorm(h, eps).to(device, params_dtype)
+    te.Linear, te.autocast = Linear, autocast
+    te.is_fp8_available = lambda return_reason=False: (True, "")
+    recipe = install("transformer_engine.common.recipe", types.ModuleType("transformer_engine.common.recipe"))
+    recipe.Format = types.SimpleNamespace(HYBRID="HYBRID")
+    recipe.DelayedScaling = lambda **kw: kw
+    install("transformer_engine", types.ModuleType("transformer_engine")).pytorch = te
+    install("transformer_engine.common", types.ModuleType("transformer_engine.common")).recipe = recipe
+
+
+tem = load("transformer_engine")
+te_stand_in(emulate_fp8=True)
+scenario("te/layer_norm", lambda: tem.check_layer_norm(torch, PROFILE, 1, 64, 256, "cpu"))
+scenario("te/rms_norm", lambda: tem.check_rms_norm(torch, PROFILE, 2, 64, 256, "cpu"))
+scenario("te/linear", lambda: tem.check_linear(torch, PROFILE, 3, "cpu"))
+scenario("te/fp8", lambda: tem.check_fp8_linear(torch, PROFILE, 4, device="cpu"))
+scenario("te/fp8/no-fp8-profile", lambda: tem.check_fp8_linear(torch, NO_FP8, 4, device="cpu"))
+te_stand_in(emulate_fp8=False)
+scenario("te/fp8/broken", lambda: tem.check_fp8_linear(torch, PROFILE, 4, device="cpu"))
+uninstall("transformer_engine")
+
+json.dump(results, open(os.path.join(OUT, "driver.json"), "w"))
+'''
+
+EXPECTED = {
+    "triton/vector-add": "pass", "triton/softmax": "pass",
+    "verl/gae": "pass", "verl/grpo": "pass", "verl/gae/broken": "fail",
+    "vllm/tiny-model": "pass",
+    "flash_attn/bf16/causal": "pass", "flash_attn/fp16/noncausal": "pass", "flash_attn/varlen": "pass",
+    "flash_attn/bf16/causal/broken": "fail", "flash_attn/varlen/broken": "fail",
+    "apex/layer_norm": "pass", "apex/rms_norm": "pass", "apex/fused_adam": "pass", "apex/wgrad/fp32": "pass",
+    "apex/wgrad/fp16": "pass", "apex/fused_adam/broken": "fail",
+    "te/layer_norm": "pass", "te/rms_norm": "pass", "te/linear": "pass", "te/fp8": "pass",
+    "te/fp8/no-fp8-profile": "skip", "te/fp8/broken": "fail",
+}
+NEEDS = {"triton": "triton", "verl": "verl", "vllm": "transformers and tokenizers"}
+
+
+@pytest.fixture(scope="module")
+def on_cpu(tmp_path_factory) -> dict:
+    python = torch_python()
+    if python is None:
+        pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
+    out = tmp_path_factory.mktemp("kernels-on-cpu")
+    proc = subprocess.run([python, "-c", CPU_DRIVER, str(KERNELS), str(out)], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "driver.json").read_text())
+
+
+@pytest.mark.slow
+def test_without_a_gpu_a_script_with_torch_skips(on_cpu):
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("this machine has a GPU")
+    result = on_cpu["torch/main"]
+    assert (result["check"], result["status"], result["reason"]) == ("torch", "skip", "no CUDA device")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXPECTED)
+def test_check_logic_on_cpu(on_cpu, name):
+    family = name.split("/")[0]
+    if name not in on_cpu:
+        pytest.skip(f"the torch environment lacks {NEEDS.get(family, family)}")
+    got = on_cpu[name]
+    assert got["status"] == EXPECTED[name], got["reason"]
+    if name.endswith("/broken"):
+        assert "above" in got["reason"] or "did not run" in got["reason"], got["reason"]

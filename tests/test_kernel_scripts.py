@@ -250,6 +250,45 @@ def test_grpo_reference_by_hand():
     assert returns == advantages
 
 
+def fake_torch(capabilities, arch_list, available=True, cuda="13.0"):
+    """A stand-in for torch's device queries (no GPU here): one device per capability."""
+    from types import SimpleNamespace
+
+    cuda_api = SimpleNamespace(
+        is_available=lambda: available, device_count=lambda: len(capabilities) if available else 0,
+        get_device_capability=lambda i: capabilities[i], get_device_name=lambda i: f"GPU {i}",
+        get_arch_list=lambda: arch_list)
+    return SimpleNamespace(cuda=cuda_api, __version__="2.11.0", version=SimpleNamespace(cuda=cuda))
+
+
+def test_the_arch_check_fails_loudly_on_the_wrong_profile(capsys):
+    common, torch_checks = load("_common"), load("torch")
+    h100 = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true}')
+    numbers, note = torch_checks.check_arch(fake_torch([(9, 0), (9, 0)], ["sm_80", "sm_90", "sm_100"]), h100)
+    assert numbers == {"devices": 2} and note.startswith("sm_90 in")
+    torch_checks.check_arch(fake_torch([(9, 0)], ["sm_80", "sm_90a"]), h100)  # sm_90a code runs on sm_90
+    with pytest.raises(common.Failed, match=r"device 1 \(GPU 1\) is compute capability 8.0 but profile 'h100'"):
+        torch_checks.check_arch(fake_torch([(9, 0), (8, 0)], ["sm_80", "sm_90"]), h100)
+    assert "ERROR: device 1" in capsys.readouterr().err
+    with pytest.raises(common.Failed, match="has no sm_90 kernels"):
+        torch_checks.check_arch(fake_torch([(9, 0)], ["sm_80", "sm_86"]), h100)
+
+
+def test_cuda_state_tells_no_gpu_from_an_unusable_one(monkeypatch):
+    common = load("_common")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert common.cuda_state(fake_torch([(9, 0)], ["sm_90"])) == ("ready", "")
+    monkeypatch.setattr(os.path, "exists", lambda path: False)
+    assert common.cuda_state(fake_torch([], [], available=False)) == ("skip", "no CUDA device")
+    monkeypatch.setattr(os.path, "exists", lambda path: path == "/dev/nvidiactl")
+    status, reason = common.cuda_state(fake_torch([], [], available=False))
+    assert status == "fail" and "has an NVIDIA GPU but torch 2.11.0 (CUDA 13.0) cannot use it" in reason
+    status, reason = common.cuda_state(fake_torch([], [], available=False, cuda=None))
+    assert status == "fail" and "CPU-only build" in reason
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert common.cuda_state(fake_torch([], [], available=False))[0] == "skip"
+
+
 def test_nccl_expected_sum():
     nccl = load("nccl")
     assert [nccl.expected_sum(n) for n in (1, 2, 4, 8)] == [1, 3, 10, 36]

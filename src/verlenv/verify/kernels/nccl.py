@@ -63,20 +63,21 @@ def run_all_reduce(torch, world):
     import torch.multiprocessing as mp
 
     os.environ.update(CHILD_ENV)
-    result_path = os.path.join(tempfile.mkdtemp(prefix="verlenv-nccl-"), "result.json")
-    with _common.folder_on_path_for_children():
-        context = mp.start_processes(worker, args=(world, _common.free_port(), result_path), nprocs=world,
-                                     join=False, start_method="spawn")
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-            raise _common.Failed(f"all-reduce over {world} GPUs did not finish in {TIMEOUT_S} s "
-                                 "(NCCL init or a collective hung)")
-    with open(result_path) as f:
-        return json.load(f)
+    with tempfile.TemporaryDirectory(prefix="verlenv-nccl-") as tmp:
+        result_path = os.path.join(tmp, "result.json")
+        with _common.folder_on_path_for_children():
+            context = mp.start_processes(worker, args=(world, _common.free_port(), result_path), nprocs=world,
+                                         join=False, start_method="spawn")
+        deadline = time.monotonic() + TIMEOUT_S
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    if process.is_alive():
+                        process.kill()
+                raise _common.Failed(f"all-reduce over {world} GPUs did not finish in {TIMEOUT_S} s "
+                                     "(NCCL init or a collective hung)")
+        with open(result_path) as f:
+            return json.load(f)
 
 
 def check_exact(torch, state):

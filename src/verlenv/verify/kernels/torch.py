@@ -30,7 +30,7 @@ def check_arch(torch, profile):
                             f"but profile {profile.key!r} expects {profile.arch}: wrong GPU profile for this machine")
     wanted = "sm_" + profile.arch.replace(".", "")
     arch_list = torch.cuda.get_arch_list()
-    if wanted not in arch_list:
+    if wanted not in arch_list and wanted + "a" not in arch_list:  # sm_90a code runs on sm_90 devices too
         problems.append(f"torch {torch.__version__} has no {wanted} kernels (built for {' '.join(arch_list)})")
     for problem in problems:
         print(f"ERROR: {problem}", file=sys.stderr, flush=True)

@@ -102,7 +102,8 @@ def test_without_its_package_a_script_writes_one_skip_and_exits_0(name, tmp_path
     ('{"key": "h100", "fp8": true}', "lacks arch"),
     ('{"key": "h100", "arch": "sm_90", "fp8": true}', "arch must be a compute capability"),
     ('{"key": "h100", "arch": "9.0", "fp8": "yes"}', "fp8 must be true or false"),
-    ('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {"bf16_max_rel_err": "big"}}', "must be a finite number"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {"bf16_max_rel_err": "big"}}',
+     "must be a finite number"),
 ])
 def test_a_bad_profile_is_one_line_and_exit_2(profile, complaint, tmp_path):
     out = tmp_path / "results.json"
@@ -464,11 +465,12 @@ def flash_attn_stand_in(ignore_causal=False):
 
 fa = load("flash_attn")
 install("flash_attn", flash_attn_stand_in())
-scenario("flash_attn/bf16/causal", lambda: fa.check_fwd_bwd(torch, PROFILE, "bf16", True, 0, (1, 256, 2, 64), "cpu"))
-scenario("flash_attn/fp16/noncausal", lambda: fa.check_fwd_bwd(torch, PROFILE, "fp16", False, 1, (1, 256, 2, 64), "cpu"))
+SHAPE = (1, 256, 2, 64)
+scenario("flash_attn/bf16/causal", lambda: fa.check_fwd_bwd(torch, PROFILE, "bf16", True, 0, SHAPE, "cpu"))
+scenario("flash_attn/fp16/noncausal", lambda: fa.check_fwd_bwd(torch, PROFILE, "fp16", False, 1, SHAPE, "cpu"))
 scenario("flash_attn/varlen", lambda: fa.check_varlen(torch, PROFILE, 2, (17, 128, 64), 2, 64, "cpu"))
 install("flash_attn", flash_attn_stand_in(ignore_causal=True))
-scenario("flash_attn/bf16/causal/broken", lambda: fa.check_fwd_bwd(torch, PROFILE, "bf16", True, 0, (1, 256, 2, 64), "cpu"))
+scenario("flash_attn/bf16/causal/broken", lambda: fa.check_fwd_bwd(torch, PROFILE, "bf16", True, 0, SHAPE, "cpu"))
 scenario("flash_attn/varlen/broken", lambda: fa.check_varlen(torch, PROFILE, 2, (17, 128, 64), 2, 64, "cpu"))
 uninstall("flash_attn")
 

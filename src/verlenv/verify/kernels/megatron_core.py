@@ -3,7 +3,7 @@ GPU, built with the Transformer Engine layer spec when megatron can use TE and w
 forward + backward, loss finite and near ln(vocab) for an untrained model, every parameter gets a gradient.
 
 Thresholds: none.
-Run: python megatron_core.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {}}'
+Run: python megatron_core.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import datetime
@@ -68,7 +68,8 @@ def check_gpt(torch):
         if not math.isfinite(loss_value):
             problems.append(f"loss is {loss_value}")
         elif abs(loss_value - math.log(VOCAB)) > 0.5:
-            problems.append(f"loss {loss_value:.3f} of an untrained model is far from ln({VOCAB}) = {math.log(VOCAB):.3f}")
+            problems.append(f"loss {loss_value:.3f} of an untrained model is far from "
+                            f"ln({VOCAB}) = {math.log(VOCAB):.3f}")
         if no_grad:
             problems.append(f"{len(no_grad)} parameter tensors got no gradient: {', '.join(no_grad[:5])}")
         return _common.verdict(numbers, problems, f"{spec_name}; {LAYERS} layers, hidden {HIDDEN}, heads {HEADS}")

@@ -3,7 +3,7 @@ exactly on every rank), then bus bandwidth for 2 MiB .. 512 MiB. With one GPU th
 (NCCL initialises), but bandwidth means nothing.
 
 Thresholds: nccl_min_busbw_gbs_<n>gpu (bus bandwidth floor at 512 MiB for n GPUs; no floor where unset).
-Run: python nccl.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {}}'
+Run: python nccl.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import datetime
@@ -45,7 +45,7 @@ def worker(rank, world, port, result_path):
         rows = []
         for nbytes in SIZES:
             buf = torch.randn(nbytes // 2, device=device, dtype=torch.bfloat16)
-            stats = _common.timing_stats(_common.cuda_times_ms(torch, lambda: dist.all_reduce(buf), 5, 20))
+            stats = _common.timing_stats(_common.cuda_times_ms(torch, lambda buf=buf: dist.all_reduce(buf), 5, 20))
             rows.append({"bytes": nbytes, **stats,
                          "algbw_gbps": _common.algbw_gbps(nbytes, stats["median_ms"]),
                          "busbw_gbps": _common.busbw_gbps(nbytes, stats["median_ms"], world)})

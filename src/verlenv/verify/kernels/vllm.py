@@ -3,7 +3,7 @@ FLASH_ATTN backend where the installed vLLM registers it; the first generated to
 transformers' greedy pick for the same weights. Reports tokens/s.
 
 Thresholds: none.
-Run: python vllm.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {}}'
+Run: python vllm.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import inspect

@@ -1,0 +1,120 @@
+"""The project's recipes agree with the catalog, and `verlenv build` refuses bad input in one line."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verlenv import catalog, recipes
+from verlenv.errors import UserError
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "ext"
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@pytest.fixture(scope="module")
+def cat() -> catalog.Catalog:
+    return catalog.load(REPO / "stacks.toml")
+
+
+def test_every_source_build_of_the_catalog_has_a_recipe_and_a_pin(cat):
+    for variant in cat.all_variants():
+        for build in variant.source_builds:
+            recipe = recipes.load(REPO, build.name)
+            if recipe.source["kind"] == "pypi-sdist":
+                assert HEX64.match(recipe.sha256_for(build.version)), (variant.key, build.name)
+            else:
+                # A git pin: the catalog's URL names the very commit the recipe verifies.
+                assert build.url.endswith("@" + recipe.source["commit"]), (variant.key, build.name)
+                assert build.url.removeprefix("git+").startswith(recipe.source["url"])
+                assert HEX64.match(recipe.source["tree_sha256"])
+
+
+def test_recipes_load_and_name_their_knobs():
+    assert recipes.available(REPO) >= ["apex", "flash-attn", "transformer-engine-torch"]
+    apex = recipes.load(REPO, "apex")
+    assert apex.gpu_code and apex.arch_variable == "TORCH_CUDA_ARCH_LIST" and apex.arch_format == "dotted"
+    assert apex.concurrent_extensions_variable == "APEX_PARALLEL_BUILD"
+    assert apex.env["APEX_CPP_EXT"] == apex.env["APEX_CUDA_EXT"] == "1"
+    assert "fused_weight_gradient_mlp_cuda" in apex.extension_modules
+    te = recipes.load(REPO, "transformer-engine-torch")
+    assert not te.gpu_code and te.arch_variable is None
+    assert te.env["NVTE_PYTORCH_FORCE_BUILD"] == "TRUE" and te.env["NVTE_FRAMEWORK"] == "pytorch"
+    assert "nvidia/cudnn/include" in te.site_paths["CPATH"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ('kind = "svn"', "source.kind is 'svn'; valid: pypi-sdist, git, local-dir"),
+    ('arch_format = "sm"', "build.arch_format is 'sm'; valid: nodot, dotted"),
+    ("drop arch_variable", "missing key build.arch_variable (or set build.gpu_code = false)"),
+    ("drop tree_sha256", "missing key source.tree_sha256"),
+])
+def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
+    shutil.copytree(DATA / "recipes" / "cuda-ext-probe", tmp_path / "recipes" / "cuda-ext-probe")
+    path = tmp_path / "recipes" / "cuda-ext-probe" / "recipe.toml"
+    text = path.read_text()
+    if bad.startswith("drop "):
+        text = "\n".join(line for line in text.splitlines() if not line.startswith(bad[5:]))
+    elif bad.startswith("kind"):
+        text = text.replace('kind = "local-dir"', bad)
+    else:
+        text = text.replace('arch_format = "dotted"', bad)
+    path.write_text(text)
+    with pytest.raises(UserError) as e:
+        recipes.load(tmp_path, "cuda-ext-probe")
+    assert str(e.value) == f"{path}: {message}"
+
+
+def verlenv_build(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "VIRTUAL_ENV", "CONDA_PREFIX")}
+    return subprocess.run([sys.executable, "-m", "verlenv", "build", *args], capture_output=True, text=True,
+                          cwd=root, env={**env, "VERLENV_ROOT": str(root)}, timeout=120)
+
+
+def refused(r: subprocess.CompletedProcess) -> str:
+    """The one line a refusal prints (no traceback), after checking the exit code."""
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verlenv build: "), r.stderr
+    return lines[0].removeprefix("verlenv build: ")
+
+
+@pytest.fixture
+def probe_root(tmp_path) -> Path:
+    dest = tmp_path / "ext"
+    shutil.copytree(DATA, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_an_unknown_package_is_refused(probe_root, tmp_path):
+    wheelhouse = tmp_path / "wheelhouse"
+    r = verlenv_build(probe_root, "nosuch", "--python", sys.executable, "--archs", "9.0", "--wheelhouse", str(wheelhouse))
+    assert refused(r) == "no recipe for 'nosuch'; recipes: cuda-ext-probe, sleepy-probe"
+    assert not wheelhouse.exists() and not (probe_root / ".verlenv").exists()
+
+
+def test_a_package_the_variant_does_not_build_is_refused(tmp_path):
+    wheelhouse = tmp_path / "wheelhouse"
+    r = verlenv_build(REPO, "apex", "--variant", "fsdp", "--python", sys.executable, "--archs", "9.0",
+                      "--wheelhouse", str(wheelhouse))
+    line = refused(r)
+    assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn", line), line
+    assert not wheelhouse.exists()
+
+
+def test_an_unknown_gpu_is_refused(probe_root, tmp_path):
+    wheelhouse = tmp_path / "wheelhouse"
+    r = verlenv_build(probe_root, "cuda-ext-probe", "--python", sys.executable, "--gpu", "b200",
+                      "--wheelhouse", str(wheelhouse))
+    assert refused(r) == "unknown GPU 'b200'; valid: a100, h100, h200"
+    assert not wheelhouse.exists()
+
+
+def test_an_unknown_variant_is_refused(probe_root):
+    r = verlenv_build(probe_root, "cuda-ext-probe", "--variant", "deepspeed", "--python", sys.executable)
+    assert refused(r) == "unknown variant 'deepspeed' of stack probe; valid: fsdp"

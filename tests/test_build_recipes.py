@@ -3,8 +3,10 @@
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,82 @@ def test_an_unknown_gpu_is_refused(probe_root, tmp_path):
 def test_an_unknown_variant_is_refused(probe_root):
     r = verlenv_build(probe_root, "cuda-ext-probe", "--variant", "deepspeed", "--python", sys.executable)
     assert refused(r) == "unknown variant 'deepspeed' of stack probe; valid: fsdp"
+
+
+def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, source: str | None,
+                stop_when, timeout: float = 900) -> tuple[str, str]:
+    """Run the real builder on a project recipe in a subprocess; kill it once stop_when(work) holds.
+
+    Returns (the builder's stderr, the build log): enough to check what setup.py made of the recipe
+    without paying for a whole compile.
+    """
+    from test_build_env import torch_python
+
+    code = (f"from pathlib import Path\nfrom verlenv import build, catalog\n"
+            f"variant = catalog.load(Path({str(REPO / 'stacks.toml')!r})).variant('verl-0.9', 'megatron')\n"
+            f"build.build_one(Path({str(REPO)!r}), variant, {package!r}, {torch_python()!r}, {archs!r}, "
+            f"Path({str(wheelhouse)!r}), Path({str(work)!r}), source={f'Path({source!r})' if source else None})\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while not stop_when(work):
+            assert proc.poll() is None, f"the build ended first: {proc.stderr.read()[-3000:]}"
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        time.sleep(1)  # let the file being watched be written out
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stderr = proc.communicate()[1]
+    return stderr, next(work.glob(f"build-{package}-*/build.log")).read_text(errors="replace")
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_apex_setup_takes_the_recipe_knobs(tmp_path, monkeypatch):
+    """apex's real setup.py, stopped once ninja's build file is written (no compile)."""
+    repo = os.environ.get("VERLENV_APEX_GIT")
+    if not repo:
+        pytest.skip("set VERLENV_APEX_GIT to a clone or mirror of NVIDIA/apex")
+    from test_build_env import clean_build_env
+
+    clean_build_env(monkeypatch)
+    work, wheelhouse = tmp_path / "work", tmp_path / "wheelhouse"
+    stderr, log = start_build("apex", ["9.0"], work, wheelhouse, repo,
+                              lambda w: list(w.glob("build-apex-*/src/apex-*/build/**/build.ninja")))
+    split = re.search(r"APEX_PARALLEL_BUILD=(\d+) extensions at once x MAX_JOBS=(\d+) jobs each", stderr)
+    jobs = re.search(r"parallelism: MAX_JOBS=(\d+)", stderr)
+    assert split and jobs, stderr
+    assert int(split[1]) * int(split[2]) <= int(jobs[1])
+    assert "[apex] Detected APEX_CPP_EXT=1" in log and "[apex] Detected APEX_CUDA_EXT=1" in log
+    assert f"[apex] Using parallel build with {split[1]} jobs from APEX_PARALLEL_BUILD" in log
+    assert "release 13.0" in log  # apex's own nvcc == torch.version.cuda check ran and passed
+    ninja = next(work.glob("build-apex-*/src/apex-*/build/**/build.ninja")).read_text()
+    assert "-gencode=arch=compute_90,code=sm_90" in ninja and "compute_80" not in ninja
+    assert not wheelhouse.exists() or not list(wheelhouse.rglob("*"))
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_transformer_engine_torch_compiles_its_first_units(tmp_path, monkeypatch):
+    """TE's real sdist (fetched, sha256 checked) through the builder, stopped after its first unit compiled:
+    the cuDNN/NCCL headers were found through the recipe's CPATH and no wheel was downloaded."""
+    from test_build_env import clean_build_env
+
+    clean_build_env(monkeypatch)
+    monkeypatch.setenv("MAX_JOBS", "1")  # one unit at a time (2.5 GiB, a few CPU minutes)
+    work, wheelhouse = tmp_path / "work", tmp_path / "wheelhouse"
+
+    def first_unit_done(w: Path) -> bool:
+        log = next(w.glob("build-transformer-engine-torch-*/build.log"), None)
+        return log is not None and re.search(r"^\s*\[1/\d+\]", log.read_text(errors="replace"), re.M) is not None
+
+    stderr, log = start_build("transformer-engine-torch", ["9.0"], work, wheelhouse, None, first_unit_done, 1800)
+    assert "MAX_JOBS=1" in stderr
+    assert "Guessing wheel URL" not in log  # NVTE_PYTORCH_FORCE_BUILD=TRUE was honoured
+    assert "error:" not in log and "No such file or directory" not in log
+    units = re.findall(r"^\s*\[1/(\d+)\]", log, re.M)
+    assert units == ["32"]
+    assert not wheelhouse.exists() or not list(wheelhouse.rglob("*"))

@@ -8,7 +8,9 @@ import functools
 import glob
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,37 @@ def clean_build_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("CUDA_HOME", "CONDA_PREFIX", "VIRTUAL_ENV", "MAX_JOBS", "NVCC_THREADS", "TORCH_CUDA_ARCH_LIST",
                 "CXX", "CUDAHOSTCXX", "VERLENV_ROOT"):
         monkeypatch.delenv(var, raising=False)
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every live process of session `sid` (a builder started with start_new_session=True).
+
+    Killing its process group is not enough: ninja puts each compile command in a group of its own.
+    """
+    for _ in range(100):
+        pids = [pid for pid, (state, session) in _processes().items() if session == sid and state != "Z"]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    raise AssertionError(f"processes of session {sid} survive SIGKILL: {pids}")
+
+
+def _processes() -> dict[int, tuple[str, int]]:
+    """pid -> (state, session id), from /proc/<pid>/stat (the fields after the command name)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            out[int(entry.name)] = (fields[0], int(fields[3]))
+    return out
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -129,7 +128,7 @@ def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, so
     Returns (the builder's stderr, the build log): enough to check what setup.py made of the recipe
     without paying for a whole compile.
     """
-    from test_build_env import torch_python
+    from test_build_env import kill_session, torch_python
 
     code = (f"from pathlib import Path\nfrom verlenv import build, catalog\n"
             f"variant = catalog.load(Path({str(REPO / 'stacks.toml')!r})).variant('verl-0.9', 'megatron')\n"
@@ -144,10 +143,7 @@ def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, so
             time.sleep(0.5)
         time.sleep(1)  # let the file being watched be written out
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_session(proc.pid)  # the builder, pip, ninja and every compile under them
         stderr = proc.communicate()[1]
     return stderr, next(work.glob(f"build-{package}-*/build.log")).read_text(errors="replace")
 

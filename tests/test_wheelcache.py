@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_build_env import DATA, clean_build_env, torch_python
+from test_build_env import DATA, clean_build_env, kill_session, torch_python
 from verlenv import build, catalog, recipes, toolchain, wheelcache
 
 REPO = Path(__file__).resolve().parent.parent
@@ -150,10 +150,7 @@ def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch
             assert time.monotonic() < deadline
             time.sleep(0.1)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the builder and the pip build under it
-        except ProcessLookupError:
-            pass
+        kill_session(proc.pid)  # the builder and the pip build under it
         proc.wait()
     assert list(work.glob("build-sleepy-probe-*/build.log"))  # it was killed inside the build
     assert not list(wheelhouse.rglob(wheelcache.ENTRY_FILE)) and not list(wheelhouse.rglob("*.whl"))

@@ -10,6 +10,7 @@ from verlenv.errors import UserError
 STAGE_MODULES = (
     "verlenv.render",
     "verlenv.lock",
+    "verlenv.install",
     "verlenv.toolchain",
     "verlenv.build",
     "verlenv.verify",

@@ -10,18 +10,20 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from verlenv import catalog
+from verlenv import catalog, pins
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
+from verlenv.sources import sha256_file
 
 MARKER = "verlenv-env.json"
 
 
 def lock_path(root: Path, variant: catalog.Variant) -> Path:
-    path = root / "locks" / f"{variant.key}.linux-64.txt"
+    path = pins.lock_path(root, variant)
     if not path.is_file():
         raise UserError(f"no lock for {variant.key} at {path}; run `nox -s lock` first")
     return path
@@ -59,14 +61,58 @@ def create_venv(prefix: Path, python: str, seed: bool = False) -> None:
     subprocess.run(cmd, check=True, env=installer_env(), capture_output=True)
 
 
-def sync(python: Path, lock: Path, installer: str = "uv") -> None:
-    if installer == "uv":
-        cmd = ["uv", "pip", "sync", "--python", str(python), "--require-hashes", "--strict", str(lock)]
-    else:
-        # The same lock through plain pip: --no-deps keeps pip from resolving anything itself.
-        cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
-               "--disable-pip-version-check", "-r", str(lock)]
-    r = subprocess.run(cmd, env=installer_env())
+# Run in the env: for each named distribution installed from a local wheel file, that file's URL.
+_LOCAL_WHEELS = r"""
+import json, sys
+from importlib import metadata
+out = {}
+for name in sys.argv[1:]:
+    try:
+        text = metadata.distribution(name).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        continue
+    url = json.loads(text).get("url", "") if text else ""
+    if url.startswith("file://") and url.endswith(".whl"):
+        out[name] = url
+print(json.dumps(out))
+"""
+
+
+def kept_source_builds(python: Path, variant: catalog.Variant) -> list[str]:
+    """Requirement lines for the variant's locally built wheels the env already has, so a sync keeps them.
+
+    `uv pip sync` removes what the lock does not list; flash-attn, apex and TE's torch part are never in
+    the lock (they are compiled against the env), so without these lines every install would drop them.
+    """
+    names = [b.name for b in variant.source_builds]
+    out = subprocess.run([str(python), "-c", _LOCAL_WHEELS, *names], capture_output=True, text=True)
+    if out.returncode != 0:
+        return []
+    lines = []
+    for name, url in json.loads(out.stdout).items():
+        wheel = Path(url.removeprefix("file://"))
+        if wheel.is_file():
+            lines.append(f"{name} @ {url} --hash=sha256:{sha256_file(wheel)}")
+        else:
+            print(f"note: {name} was installed from {wheel}, which is gone; `verlenv build {name}` reinstalls it",
+                  file=sys.stderr)
+    return lines
+
+
+def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = ()) -> None:
+    """Install exactly the lock (plus `keep` lines) into the env of `python`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        requirements = lock
+        if keep:
+            requirements = Path(tmp) / lock.name
+            requirements.write_text(lock.read_text() + "\n" + "\n".join(keep) + "\n")
+        if installer == "uv":
+            cmd = ["uv", "pip", "sync", "--python", str(python), "--require-hashes", "--strict", str(requirements)]
+        else:
+            # The same lock through plain pip: --no-deps keeps pip from resolving anything itself.
+            cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
+                   "--disable-pip-version-check", "-r", str(requirements)]
+        r = subprocess.run(cmd, env=installer_env())
     if r.returncode != 0:
         raise UserError(f"installing {lock.name} failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
 
@@ -86,7 +132,7 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
     (prefix / MARKER).unlink(missing_ok=True)
     started = time.monotonic()
     try:
-        sync(env_python(prefix), lock, installer)
+        sync(env_python(prefix), lock, installer, keep=[] if created else kept_source_builds(env_python(prefix), variant))
     except BaseException:
         if created:
             shutil.rmtree(prefix, ignore_errors=True)  # a half-made env must not look usable
@@ -114,13 +160,13 @@ def _main(args) -> int:
     cat = catalog.load()
     variant = cat.variant(args.stack, args.variant)
     prefix = install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)
-    from verlenv.verify.static import lock_drift_problems
+    from verlenv.verify.runner import lock_drift
 
-    problems = lock_drift_problems(str(env_python(prefix)), lock_path(cat.root, variant), variant)
-    for line in problems:
-        print(f"drift: {line}", file=sys.stderr)
-    if problems:
-        print(f"verlenv install: {len(problems)} distribution(s) differ from the lock", file=sys.stderr)
+    results = lock_drift(str(env_python(prefix)), cat, variant, lock_path(cat.root, variant))
+    for r in results:
+        print(f"drift check {r.name}: {r.status}: {r.reason}", file=sys.stderr)
+    failed = [r for r in results if r.status == "fail"]
+    if failed:
+        print(f"verlenv install: the env differs from {lock_path(cat.root, variant).name}", file=sys.stderr)
         return 1
-    print("drift check: every installed distribution equals its lock line", file=sys.stderr)
     return 0

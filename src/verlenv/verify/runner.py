@@ -122,10 +122,7 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     protected = [n for n, pkg in static.PROTECTED.items() if scope.wants(pkg) and (n in installed or n in pins)]
     object_dists = [d for p in static.PACKAGES.values() if scope.wants(p.name) for d, _ in p.objects]
     probe = static.probe_files(s.python, protected, object_dists)
-    for name in protected:
-        pin = pins.get(name)
-        results.append(static.check_protected(name, static.PROTECTED[name], probe["intact"].get(name),
-                                              pin.version if pin else None, scope))
+    results += _protected_results(protected, probe, pins, scope)
     if pip_check is not None:
         results.append(pip_check.result())
     pool.shutdown()
@@ -139,6 +136,21 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     if scope.wants("triton"):
         results.append(static.check_libcuda(dict(os.environ), static.ldconfig_text(), driver, scope))
     return results, driver
+
+
+def _protected_results(protected: list[str], probe: dict, pins: dict, scope: Scope) -> list[CheckResult]:
+    return [static.check_protected(name, static.PROTECTED[name], probe["intact"].get(name),
+                                   pins[name].version if name in pins else None, scope) for name in protected]
+
+
+def lock_drift(python: str, cat: catalog.Catalog, variant: catalog.Variant, lock: Path) -> list[CheckResult]:
+    """The checks `verlenv install` runs after installing: the env equals the lock; torch, cuDNN, NCCL intact."""
+    s = Settings(python=python, catalog=cat, variant=variant, profile=None, gpus=[], lock=lock)
+    installed = installed_versions(facts_mod.gather(python))
+    pins = _pins(s)
+    protected = [n for n in static.PROTECTED if n in installed or n in pins]
+    probe = static.probe_files(python, protected, [])
+    return [_lock_result(s, installed, pins), *_protected_results(protected, probe, pins, s.scope)]
 
 
 def _pins(s: Settings) -> dict:

@@ -65,27 +65,30 @@ def build_te(session: nox.Session) -> None:
 
 
 def _verify(session: nox.Session, gpu: str) -> None:
-    """Install the locked env if needed, build natives when a GPU is present, then verify and report."""
-    _verlenv(session, "verify", "--gpu", gpu)
+    """Verify the env against its lock and, on a GPU matching the profile, run the kernel checks."""
+    _tool(session)
+    # The session's venv is verlenv's own: verify skips it and picks .venv-<stack>-<variant>.
+    session.run("verlenv", "verify", "--gpu", gpu, *session.posargs)
 
 
 @nox.session(python=TOOL_PYTHON)
 def verify(session: nox.Session) -> None:
-    """Verify the default env on whatever this machine has: CPU checks only, A100 or H100/H200."""
+    """Install the default env, build its native packages for the visible GPU, verify on what is here."""
     _tool(session)
     session.run("verlenv", "install")
+    session.run("verlenv", "build", "--gpu", "auto", "--if-gpu")
     session.run("verlenv", "verify", "--gpu", "auto", *session.posargs)
 
 
 @nox.session(name="verify-a100", python=TOOL_PYTHON)
 def verify_a100(session: nox.Session) -> None:
-    """Verify on an A100 (sm_80); fails if the GPU present is another."""
+    """Verify against the A100 profile (sm_80); exit 2 on another GPU unless -- --force."""
     _verify(session, "a100")
 
 
 @nox.session(name="verify-h100", python=TOOL_PYTHON)
 def verify_h100(session: nox.Session) -> None:
-    """Verify on an H100/H200 (sm_90); fails if the GPU present is another."""
+    """Verify against the H100/H200 profile (sm_90); exit 2 on another GPU unless -- --force."""
     _verify(session, "h100")
 
 

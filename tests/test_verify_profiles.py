@@ -71,7 +71,9 @@ def test_profiles_carry_arch_fp8_and_thresholds_from_data():
     assert (p["a100"].fp8, p["h100"].fp8, p["h200"].fp8) == (False, True, True)
     for profile in p.values():
         t = profile.thresholds
-        assert t["bf16_max_rel_err"] == 1e-2 and t["flash_attn_min_ratio_vs_sdpa"] == 0.8  # [defaults.thresholds]
+        assert t["bf16_max_rel_err"] == 1e-2  # [defaults.thresholds]
+        # Hopper's own floor overrides the default: the held-out expectation is FA >= torch's flash SDPA.
+        assert t["flash_attn_min_ratio_vs_sdpa"] == (1.0 if profile.arch == "9.0" else 0.8)
         # The scripts take thresholds as plain numbers.
         assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in t.values())
         # Floors sit below what was measured on an H200 (356 TFLOP/s, 316 GB/s).

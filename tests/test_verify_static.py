@@ -450,6 +450,16 @@ def test_installed_packages_against_the_variants_needs():
     assert r["installed/megatron-core"].status == "pass"
 
 
+def test_unbuilt_source_builds_are_not_failures_without_a_gpu():
+    """No GPU: flash-attn has no target to be compiled for yet; a missing vLLM is still a failure."""
+    have = {"torch": ["2.11.0"], "nvidia-nccl-cu13": ["2.28.9"]}
+    scope = Scope(FSDP.required)
+    r = {c.name: c for c in static.check_installed(have, scope, "fsdp", frozenset({"flash-attn"}))}
+    assert r["installed/flash-attn"].status == "skip" and not r["installed/flash-attn"].blocking
+    assert "nox -s build" in r["installed/flash-attn"].reason
+    assert r["installed/vllm"].status == "fail" and r["installed/vllm"].blocking
+
+
 def test_envprobe_runs_in_a_bare_interpreter(tmp_path):
     """envprobe.py needs nothing but the standard library: it runs in the env under test."""
     python = venv(tmp_path / "env")

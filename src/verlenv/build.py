@@ -313,6 +313,8 @@ def register(sub) -> None:
     p.add_argument("--jobs", type=int, help="override MAX_JOBS")
     p.add_argument("--threads", type=int, help="override nvcc threads per job")
     p.add_argument("--source", type=Path, help="local source: the sdist file, or a git clone for git recipes")
+    p.add_argument("--if-gpu", action="store_true",
+                   help="with --gpu auto: build only when a GPU is visible, else say so and exit 0")
     p.add_argument("--no-install", action="store_true", help="build and cache only")
     p.add_argument("--keep", action="store_true", help="keep the build tree")
     p.add_argument("--json", type=Path, help="write the build records to this JSON file")
@@ -323,6 +325,9 @@ def _main(args) -> int:
     cat = catalog.load()
     variant = cat.variant(args.stack, args.variant)
     python = os.path.abspath(args.python or default_python(variant, cat.root))
+    if args.if_gpu and not args.archs and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
+        print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
+        return 0
     archs = [a.strip() for a in args.archs.split(";")] if args.archs else gpus.archs_for(args.gpu or ["auto"])
     packages = args.packages or [b.name for b in variant.source_builds]
     work = (cat.root / ".verlenv").resolve()

@@ -13,6 +13,8 @@ from verlenv.errors import UserError
 CATALOG_NAME = "stacks.toml"
 VARIANTS = ("fsdp", "megatron")
 TOOLKIT_SOURCES = ("pypi", "conda")
+# Conda's platform names; linux-64 comes first: the env files' pip lists are rendered from its locks.
+PLATFORMS = ("linux-64", "linux-aarch64")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class Variant:
     requirements: tuple[str, ...]
     source_builds: tuple[SourceBuild, ...]
     extends: str | None = None
+    # The platforms a pip lock exists for (locks/<key>.<platform>.txt).
+    platforms: tuple[str, ...] = (PLATFORMS[0],)
 
     @property
     def key(self) -> str:
@@ -61,11 +65,17 @@ class Stack:
     cxx11_abi: bool
     toolkit: str
     host_compiler: str
-    aarch64: str
+    # The variants' platforms unless a variant names its own.
+    platforms: tuple[str, ...]
     toolkit_conda: tuple[str, ...]
     variants: dict[str, Variant]
     # Per-package date caps for pins newer than exclude_newer (package name -> RFC 3339 date).
     exclude_newer_package: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def all_platforms(self) -> list[str]:
+        """Every platform any of its variants is locked for, in PLATFORMS order."""
+        return [p for p in PLATFORMS if any(p in v.platforms for v in self.variants.values())]
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
@@ -144,6 +154,18 @@ def _dates(table: dict, key: str, where: str, path: Path) -> dict[str, str]:
     return {canonicalize_name(name): date for name, date in dates.items()}
 
 
+def _platforms(table: dict, where: str, path: Path, default: tuple[str, ...]) -> tuple[str, ...]:
+    if "platforms" not in table:
+        return default
+    platforms = _strings(table, "platforms", where, path)
+    for p in platforms:
+        if p not in PLATFORMS:
+            raise UserError(f"{path}: {where}.platforms: unknown platform {p!r}; valid: {', '.join(PLATFORMS)}")
+    if PLATFORMS[0] not in platforms:
+        raise UserError(f"{path}: {where}.platforms must include {PLATFORMS[0]} (the env files are rendered from its locks)")
+    return tuple(p for p in PLATFORMS if p in platforms)
+
+
 def _requirement(text: str, where: str, path: Path) -> Requirement:
     try:
         return Requirement(text)
@@ -175,7 +197,7 @@ def _parse(path: Path, data: dict) -> Catalog:
             cxx11_abi=_get(table, "cxx11_abi", bool, where, path),
             toolkit=toolkit,
             host_compiler=_get(table, "host_compiler", str, where, path),
-            aarch64=_get(table, "aarch64", str, where, path),
+            platforms=_platforms(table, where, path, default=(PLATFORMS[0],)),
             toolkit_conda=_strings(conda_tk, "packages", f"{where}.toolkit_conda", path, default=[]),
             variants={},
             exclude_newer_package=_dates(table, "exclude_newer_package", where, path),
@@ -201,8 +223,13 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     table = raw[name]
     requirements = list(_strings(table, "requirements", where, path))
     builds = list(_strings(table, "source_builds", where, path, default=[]))
+    platforms = _platforms(table, where, path, default=stack.platforms)
     if parent := table.get("extends"):
         base = _variant(stack, parent, raw, path, (*seen, name))
+        # Its locks are resolved against the base's lock of the same platform.
+        if missing := [p for p in platforms if p not in base.platforms]:
+            raise UserError(f"{path}: {where}.platforms: {', '.join(missing)} is not a platform of its base "
+                            f"variant {parent} ({', '.join(base.platforms)})")
         requirements = list(base.requirements) + requirements
         builds = [b.requirement.__str__() for b in base.source_builds] + builds
     for r in requirements:
@@ -215,4 +242,4 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
             raise UserError(f"{path}: {where}.source_builds: {text!r} must pin '==' a version or name a URL")
         source_builds.append(build)
     return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
-                   extends=table.get("extends"))
+                   extends=table.get("extends"), platforms=platforms)

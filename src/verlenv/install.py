@@ -23,7 +23,12 @@ MARKER = "verlenv-env.json"
 
 
 def lock_path(root: Path, variant: catalog.Variant) -> Path:
-    path = pins.lock_path(root, variant)
+    """The variant's lock for this machine's platform."""
+    platform = pins.machine_platform()
+    if platform not in variant.platforms:
+        raise UserError(f"{variant.key} is not locked for {platform} (this machine); "
+                        f"it is locked for: {', '.join(variant.platforms)}")
+    path = pins.lock_path(root, variant, platform)
     if not path.is_file():
         raise UserError(f"no lock for {variant.key} at {path}; run `nox -s lock` first")
     return path

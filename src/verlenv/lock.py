@@ -2,7 +2,9 @@
 rendered from them, and conda-lock where conda channels are reachable.
 
 `verlenv lock --check` proves offline that the committed files are fresh: each lock was written by
-`verlenv lock` from the inputs stacks.toml gives now (recorded in `locks/<key>.inputs.json`), the
+`verlenv lock` from the inputs stacks.toml gives now (recorded in `locks/<key>.inputs.json`, and
+`locks/<key>.<platform>.inputs.json` for a platform other than linux-64), every platform's lock of a
+variant pins the versions of its linux-64 lock (the env files' one pip list serves all platforms), the
 environment files are what `verlenv render` writes, and a conda-lock.yml's content hash matches them.
 """
 
@@ -24,7 +26,8 @@ from verlenv import catalog, pins, render
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 
-PYTHON_PLATFORM = "x86_64-manylinux_2_28"
+# Conda's platform name -> uv's --python-platform.
+PYTHON_PLATFORMS = {"linux-64": "x86_64-manylinux_2_28", "linux-aarch64": "aarch64-manylinux_2_28"}
 INDEX = "https://pypi.org/simple"
 COMPILE_COMMAND = "nox -s lock"
 CONDA_PROBE_URL = "https://conda.anaconda.org/conda-forge/linux-64/repodata.json"
@@ -36,8 +39,10 @@ UV_ENV_KEEP = {"UV_CACHE_DIR", "UV_NO_CACHE", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT"
                "UV_CONCURRENT_DOWNLOADS", "UV_PYTHON_DOWNLOADS"}
 
 
-def inputs_path(root: Path, variant: catalog.Variant) -> Path:
-    return Path(root) / pins.LOCK_DIR / f"{variant.key}.inputs.json"
+def inputs_path(root: Path, variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> Path:
+    # linux-64 keeps the name it had when it was the only platform.
+    suffix = "" if platform == pins.LOCK_PLATFORM else f".{platform}"
+    return Path(root) / pins.LOCK_DIR / f"{variant.key}{suffix}.inputs.json"
 
 
 def base_of(variant: catalog.Variant) -> catalog.Variant | None:
@@ -50,9 +55,9 @@ def resolver_requirements(variant: catalog.Variant) -> list[str]:
     return [*variant.requirements, *(str(b.requirement) for b in variant.source_builds if b.url is None)]
 
 
-def uv_flags(variant: catalog.Variant) -> list[str]:
+def uv_flags(variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
     stack = variant.stack
-    flags = ["--python-version", stack.python, "--python-platform", PYTHON_PLATFORM,
+    flags = ["--python-version", stack.python, "--python-platform", PYTHON_PLATFORMS[platform],
              "--generate-hashes", "--exclude-newer", stack.exclude_newer]
     for name, date in sorted(stack.exclude_newer_package.items()):
         flags += ["--exclude-newer-package", f"{name}={date}"]
@@ -65,12 +70,12 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def lock_inputs(variant: catalog.Variant, base_lock_text: str | None) -> dict:
+def lock_inputs(variant: catalog.Variant, base_lock_text: str | None, platform: str = pins.LOCK_PLATFORM) -> dict:
     """Everything the resolution depends on besides PyPI itself; its digest goes into the sidecar."""
-    inputs: dict = {"requirements": resolver_requirements(variant), "uv_flags": uv_flags(variant)}
+    inputs: dict = {"requirements": resolver_requirements(variant), "uv_flags": uv_flags(variant, platform)}
     if base := base_of(variant):
         # Resolved against the base's pins, so one conda-lock.yml can hold both as categories.
-        inputs["constraints"] = {"lock": f"{pins.LOCK_DIR}/{pins.lock_path(Path(), base).name}",
+        inputs["constraints"] = {"lock": f"{pins.LOCK_DIR}/{pins.lock_path(Path(), base, platform).name}",
                                  "sha256": _sha256(base_lock_text or "")}
     return inputs
 
@@ -95,13 +100,17 @@ def _uv_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
 
 
-def resolve(variant: catalog.Variant, workdir: Path, uv: str, base_pins: dict[str, pins.LockedPin] | None) -> str:
-    """Run `uv pip compile` for one variant in workdir; return the lock's text."""
+def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
+            base_pins: dict[str, pins.LockedPin] | None) -> str:
+    """Run `uv pip compile` for one variant and platform in workdir; return the lock's text."""
     key = variant.key
+    # A folder per platform: the input names below stay the same, and uv writes them into the lock.
+    workdir = workdir / platform
+    workdir.mkdir(exist_ok=True)
     # Relative names: uv writes them into the `# via -r ...` annotations, so the lock stays path-free.
     (workdir / f"{key}.in").write_text("\n".join(resolver_requirements(variant)) + "\n")
-    out = f"{key}.{pins.LOCK_PLATFORM}.txt"
-    cmd = [uv, "pip", "compile", f"{key}.in", "-o", out, "--quiet", *uv_flags(variant)]
+    out = f"{key}.{platform}.txt"
+    cmd = [uv, "pip", "compile", f"{key}.in", "-o", out, "--quiet", *uv_flags(variant, platform)]
     if base_pins is not None:
         base = base_of(variant)
         constraints = f"{base.key}.pins.txt"
@@ -111,16 +120,48 @@ def resolve(variant: catalog.Variant, workdir: Path, uv: str, base_pins: dict[st
     result = subprocess.run(cmd, cwd=workdir, env=_uv_env(), stdout=subprocess.DEVNULL, check=False)
     seconds = time.monotonic() - started
     if result.returncode != 0:
-        raise UserError(f"uv could not resolve {key} (exit {result.returncode}, see above); no lock was written",
-                        exit_code=1)
+        raise UserError(f"uv could not resolve {key} for {platform} (exit {result.returncode}, see above); "
+                        f"no lock was written", exit_code=1)
     text = (workdir / out).read_text()
-    print(f"resolved {key}: {len(pins.parse_lock(text, out))} pins in {seconds:.1f} s", file=sys.stderr)
+    # linux-64 keeps the message it had when it was the only platform.
+    shown = key if platform == pins.LOCK_PLATFORM else f"{key} for {platform}"
+    print(f"resolved {shown}: {len(pins.parse_lock(text, out))} pins in {seconds:.1f} s", file=sys.stderr)
     return text
 
 
-def lock_problems(cat: catalog.Catalog, variant: catalog.Variant) -> list[str]:
-    """Why the committed lock of a variant is not what `verlenv lock` would write now (offline)."""
-    lock, side = pins.lock_path(cat.root, variant), inputs_path(cat.root, variant)
+def version_differences(reference: dict[str, pins.LockedPin], other: dict[str, pins.LockedPin]) -> list[str]:
+    """Packages whose pins differ between two locks of one variant ("name a vs b", "name only in one")."""
+    diffs = []
+    for name in sorted(set(reference) | set(other)):
+        if name not in other or name not in reference:
+            diffs.append(f"{name} only in {'the linux-64' if name in reference else 'this'} lock")
+        elif reference[name].version != other[name].version:
+            diffs.append(f"{name} {reference[name].version} vs {other[name].version}")
+    return diffs
+
+
+def platform_problems(cat: catalog.Catalog, variant: catalog.Variant) -> list[str]:
+    """Each platform's lock must pin what the linux-64 lock pins: the env files list those pins for all."""
+    reference = pins.lock_path(cat.root, variant)
+    problems = []
+    for platform in variant.platforms:
+        path = pins.lock_path(cat.root, variant, platform)
+        if platform == pins.LOCK_PLATFORM or not path.is_file() or not reference.is_file():
+            continue
+        try:
+            diffs = version_differences(pins.read_lock(reference), pins.read_lock(path))
+        except UserError:
+            continue  # lock_problems reports a lock that does not parse
+        if diffs:
+            problems.append(f"{_rel(cat, path)}: pins other versions than {reference.name} ({'; '.join(diffs[:5])}"
+                            f"{f'; {len(diffs) - 5} more' if len(diffs) > 5 else ''}); one pip list in the env files "
+                            f"cannot serve both: change stacks.toml's pins or drop {platform} from the variant's platforms")
+    return problems
+
+
+def lock_problems(cat: catalog.Catalog, variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
+    """Why the committed lock of a variant for a platform is not what `verlenv lock` would write now (offline)."""
+    lock, side = pins.lock_path(cat.root, variant, platform), inputs_path(cat.root, variant, platform)
     rel, fix = _rel(cat, lock), f"run `verlenv lock --stack {variant.stack.name} --variant {variant.name}`"
     if not lock.is_file():
         return [f"{rel}: missing; {fix}"]
@@ -141,9 +182,9 @@ def lock_problems(cat: catalog.Catalog, variant: catalog.Variant) -> list[str]:
     if record.get("lock_sha256") != _sha256(text):
         problems.append(f"{rel}: edited after `verlenv lock` wrote it (sha256 differs from {side.name}); {fix}")
     base = base_of(variant)
-    base_lock = pins.lock_path(cat.root, base) if base else None
+    base_lock = pins.lock_path(cat.root, base, platform) if base else None
     base_text = base_lock.read_text() if base_lock and base_lock.is_file() else None
-    expected = lock_inputs(variant, base_text)
+    expected = lock_inputs(variant, base_text, platform)
     if record.get("inputs_sha256") != inputs_digest(expected):
         problems.append(f"{rel}: stale, {_what_changed(record.get('inputs') or {}, expected)}; {fix}")
     return problems
@@ -180,7 +221,7 @@ def _plan(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.V
     keys = {v.key for v in wanted}
     for v in list(wanted):
         base = base_of(v)
-        if base and base.key not in keys and lock_problems(cat, base):
+        if base and base.key not in keys and any(lock_problems(cat, base, p) for p in base.platforms):
             wanted.append(base)
             keys.add(base.key)
     return sorted(wanted, key=lambda v: (v.stack.name, _depth(v)))
@@ -192,27 +233,39 @@ def _depth(variant: catalog.Variant) -> int:
 
 
 def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.Variant]:
-    """Resolve every planned variant, then (only if all succeeded) replace the committed locks."""
+    """Resolve every planned variant for each of its platforms, then (only if all succeeded and every
+    platform pins the linux-64 versions) replace the committed locks."""
     plan = _plan(cat, wanted)
     uv = uv_bin()
     # "uv 0.13.9": the build triple after it would differ between machines for the same lock.
     uv_version = " ".join(subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout.split()[:2])
-    texts: dict[str, str] = {}
+    texts: dict[tuple[str, str], str] = {}
 
-    def base_text(v: catalog.Variant) -> str | None:
+    def base_text(v: catalog.Variant, platform: str) -> str | None:
         base = base_of(v)
-        return (texts.get(base.key) or pins.lock_path(cat.root, base).read_text()) if base else None
+        return (texts.get((base.key, platform)) or pins.lock_path(cat.root, base, platform).read_text()) if base else None
 
     with tempfile.TemporaryDirectory(prefix="verlenv-lock-") as tmp:
         for v in plan:
-            base = base_text(v)
-            texts[v.key] = resolve(v, Path(tmp), uv, pins.parse_lock(base, v.extends) if base else None)
+            for platform in v.platforms:
+                base = base_text(v, platform)
+                texts[v.key, platform] = resolve(v, platform, Path(tmp), uv,
+                                                 pins.parse_lock(base, v.extends) if base else None)
     for v in plan:
-        inputs = lock_inputs(v, base_text(v))
-        record = {"variant": v.key, "resolver": uv_version, "inputs": inputs,
-                  "inputs_sha256": inputs_digest(inputs), "lock_sha256": _sha256(texts[v.key])}
-        write_atomic(pins.lock_path(cat.root, v), texts[v.key])
-        write_atomic(inputs_path(cat.root, v), json.dumps(record, indent=2) + "\n")
+        reference = pins.parse_lock(texts[v.key, pins.LOCK_PLATFORM])
+        for platform in v.platforms:
+            if diffs := version_differences(reference, pins.parse_lock(texts[v.key, platform])):
+                raise UserError(f"{v.key} resolves to other versions for {platform} than for {pins.LOCK_PLATFORM} "
+                                f"({'; '.join(diffs[:5])}); no lock was written", exit_code=1)
+    for v in plan:
+        for platform in v.platforms:
+            inputs = lock_inputs(v, base_text(v, platform), platform)
+            # linux-64's record keeps the fields it had when it was the only platform.
+            named = {} if platform == pins.LOCK_PLATFORM else {"platform": platform}
+            record = {"variant": v.key, **named, "resolver": uv_version, "inputs": inputs,
+                      "inputs_sha256": inputs_digest(inputs), "lock_sha256": _sha256(texts[v.key, platform])}
+            write_atomic(pins.lock_path(cat.root, v, platform), texts[v.key, platform])
+            write_atomic(inputs_path(cat.root, v, platform), json.dumps(record, indent=2) + "\n")
     return plan
 
 
@@ -314,7 +367,8 @@ def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, sho
 def check(cat: catalog.Catalog, stack: str | None = None, variant: str | None = None) -> list[str]:
     variants = _selected(cat, stack, variant)
     stacks = list({v.stack.name: v.stack for v in variants}.values())
-    problems = [p for v in variants for p in lock_problems(cat, v)]
+    problems = [p for v in variants for platform in v.platforms for p in lock_problems(cat, v, platform)]
+    problems += [p for v in variants for p in platform_problems(cat, v)]
     return problems + env_problems(cat, stacks) + conda_lock_problems(cat, stacks)
 
 
@@ -343,7 +397,8 @@ def conda_lock(cat: catalog.Catalog, stack: catalog.Stack) -> None:
         tmp = where / f".{CONDA_LOCK_FILE}.tmp"
         final = where / CONDA_LOCK_FILE
         files = [arg for name in env_files(stack) for arg in ("-f", name)]
-        cmd = [sys.executable, "-m", "conda_lock", "lock", *files, "-p", render.CONDA_PLATFORM,
+        platforms = [arg for platform in stack.all_platforms for arg in ("-p", platform)]
+        cmd = [sys.executable, "-m", "conda_lock", "lock", *files, *platforms,
                "--lockfile", tmp.name, "--with-cuda", stack.cuda, *_conda_exe()]
         result = subprocess.run(cmd, cwd=where, check=False)
         if result.returncode != 0:

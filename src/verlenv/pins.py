@@ -1,5 +1,6 @@
 """Read a pip lock (`uv pip compile --generate-hashes` output) into exact pins."""
 
+import platform as _platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +11,10 @@ from packaging.utils import canonicalize_name
 from verlenv.errors import UserError
 
 LOCK_DIR = "locks"
-# The one platform the pip locks are resolved for (uv --python-platform), in conda's spelling.
+# The platform every variant is locked for, in conda's spelling; others are listed in stacks.toml.
 LOCK_PLATFORM = "linux-64"
+# platform.machine() -> conda's platform name.
+MACHINE_PLATFORMS = {"x86_64": "linux-64", "amd64": "linux-64", "aarch64": "linux-aarch64", "arm64": "linux-aarch64"}
 
 _HASH = re.compile(r"--hash=(?P<algo>[a-z0-9]+):(?P<digest>[0-9a-f]+)")
 
@@ -28,9 +31,15 @@ class LockedPin:
         return f"{self.name}=={self.version}"
 
 
-def lock_path(root: Path, variant) -> Path:
-    """Where a variant's pip lock lives: locks/<stack>-<variant>.linux-64.txt."""
-    return Path(root) / LOCK_DIR / f"{variant.key}.{LOCK_PLATFORM}.txt"
+def lock_path(root: Path, variant, platform: str = LOCK_PLATFORM) -> Path:
+    """Where a variant's pip lock for a platform lives: locks/<stack>-<variant>.<platform>.txt."""
+    return Path(root) / LOCK_DIR / f"{variant.key}.{platform}.txt"
+
+
+def machine_platform() -> str:
+    """This machine's platform in conda's spelling (linux-64, linux-aarch64), or its raw machine name."""
+    machine = _platform.machine()
+    return MACHINE_PLATFORMS.get(machine.lower(), machine)
 
 
 def read_lock(path: Path) -> dict[str, LockedPin]:

@@ -28,7 +28,6 @@ gpu_archs = ["9.0"]
 cxx11_abi = true
 toolkit = "pypi"
 host_compiler = "gxx=13"
-aarch64 = "n/a"
 [stacks.tiny.variants.fsdp]
 requirements = ["six==1.16.0"]
 source_builds = ["tinyext==0.1"]

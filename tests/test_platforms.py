@@ -1,0 +1,165 @@
+"""Platforms: which variants are locked for linux-aarch64, the checks that keep platform locks honest,
+and install picking this machine's lock."""
+
+import json
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from verlenv import catalog, cli, install, lock, pins
+from verlenv.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOG = catalog.load(ROOT / "stacks.toml")
+FSDP = CATALOG.variant("verl-0.9", "fsdp")
+MEGATRON = CATALOG.variant("verl-0.9", "megatron")
+
+
+def copy_tree(dest: Path) -> Path:
+    """A temp copy of the files lock --check reads (the real ones are never modified)."""
+    shutil.copy(ROOT / "stacks.toml", dest / "stacks.toml")
+    shutil.copytree(ROOT / "locks", dest / "locks")
+    shutil.copytree(ROOT / "environments", dest / "environments")
+    for name in ("environment.yml", "environment.megatron.yml"):
+        shutil.copy(ROOT / name, dest / name)
+    return dest / "stacks.toml"
+
+
+def run_check(path: Path, capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = cli.main(["lock", "--check", "--catalog", str(path)])
+    return rc, capsys.readouterr().err
+
+
+def test_only_verl_09_fsdp_is_locked_for_aarch64():
+    assert FSDP.platforms == ("linux-64", "linux-aarch64")
+    assert MEGATRON.platforms == ("linux-64",)
+    assert all(v.platforms == ("linux-64",) for v in CATALOG.stack("verl-0.7").variants.values())
+    assert sorted(p.name for p in (ROOT / "locks").glob("*.linux-aarch64.txt")) == ["verl-0.9-fsdp.linux-aarch64.txt"]
+    assert not pins.lock_path(ROOT, MEGATRON, "linux-aarch64").exists()
+
+
+def test_aarch64_lock_pins_the_linux_64_versions_and_was_resolved_for_aarch64():
+    x86 = pins.read_lock(pins.lock_path(ROOT, FSDP))
+    arm = pins.read_lock(pins.lock_path(ROOT, FSDP, "linux-aarch64"))
+    assert {n: p.version for n, p in arm.items()} == {n: p.version for n, p in x86.items()}
+    assert all(p.hashes for p in arm.values())
+    record = json.loads(lock.inputs_path(ROOT, FSDP, "linux-aarch64").read_text())
+    flags = record["inputs"]["uv_flags"]
+    assert record["platform"] == "linux-aarch64"
+    assert flags[flags.index("--python-platform") + 1] == "aarch64-manylinux_2_28"
+
+
+def test_check_detects_a_tampered_aarch64_lock(tmp_path, capsys):
+    path = copy_tree(tmp_path)
+    arm = pins.lock_path(tmp_path, FSDP, "linux-aarch64")
+    arm.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, arm.read_text(), count=1))
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    assert "locks/verl-0.9-fsdp.linux-aarch64.txt: edited after `verlenv lock` wrote it" in err
+
+
+def test_check_detects_a_missing_aarch64_inputs_record(tmp_path, capsys):
+    path = copy_tree(tmp_path)
+    lock.inputs_path(tmp_path, FSDP, "linux-aarch64").unlink()
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    assert "locks/verl-0.9-fsdp.linux-aarch64.inputs.json: missing" in err
+
+
+def test_check_detects_platform_locks_with_different_versions(tmp_path, capsys):
+    """The aarch64 lock is re-recorded as if `verlenv lock` wrote it: only the version comparison can object."""
+    path = copy_tree(tmp_path)
+    arm, side = pins.lock_path(tmp_path, FSDP, "linux-aarch64"), lock.inputs_path(tmp_path, FSDP, "linux-aarch64")
+    text = arm.read_text().replace("\nnumpy==2.3.5 ", "\nnumpy==2.3.4 ")
+    assert text != arm.read_text()
+    arm.write_text(text)
+    record = json.loads(side.read_text())
+    record["lock_sha256"] = lock._sha256(text)
+    side.write_text(json.dumps(record))
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    problems = [line for line in err.splitlines() if "verl-0.9-fsdp.linux-aarch64.txt" in line]
+    assert len(problems) == 1, err
+    assert problems[0].startswith("locks/verl-0.9-fsdp.linux-aarch64.txt: pins other versions than "
+                                  "verl-0.9-fsdp.linux-64.txt (numpy 2.3.5 vs 2.3.4)")
+
+
+def test_version_differences_names_changed_and_one_sided_packages():
+    x86 = pins.parse_lock("a==1\nb==2\nc==3\n")
+    arm = pins.parse_lock("a==1\nb==2.1\nd==4\n")
+    assert lock.version_differences(x86, arm) == ["b 2 vs 2.1", "c only in the linux-64 lock", "d only in this lock"]
+    assert lock.version_differences(x86, x86) == []
+
+
+def test_check_wants_a_lock_for_a_newly_listed_platform(tmp_path, capsys):
+    path = copy_tree(tmp_path)
+    text = path.read_text()
+    old = '[stacks."verl-0.7"]\n'
+    assert old in text
+    path.write_text(text.replace(old, old + 'platforms = ["linux-64", "linux-aarch64"]\n', 1)
+                    .replace('# torch 2.8.0\'s manylinux aarch64 wheel on PyPI is CPU-only: no coherent CUDA env on aarch64.\n'
+                             'platforms = ["linux-64"]\n', ""))
+    assert catalog.load(path).variant("verl-0.7", "fsdp").platforms == ("linux-64", "linux-aarch64")
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    assert "locks/verl-0.7-fsdp.linux-aarch64.txt: missing; run `verlenv lock --stack verl-0.7 --variant fsdp`" in err
+
+
+@pytest.mark.parametrize("table, expected", [
+    ('platforms = ["linux-64", "osx-arm64"]',
+     "stacks.verl-0.9.platforms: unknown platform 'osx-arm64'; valid: linux-64, linux-aarch64"),
+    ('platforms = ["linux-aarch64"]', "stacks.verl-0.9.platforms must include linux-64"),
+    ('platforms = "linux-64"', "stacks.verl-0.9.platforms must be a list, got str"),
+])
+def test_catalog_rejects_bad_platforms_in_one_line(tmp_path, table, expected):
+    path = copy_tree(tmp_path)
+    text = path.read_text()
+    old = 'platforms = ["linux-64", "linux-aarch64"]'
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, table))
+    with pytest.raises(UserError) as e:
+        catalog.load(path)
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_catalog_rejects_a_variant_platform_its_base_lacks(tmp_path):
+    path = copy_tree(tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace('platforms = ["linux-64", "linux-aarch64"]', 'platforms = ["linux-64"]')
+                    .replace('extends = "fsdp"\n# transformer-engine-cu13 2.16.1 (TE\'s core library wheel) is published for x86_64 only.\nplatforms = ["linux-64"]',
+                             'extends = "fsdp"\nplatforms = ["linux-64", "linux-aarch64"]'))
+    with pytest.raises(UserError, match=r"stacks.verl-0.9.variants.megatron.platforms: linux-aarch64 is not a "
+                                        r"platform of its base variant fsdp \(linux-64\)"):
+        catalog.load(path)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Test double for platform.machine(): this machine is x86_64, the aarch64 path needs another answer."""
+    def set_machine(name: str) -> None:
+        monkeypatch.setattr(platform, "machine", lambda: name)
+    return set_machine
+
+
+def test_install_picks_this_machines_platform_lock(machine):
+    machine("aarch64")
+    assert install.lock_path(ROOT, FSDP) == ROOT / "locks" / "verl-0.9-fsdp.linux-aarch64.txt"
+    machine("x86_64")
+    assert install.lock_path(ROOT, FSDP) == ROOT / "locks" / "verl-0.9-fsdp.linux-64.txt"
+
+
+def test_install_refuses_a_variant_not_locked_for_this_platform(machine, monkeypatch, capsys):
+    machine("aarch64")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("VERLENV_ROOT", raising=False)
+    rc = cli.main(["install", "--stack", "verl-0.9", "--variant", "megatron", "--prefix", str(ROOT / "never-created")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err == ("verlenv install: verl-0.9-megatron is not locked for linux-aarch64 (this machine); "
+                   "it is locked for: linux-64\n")
+    assert not (ROOT / "never-created").exists()

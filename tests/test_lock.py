@@ -12,19 +12,10 @@ from packaging.metadata import Metadata
 from packaging.utils import canonicalize_name
 
 from verlenv import catalog, cli, lock, pins, render
+from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
-
-
-def copy_tree(dest: Path) -> Path:
-    """A temp copy of everything lock reads and writes (the real files are never modified)."""
-    shutil.copy(ROOT / "stacks.toml", dest / "stacks.toml")
-    shutil.copytree(ROOT / "locks", dest / "locks")
-    shutil.copytree(ROOT / "environments", dest / "environments")
-    for name in ("environment.yml", "environment.megatron.yml"):
-        shutil.copy(ROOT / name, dest / name)
-    return dest / "stacks.toml"
 
 
 def run_check(path: Path, capsys, *args: str) -> tuple[int, str]:

@@ -8,20 +8,11 @@ import yaml
 
 from verlenv import catalog, cli, pins, render
 from verlenv.errors import UserError
+from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
 STACKS = list(CATALOG.stacks.values())
-
-
-def copy_tree(dest: Path) -> Path:
-    """A temp copy of the files render reads and writes (the real ones are never modified)."""
-    shutil.copy(ROOT / "stacks.toml", dest / "stacks.toml")
-    shutil.copytree(ROOT / "locks", dest / "locks")
-    shutil.copytree(ROOT / "environments", dest / "environments")
-    for name in ("environment.yml", "environment.megatron.yml"):
-        shutil.copy(ROOT / name, dest / name)
-    return dest / "stacks.toml"
 
 
 def test_committed_files_are_what_render_produces():

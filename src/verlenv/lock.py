@@ -116,15 +116,15 @@ def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
         constraints = f"{base.key}.pins.txt"
         (workdir / constraints).write_text("".join(f"{p.requirement}\n" for _, p in sorted(base_pins.items())))
         cmd += ["--constraints", constraints]
+    # linux-64 keeps the messages it had when it was the only platform.
+    shown = key if platform == pins.LOCK_PLATFORM else f"{key} for {platform}"
     started = time.monotonic()
     result = subprocess.run(cmd, cwd=workdir, env=_uv_env(), stdout=subprocess.DEVNULL, check=False)
     seconds = time.monotonic() - started
     if result.returncode != 0:
-        raise UserError(f"uv could not resolve {key} for {platform} (exit {result.returncode}, see above); "
-                        f"no lock was written", exit_code=1)
+        raise UserError(f"uv could not resolve {shown} (exit {result.returncode}, see above); no lock was written",
+                        exit_code=1)
     text = (workdir / out).read_text()
-    # linux-64 keeps the message it had when it was the only platform.
-    shown = key if platform == pins.LOCK_PLATFORM else f"{key} for {platform}"
     print(f"resolved {shown}: {len(pins.parse_lock(text, out))} pins in {seconds:.1f} s", file=sys.stderr)
     return text
 

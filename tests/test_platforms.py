@@ -4,29 +4,18 @@ and install picking this machine's lock."""
 import json
 import platform
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from verlenv import catalog, cli, install, lock, pins
 from verlenv.errors import UserError
+from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
 FSDP = CATALOG.variant("verl-0.9", "fsdp")
 MEGATRON = CATALOG.variant("verl-0.9", "megatron")
-
-
-def copy_tree(dest: Path) -> Path:
-    """A temp copy of the files lock --check reads (the real ones are never modified)."""
-    shutil.copy(ROOT / "stacks.toml", dest / "stacks.toml")
-    shutil.copytree(ROOT / "locks", dest / "locks")
-    shutil.copytree(ROOT / "environments", dest / "environments")
-    for name in ("environment.yml", "environment.megatron.yml"):
-        shutil.copy(ROOT / name, dest / name)
-    return dest / "stacks.toml"
 
 
 def run_check(path: Path, capsys) -> tuple[int, str]:

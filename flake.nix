@@ -6,7 +6,7 @@
   outputs =
     { self, nixpkgs }:
     let
-      # aarch64 gets the same shell; the stacks themselves lock x86_64 only (see stacks.toml).
+      # aarch64 gets the same shell; stacks.toml says which variants are locked for linux-aarch64.
       systems = [
         "x86_64-linux"
         "aarch64-linux"

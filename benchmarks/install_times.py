@@ -46,7 +46,7 @@ def main() -> int:
                 shutil.rmtree(prefix)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    lock = root / "locks" / f"{args.stack}-{args.variant}.linux-64.txt"
+    lock = next((root / "locks").glob(f"{args.stack}-{args.variant}.linux-*.txt"))
     report = {
         "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "lock": lock.relative_to(root).as_posix(),

@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from verlenv import catalog as catalog_mod
+from verlenv import pins
 from verlenv.doctor import knowledge, symbols
 from verlenv.doctor.facts import EnvFacts
 from verlenv.errors import UserError
@@ -494,7 +495,7 @@ def select_lock(root: Path | None, stack: str | None, variant: str | None, lock:
         return Path(lock), ""
     if not (stack and variant):
         return None, "no lock given (--lock PATH or --stack S --variant V)"
-    path = (root or Path.cwd()) / "locks" / f"{stack}-{variant}.linux-64.txt"
+    path = (root or Path.cwd()) / pins.LOCK_DIR / f"{stack}-{variant}.{pins.machine_platform()}.txt"
     if not path.is_file():
         return None, f"{path} does not exist yet (run `nox -s lock`)"
     return path, ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, gpus
+from verlenv import catalog, gpus, pins
 from verlenv.errors import UserError
 
 GPU_CHOICES = "auto|" + "|".join(gpus.profiles())
@@ -117,7 +117,7 @@ def handle(args) -> int:
     visible = gpus.gpu_details()
     profile = gpus.select_profile(args.gpu, visible, args.force)
     python = check_python(args.python or default_python(variant, cat.root))
-    lock = args.lock or cat.root / "locks" / f"{variant.key}.linux-64.txt"
+    lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
 
     where = f"{profile.title} (sm {profile.arch})" if profile else "no GPU: static checks only"
     print(f"verlenv verify {variant.key} on {where}; env {python}", file=sys.stderr, flush=True)

@@ -379,3 +379,26 @@ def busbw_gbps(nbytes: int, ms: float, world: int) -> float:
 
 def arch_of(capability: tuple[int, int]) -> str:
     return f"{capability[0]}.{capability[1]}"
+
+
+def norm_case(torch, seed, rows, hidden, device):
+    """bf16 input, upstream gradient, weight near 1 and small bias for a norm layer check."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    dy = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16, generator=gen)
+    weight = (1 + 0.1 * torch.randn(hidden, device=device, generator=gen)).bfloat16()
+    bias = (0.1 * torch.randn(hidden, device=device, generator=gen)).bfloat16()
+    return x, dy, weight, bias
+
+
+def leaves64(*tensors):
+    """float64 copies that collect their own gradients: the reference side of a check."""
+    return [t.detach().double().requires_grad_() for t in tensors]
+
+
+def judge(profile, dtype_name, pairs, note):
+    """Compare each (name, got, want) pair within the profile's bound for dtype_name; one verdict for all."""
+    numbers, problems = {}, []
+    for name, got, want in pairs:
+        compare(numbers, problems, name, got, want, profile.max_rel_err(dtype_name))
+    return verdict(numbers, problems, note)

@@ -47,37 +47,22 @@ def check_import():
     return {}, f"NVIDIA apex {version} from {os.path.dirname(apex.__file__)}"
 
 
-def norm_case(torch, seed, rows, hidden, device):
-    gen = torch.Generator(device=device).manual_seed(seed)
-    x = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16, generator=gen).requires_grad_()
-    dy = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16, generator=gen)
-    weight = 1 + 0.1 * torch.randn(hidden, device=device, generator=gen)
-    bias = 0.1 * torch.randn(hidden, device=device, generator=gen)
-    return x, dy, weight.bfloat16(), bias.bfloat16()
-
-
-def leaves64(*tensors):
-    return [t.detach().double().requires_grad_() for t in tensors]
-
-
 def check_layer_norm(torch, profile, seed, rows=4096, hidden=4096, device="cuda"):
     from apex.normalization import FusedLayerNorm
 
-    x, dy, weight, bias = norm_case(torch, seed, rows, hidden, device)
+    x, dy, weight, bias = _common.norm_case(torch, seed, rows, hidden, device)
     module = FusedLayerNorm(hidden, eps=1e-5).to(device, torch.bfloat16)
     with torch.no_grad():
         module.weight.copy_(weight)
         module.bias.copy_(bias)
     out = module(x)
     out.backward(dy)
-    x64, w64, b64 = leaves64(x, weight, bias)
+    x64, w64, b64 = _common.leaves64(x, weight, bias)
     ref = torch.nn.functional.layer_norm(x64, (x.shape[-1],), w64, b64, eps=1e-5)
     ref.backward(dy.double())
-    numbers, problems = {}, []
-    for name, got, want in (("out", out, ref), ("dx", x.grad, x64.grad), ("dweight", module.weight.grad, w64.grad),
-                            ("dbias", module.bias.grad, b64.grad)):
-        _common.compare(numbers, problems, name, got, want, profile.max_rel_err("bf16"))
-    return _common.verdict(numbers, problems, f"{tuple(x.shape)} bf16")
+    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
+                                           ("dweight", module.weight.grad, w64.grad), ("dbias", module.bias.grad, b64.grad)],
+                         f"{tuple(x.shape)} bf16")
 
 
 def rms_norm_reference(torch, x, weight, eps):
@@ -87,19 +72,17 @@ def rms_norm_reference(torch, x, weight, eps):
 def check_rms_norm(torch, profile, seed, rows=4096, hidden=4096, device="cuda"):
     from apex.normalization import FusedRMSNorm
 
-    x, dy, weight, _ = norm_case(torch, seed, rows, hidden, device)
+    x, dy, weight, _ = _common.norm_case(torch, seed, rows, hidden, device)
     module = FusedRMSNorm(hidden, eps=1e-5).to(device, torch.bfloat16)
     with torch.no_grad():
         module.weight.copy_(weight)
     out = module(x)
     out.backward(dy)
-    x64, w64 = leaves64(x, weight)
+    x64, w64 = _common.leaves64(x, weight)
     ref = rms_norm_reference(torch, x64, w64, 1e-5)
     ref.backward(dy.double())
-    numbers, problems = {}, []
-    for name, got, want in (("out", out, ref), ("dx", x.grad, x64.grad), ("dweight", module.weight.grad, w64.grad)):
-        _common.compare(numbers, problems, name, got, want, profile.max_rel_err("bf16"))
-    return _common.verdict(numbers, problems, f"{tuple(x.shape)} bf16")
+    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
+                                           ("dweight", module.weight.grad, w64.grad)], f"{tuple(x.shape)} bf16")
 
 
 def check_fused_adam(torch, profile, seed, steps=5, device="cuda"):

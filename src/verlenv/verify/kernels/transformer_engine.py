@@ -20,40 +20,20 @@ def check_import():
     return {}, f"transformer-engine {transformer_engine.__version__}"
 
 
-def norm_case(torch, seed, rows, hidden, device):
-    gen = torch.Generator(device=device).manual_seed(seed)
-    x = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16, generator=gen).requires_grad_()
-    dy = torch.randn(rows, hidden, device=device, dtype=torch.bfloat16, generator=gen)
-    weight = (1 + 0.1 * torch.randn(hidden, device=device, generator=gen)).bfloat16()
-    bias = (0.1 * torch.randn(hidden, device=device, generator=gen)).bfloat16()
-    return x, dy, weight, bias
-
-
-def leaves64(*tensors):
-    return [t.detach().double().requires_grad_() for t in tensors]
-
-
-def judge(profile, dtype_name, pairs, note):
-    numbers, problems = {}, []
-    for name, got, want in pairs:
-        _common.compare(numbers, problems, name, got, want, profile.max_rel_err(dtype_name))
-    return _common.verdict(numbers, problems, note)
-
-
 def check_layer_norm(torch, profile, seed, rows=4096, hidden=2048, device="cuda"):
     import transformer_engine.pytorch as te
 
-    x, dy, weight, bias = norm_case(torch, seed, rows, hidden, device)
+    x, dy, weight, bias = _common.norm_case(torch, seed, rows, hidden, device)
     module = te.LayerNorm(hidden, eps=1e-5, params_dtype=torch.bfloat16, device=device)
     with torch.no_grad():
         module.weight.copy_(weight)
         module.bias.copy_(bias)
     out = module(x)
     out.backward(dy)
-    x64, w64, b64 = leaves64(x, weight, bias)
+    x64, w64, b64 = _common.leaves64(x, weight, bias)
     ref = torch.nn.functional.layer_norm(x64, (x.shape[-1],), w64, b64, eps=1e-5)
     ref.backward(dy.double())
-    return judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
+    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
                                    ("dweight", module.weight.grad, w64.grad), ("dbias", module.bias.grad, b64.grad)],
                  f"{tuple(x.shape)} bf16")
 
@@ -61,16 +41,16 @@ def check_layer_norm(torch, profile, seed, rows=4096, hidden=2048, device="cuda"
 def check_rms_norm(torch, profile, seed, rows=4096, hidden=2048, device="cuda"):
     import transformer_engine.pytorch as te
 
-    x, dy, weight, _ = norm_case(torch, seed, rows, hidden, device)
+    x, dy, weight, _ = _common.norm_case(torch, seed, rows, hidden, device)
     module = te.RMSNorm(hidden, eps=1e-5, params_dtype=torch.bfloat16, device=device)
     with torch.no_grad():
         module.weight.copy_(weight)
     out = module(x)
     out.backward(dy)
-    x64, w64 = leaves64(x, weight)
+    x64, w64 = _common.leaves64(x, weight)
     ref = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * w64
     ref.backward(dy.double())
-    return judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
+    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
                                    ("dweight", module.weight.grad, w64.grad)], f"{tuple(x.shape)} bf16")
 
 
@@ -89,7 +69,7 @@ def linear_case(torch, seed, device, tokens=512, in_features=1024, out_features=
 
 
 def linear_reference(torch, x, dy, module):
-    x64, w64, b64 = leaves64(x, module.weight, module.bias)
+    x64, w64, b64 = _common.leaves64(x, module.weight, module.bias)
     out = x64 @ w64.T + b64
     out.backward(dy.double())
     return out, x64.grad, w64.grad, b64.grad
@@ -107,7 +87,7 @@ def check_linear(torch, profile, seed, device="cuda"):
     x, dy, module = linear_case(torch, seed, device)
     out = run_linear(x, dy, module)
     ref, dx, dw, db = linear_reference(torch, x, dy, module)
-    return judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, dx), ("dweight", module.weight.grad, dw),
+    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, dx), ("dweight", module.weight.grad, dw),
                                    ("dbias", module.bias.grad, db)], f"{tuple(x.shape)} x {tuple(module.weight.shape)}")
 
 

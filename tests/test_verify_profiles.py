@@ -194,18 +194,18 @@ def test_kernel_scripts_receive_the_selected_profile(machine, capsys, empty_env,
 
 def test_default_env_is_the_active_one_unless_it_is_verlenvs_own(tmp_path, monkeypatch):
     from verlenv import catalog
-    from verlenv.verify import default_python
+    from verlenv.install import default_python
 
     variant = catalog.load(REPO / "stacks.toml").variant(None, "fsdp")
     root = tmp_path / "checkout"
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(UserError, match=r"no env to verify: activate one, pass --python, or create .*\.venv-verl-0\.9-fsdp"):
-        default_python(variant, root)
+        default_python(variant, root, "verify")
     monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)  # verlenv's own env, e.g. a nox session's
-    assert default_python(variant, root) == f"{sys.prefix}/bin/python"  # nothing better exists
+    assert default_python(variant, root, "verify") == f"{sys.prefix}/bin/python"  # nothing better exists
     (root / ".venv-verl-0.9-fsdp" / "bin").mkdir(parents=True)
     (root / ".venv-verl-0.9-fsdp" / "bin" / "python").touch()
-    assert default_python(variant, root) == str(root / ".venv-verl-0.9-fsdp" / "bin" / "python")
+    assert default_python(variant, root, "verify") == str(root / ".venv-verl-0.9-fsdp" / "bin" / "python")
     monkeypatch.setenv("CONDA_PREFIX", str(tmp_path / "conda-env"))  # an activated env of the user's
-    assert default_python(variant, root) == str(tmp_path / "conda-env" / "bin" / "python")
+    assert default_python(variant, root, "verify") == str(tmp_path / "conda-env" / "bin" / "python")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from verlenv import catalog, cubins, gpus, recipes, sources, toolchain, wheelcache
 from verlenv.errors import UserError
+from verlenv.install import default_python
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
 
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]")
@@ -27,17 +28,6 @@ class BuildResult:
     fingerprint: str
     cached: bool
     record: dict
-
-
-def default_python(variant: catalog.Variant, root: Path) -> str:
-    """The env to build in: the active venv/conda env, else the variant's default venv."""
-    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
-        if prefix := os.environ.get(var):
-            return str(Path(prefix) / "bin" / "python")
-    venv = root / f".venv-{variant.key}" / "bin" / "python"
-    if venv.exists():
-        return str(venv)
-    raise UserError(f"no env to build in: activate one, pass --python, or create {venv.parent.parent} (verlenv install)")
 
 
 def fingerprint_inputs(recipe: recipes.Recipe, version: str, source_id: str, info: toolchain.TorchInfo,
@@ -138,10 +128,8 @@ def _tail(log_path: Path, n: int = 25) -> str:
 
 def _diagnose(log_path: Path) -> str:
     """Ask the doctor about a failed build's log (its knowledge base names the usual causes)."""
-    try:
-        from verlenv.doctor import diagnose_text, format_diagnoses
-    except ImportError:
-        return ""
+    from verlenv.doctor import diagnose_text, format_diagnoses
+
     return format_diagnoses(diagnose_text(log_path.read_text(errors="replace")))
 
 
@@ -324,7 +312,7 @@ def register(sub) -> None:
 def _main(args) -> int:
     cat = catalog.load()
     variant = cat.variant(args.stack, args.variant)
-    python = os.path.abspath(args.python or default_python(variant, cat.root))
+    python = os.path.abspath(args.python or default_python(variant, cat.root, "build in"))
     if args.if_gpu and not args.archs and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
         print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
         return 0

@@ -56,6 +56,22 @@ def env_python(prefix: Path) -> Path:
     return prefix / "bin" / "python"
 
 
+def default_python(variant: catalog.Variant, root: Path, purpose: str) -> str:
+    """The env a command works on: the active venv/conda env unless it is verlenv's own (e.g. a nox
+    session's), else the variant's default venv."""
+    own = os.path.realpath(sys.prefix)
+    active = [p for p in (os.environ.get("VIRTUAL_ENV"), os.environ.get("CONDA_PREFIX")) if p]
+    for prefix in active:
+        if os.path.realpath(prefix) != own:
+            return str(Path(prefix) / "bin" / "python")
+    venv = root / f".venv-{variant.key}" / "bin" / "python"
+    if venv.exists():
+        return str(venv)
+    if active:
+        return str(Path(active[0]) / "bin" / "python")
+    raise UserError(f"no env to {purpose}: activate one, pass --python, or create {venv.parent.parent} (verlenv install)")
+
+
 def installer_env() -> dict[str, str]:
     # Neither installer may fetch a Python build or read config files that could add indexes or constraints.
     return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "PIP_CONFIG_FILE": os.devnull}

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -236,14 +237,8 @@ def _main(args) -> int:
         print(json.dumps({"torch": asdict(info), "toolchain": asdict(tc)}, indent=2))
     elif args.shell:
         for k, v in tc.env.items():
-            print(f"export {k}={shlex_quote(v)}")
+            print(f"export {k}={shlex.quote(v)}")
     else:
         print(f"torch {info.torch} (CUDA {info.cuda}, cxx11 ABI {info.cxx11_abi}, {info.python_tag})")
         print(tc.describe())
     return 0
-
-
-def shlex_quote(value: str) -> str:
-    import shlex
-
-    return shlex.quote(value)

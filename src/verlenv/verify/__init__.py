@@ -9,6 +9,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from verlenv import catalog, gpus, pins
+from verlenv.install import default_python
 from verlenv.errors import UserError
 
 GPU_CHOICES = "auto|" + "|".join(gpus.profiles())
@@ -40,21 +41,6 @@ def register(sub) -> None:
                    help="JSON report path (default: reports/verify-<stack>-<variant>-<gpu>-<timestamp>.json)")
     p.add_argument("--markdown", type=Path, help="also write a markdown summary of the report here")
     p.set_defaults(func=handle)
-
-
-def default_python(variant: catalog.Variant, root: Path) -> str:
-    """The active venv/conda env unless it is verlenv's own, else the variant's default venv."""
-    own = os.path.realpath(sys.prefix)
-    active = [p for p in (os.environ.get("VIRTUAL_ENV"), os.environ.get("CONDA_PREFIX")) if p]
-    for prefix in active:
-        if os.path.realpath(prefix) != own:
-            return str(Path(prefix) / "bin" / "python")
-    venv = root / f".venv-{variant.key}" / "bin" / "python"
-    if venv.exists():
-        return str(venv)
-    if active:
-        return str(Path(active[0]) / "bin" / "python")
-    raise UserError(f"no env to verify: activate one, pass --python, or create {venv.parent.parent} (verlenv install)")
 
 
 def check_python(path: str) -> str:
@@ -116,7 +102,7 @@ def handle(args) -> int:
         raise UserError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     visible = gpus.gpu_details()
     profile = gpus.select_profile(args.gpu, visible, args.force)
-    python = check_python(args.python or default_python(variant, cat.root))
+    python = check_python(args.python or default_python(variant, cat.root, "verify"))
     lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
 
     where = f"{profile.title} (sm {profile.arch})" if profile else "no GPU: static checks only"

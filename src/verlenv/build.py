@@ -279,7 +279,11 @@ def install_wheel(python: str, wheel: Path, recipe: recipes.Recipe) -> None:
     r = subprocess.run([python, "-c", code], capture_output=True, text=True)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        raise UserError(f"{recipe.package} installed but does not import: {last}", exit_code=1)
+        from verlenv.doctor import diagnose_text, format_diagnoses
+
+        diagnosis = format_diagnoses(diagnose_text(r.stderr))
+        raise UserError(f"{recipe.package} installed but does not import: {last}"
+                        + (f"\n{diagnosis}" if diagnosis else ""), exit_code=1)
     print(f"  installed and imported {', '.join(modules)}", file=sys.stderr)
 
 

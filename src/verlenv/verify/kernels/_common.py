@@ -402,3 +402,25 @@ def judge(profile, dtype_name, pairs, note):
     for name, got, want in pairs:
         compare(numbers, problems, name, got, want, profile.max_rel_err(dtype_name))
     return verdict(numbers, problems, note)
+
+
+def judge_norm(torch, profile, module, x, dy, weight, bias=None, eps=1e-5):
+    """Load weight (and bias) into a bf16 norm module, run fwd+bwd, and compare with float64 LayerNorm
+    (bias given) or RMSNorm (no bias): output and every gradient."""
+    with torch.no_grad():
+        module.weight.copy_(weight)
+        if bias is not None:
+            module.bias.copy_(bias)
+    out = module(x)
+    out.backward(dy)
+    if bias is not None:
+        x64, w64, b64 = leaves64(x, weight, bias)
+        ref = torch.nn.functional.layer_norm(x64, (x.shape[-1],), w64, b64, eps=eps)
+    else:
+        x64, w64 = leaves64(x, weight)
+        ref = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w64
+    ref.backward(dy.double())
+    pairs = [("out", out, ref), ("dx", x.grad, x64.grad), ("dweight", module.weight.grad, w64.grad)]
+    if bias is not None:
+        pairs.append(("dbias", module.bias.grad, b64.grad))
+    return judge(profile, "bf16", pairs, f"{tuple(x.shape)} bf16")

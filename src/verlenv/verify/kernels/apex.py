@@ -52,38 +52,14 @@ def check_layer_norm(torch, profile, seed, rows=4096, hidden=4096, device="cuda"
 
     x, dy, weight, bias = _common.norm_case(torch, seed, rows, hidden, device)
     module = FusedLayerNorm(hidden, eps=1e-5).to(device, torch.bfloat16)
-    with torch.no_grad():
-        module.weight.copy_(weight)
-        module.bias.copy_(bias)
-    out = module(x)
-    out.backward(dy)
-    x64, w64, b64 = _common.leaves64(x, weight, bias)
-    ref = torch.nn.functional.layer_norm(x64, (x.shape[-1],), w64, b64, eps=1e-5)
-    ref.backward(dy.double())
-    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
-                                           ("dweight", module.weight.grad, w64.grad), ("dbias", module.bias.grad, b64.grad)],
-                         f"{tuple(x.shape)} bf16")
-
-
-def rms_norm_reference(torch, x, weight, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
+    return _common.judge_norm(torch, profile, module, x, dy, weight, bias)
 
 def check_rms_norm(torch, profile, seed, rows=4096, hidden=4096, device="cuda"):
     from apex.normalization import FusedRMSNorm
 
     x, dy, weight, _ = _common.norm_case(torch, seed, rows, hidden, device)
     module = FusedRMSNorm(hidden, eps=1e-5).to(device, torch.bfloat16)
-    with torch.no_grad():
-        module.weight.copy_(weight)
-    out = module(x)
-    out.backward(dy)
-    x64, w64 = _common.leaves64(x, weight)
-    ref = rms_norm_reference(torch, x64, w64, 1e-5)
-    ref.backward(dy.double())
-    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
-                                           ("dweight", module.weight.grad, w64.grad)], f"{tuple(x.shape)} bf16")
-
+    return _common.judge_norm(torch, profile, module, x, dy, weight)
 
 def check_fused_adam(torch, profile, seed, steps=5, device="cuda"):
     """FusedAdam (AdamW mode) on fp32 parameters against torch's AdamW run in float64 on the same gradients."""

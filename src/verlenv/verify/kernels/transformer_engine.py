@@ -25,34 +25,14 @@ def check_layer_norm(torch, profile, seed, rows=4096, hidden=2048, device="cuda"
 
     x, dy, weight, bias = _common.norm_case(torch, seed, rows, hidden, device)
     module = te.LayerNorm(hidden, eps=1e-5, params_dtype=torch.bfloat16, device=device)
-    with torch.no_grad():
-        module.weight.copy_(weight)
-        module.bias.copy_(bias)
-    out = module(x)
-    out.backward(dy)
-    x64, w64, b64 = _common.leaves64(x, weight, bias)
-    ref = torch.nn.functional.layer_norm(x64, (x.shape[-1],), w64, b64, eps=1e-5)
-    ref.backward(dy.double())
-    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
-                                   ("dweight", module.weight.grad, w64.grad), ("dbias", module.bias.grad, b64.grad)],
-                 f"{tuple(x.shape)} bf16")
-
+    return _common.judge_norm(torch, profile, module, x, dy, weight, bias)
 
 def check_rms_norm(torch, profile, seed, rows=4096, hidden=2048, device="cuda"):
     import transformer_engine.pytorch as te
 
     x, dy, weight, _ = _common.norm_case(torch, seed, rows, hidden, device)
     module = te.RMSNorm(hidden, eps=1e-5, params_dtype=torch.bfloat16, device=device)
-    with torch.no_grad():
-        module.weight.copy_(weight)
-    out = module(x)
-    out.backward(dy)
-    x64, w64 = _common.leaves64(x, weight)
-    ref = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * w64
-    ref.backward(dy.double())
-    return _common.judge(profile, "bf16", [("out", out, ref), ("dx", x.grad, x64.grad),
-                                   ("dweight", module.weight.grad, w64.grad)], f"{tuple(x.shape)} bf16")
-
+    return _common.judge_norm(torch, profile, module, x, dy, weight)
 
 def linear_case(torch, seed, device, tokens=512, in_features=1024, out_features=2048):
     """A te.Linear with known weights, an input and an output gradient; sizes are multiples of 16 for fp8."""

@@ -12,6 +12,7 @@ from packaging.metadata import Metadata
 from packaging.utils import canonicalize_name
 
 from verlenv import catalog, cli, lock, pins, render
+from verlenv.errors import UserError
 from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,13 +34,25 @@ def edit(path: Path, old: str, new: str) -> None:
 def test_resolver_input_has_source_builds_but_no_git_urls():
     megatron = CATALOG.variant("verl-0.9", "megatron")
     reqs = lock.resolver_requirements(megatron)
-    assert "flash-attn==2.8.3.post2" in reqs and "transformer-engine-torch==2.16.1" in reqs
+    assert "flash-attn==2.8.3.post2" in reqs and "transformer-engine-torch==2.12.0" in reqs
     assert not any("git+" in r or r.startswith("apex") for r in reqs)
     flags = lock.uv_flags(megatron)
     assert flags[flags.index("--exclude-newer") + 1] == megatron.stack.exclude_newer
     no_emit = [flags[i + 1] for i, f in enumerate(flags) if f == "--no-emit-package"]
     assert no_emit == ["flash-attn", "transformer-engine-torch"]
     assert "--exclude-newer-package" not in flags
+
+
+def test_overrides_are_inherited_recorded_and_validated(tmp_path):
+    fsdp, megatron = CATALOG.variant("verl-0.9", "fsdp"), CATALOG.variant("verl-0.9", "megatron")
+    assert fsdp.overrides == () and "overrides" not in lock.lock_inputs(fsdp, None)
+    assert megatron.overrides == ("transformer-engine-cu12 ; sys_platform == 'never'",)
+    assert lock.lock_inputs(megatron, "")["overrides"] == list(megatron.overrides)
+    path = copy_tree(tmp_path)
+    edit(path, "overrides = [\"transformer-engine-cu12 ; sys_platform == 'never'\"]", 'overrides = ["cu12 >>> 1"]')
+    with pytest.raises(UserError) as e:
+        catalog.load(path)
+    assert "stacks.verl-0.9.variants.megatron.overrides: invalid requirement 'cu12 >>> 1'" in str(e.value)
 
 
 def test_verl_07_exempts_only_flash_attn_from_its_date_cap():
@@ -255,6 +268,27 @@ def test_real_resolution_reproduces_the_committed_lock(tmp_path, capsys):
     assert lock_file.read_text() == pins.lock_path(ROOT, fsdp).read_text()
     assert lock.inputs_path(tmp_path, fsdp).read_text() == lock.inputs_path(ROOT, fsdp).read_text()
     assert run_check(path, capsys)[0] == 0
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_megatron_resolution_applies_its_overrides(tmp_path, capsys):
+    """transformer-engine-torch 2.12.0's sdist names the cu12 core; the override keeps it out of the real lock."""
+    path = copy_tree(tmp_path)
+    megatron = CATALOG.variant("verl-0.9", "megatron")
+    rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9", "--variant", "megatron"])
+    err = capsys.readouterr().err
+    assert rc in (0, lock.EXIT_NO_CONDA), err
+    assert "resolved verl-0.9-fsdp" not in err  # the base is fresh: only megatron is resolved
+    text = pins.lock_path(tmp_path, megatron).read_text()
+    assert text == pins.lock_path(ROOT, megatron).read_text()
+    locked = pins.parse_lock(text, "megatron")
+    assert "transformer-engine-cu13" in locked and "transformer-engine-cu12" not in locked
+    # Without the override the same resolution pulls in the cu12 core next to the cu13 one.
+    edit(path, "overrides = [\"transformer-engine-cu12 ; sys_platform == 'never'\"]", "")
+    capsys.readouterr()
+    cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9", "--variant", "megatron"])
+    assert "transformer-engine-cu12" in pins.parse_lock(pins.lock_path(tmp_path, megatron).read_text(), "megatron")
 
 
 @pytest.mark.network

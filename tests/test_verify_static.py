@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import urllib.request
 import zipfile
 from base64 import urlsafe_b64encode
 from hashlib import sha256
@@ -285,6 +286,105 @@ def test_a_pre_cxx11_abi_build_against_the_real_torch_2_11(tmp_path):
     assert bad.status == "fail" and "pre-C++11 std::string ABI" in bad.reason, bad.reason
     assert bad.numbers["unresolved"] == ["_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"]
     assert "undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jRKSs" in bad_load
+
+
+MEGATRON = Scope(frozenset({"transformer-engine"}))
+
+
+def versioned_cuda_library(lib_dir: Path, functions: tuple[str, ...]) -> Path:
+    """A library named libcublasLt.so.13 with symbol version `libcublasLt.so.13`, as NVIDIA's are built: a test
+    double exporting `functions`."""
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    (lib_dir / "lt.c").write_text("".join(f"int {f}(void) {{ return 0; }}\n" for f in functions))
+    (lib_dir / "lt.map").write_text(f"libcublasLt.so.13 {{ global: {'; '.join(functions)}; local: *; }};\n")
+    lib = lib_dir / "libcublasLt.so.13"
+    gxx("-x", "c", "-shared", "-fPIC", "-Wl,-soname,libcublasLt.so.13", f"-Wl,--version-script,{lib_dir / 'lt.map'}",
+        "-o", str(lib), str(lib_dir / "lt.c"))
+    return lib
+
+
+def core_library(folder: Path, lib: Path, calls: tuple[str, ...]) -> Path:
+    """A libtransformer_engine.so calling `calls` from the versioned library it is linked against."""
+    src = folder / "core.c"
+    src.write_text("".join(f"int {f}(void);\n" for f in calls) +
+                   f"int core(void) {{ return {' + '.join(f'{f}()' for f in calls)}; }}\n")
+    so = folder / "libtransformer_engine.so"
+    gxx("-x", "c", "-shared", "-fPIC", "-o", str(so), str(src), "-x", "none", str(lib), f"-Wl,-rpath,{lib.parent}")
+    return so
+
+
+@needs_gxx
+def test_a_core_built_against_a_newer_cuda_library_fails_before_import(tmp_path):
+    """TE-cu13 2.16.1's failure in small: built against a cuBLASLt with a symbol the env's older one lacks."""
+    site = tmp_path / "site-packages"
+    (site / "torch" / "lib").mkdir(parents=True)
+    lib_dir = site / "nvidia" / "cu13" / "lib"
+    newer = versioned_cuda_library(lib_dir, ("cublasLtCreate", "cublasLtGroupedMatrixLayoutInit_internal"))
+    so = core_library(tmp_path, newer, ("cublasLtCreate", "cublasLtGroupedMatrixLayoutInit_internal"))
+    dirs = static.cuda_library_dirs(site / "torch" / "lib")
+    assert lib_dir in dirs
+    ok = static.check_cuda_symbols(so, "transformer-engine", dirs, MEGATRON)
+    assert ok.status == "pass" and ok.numbers["symbols"] == 2, ok.reason
+    assert loader_says(so) == "loaded"
+    # The env's library is the older release: same soname and version node, one function fewer.
+    versioned_cuda_library(lib_dir, ("cublasLtCreate",))
+    r = static.check_cuda_symbols(so, "transformer-engine", dirs, MEGATRON)
+    assert r.status == "fail" and r.required
+    assert r.numbers["unresolved"] == {"libcublasLt.so.13": ["cublasLtGroupedMatrixLayoutInit_internal"]}
+    assert "e.g. cublasLtGroupedMatrixLayoutInit_internal from libcublasLt.so.13" in r.reason
+    assert r.diagnosis and r.diagnosis[0]["id"] == "F8"
+    assert "undefined symbol: cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13" in loader_says(so)
+
+
+@needs_gxx
+def test_objects_without_versioned_cuda_needs_get_no_cuda_library_check(tmp_path):
+    (tmp_path / "plain.c").write_text("int f(void) { return 1; }\n")
+    gxx("-x", "c", "-shared", "-fPIC", "-o", str(tmp_path / "plain.so"), str(tmp_path / "plain.c"))
+    assert static.check_cuda_symbols(tmp_path / "plain.so", "vllm", [tmp_path], FSDP) is None
+    # A CUDA library the env does not ship (not in its lib folders) is the loader's business, not a finding.
+    lib = versioned_cuda_library(tmp_path / "elsewhere", ("cublasLtCreate",))
+    so = core_library(tmp_path, lib, ("cublasLtCreate",))
+    assert static.check_cuda_symbols(so, "transformer-engine", [tmp_path / "env-lib"], MEGATRON) is None
+
+
+def te_core(version: str, folder: Path) -> Path:
+    """libtransformer_engine.so from the real transformer-engine-cu13 wheel of that version on PyPI (hash-checked)."""
+    request = urllib.request.Request("https://pypi.org/simple/transformer-engine-cu13/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        files = json.load(r)["files"]
+    entry = next(f for f in files if f["filename"] == f"transformer_engine_cu13-{version}-py3-none-manylinux_2_28_x86_64.whl")
+    wheel = folder / entry["filename"]
+    digest = sha256()
+    with urllib.request.urlopen(entry["url"], timeout=300) as r, open(wheel, "wb") as f:
+        while chunk := r.read(1 << 20):
+            digest.update(chunk)
+            f.write(chunk)
+    assert digest.hexdigest() == entry["hashes"]["sha256"], f"{wheel.name}: hash mismatch"
+    out = folder / version / "libtransformer_engine.so"
+    out.parent.mkdir()
+    with zipfile.ZipFile(wheel) as z, open(out, "wb") as f:
+        shutil.copyfileobj(z.open("transformer_engine/wheel_lib/libtransformer_engine.so"), f)
+    wheel.unlink()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_the_locked_te_core_loads_with_torchs_cublas_and_216_would_not(tmp_path):
+    """The catalog's TE choice, checked on the real wheels against the real nvidia-cublas torch 2.11.0 pins."""
+    from test_build_env import torch_python
+
+    torch = facts_mod.gather(torch_python()).torch
+    dirs = static.cuda_library_dirs(Path(torch["lib"]))
+    locked = read_lock(REPO / "locks" / "verl-0.9-megatron.linux-64.txt")["transformer-engine-cu13"].version
+    good = static.check_cuda_symbols(te_core(locked, tmp_path), "transformer-engine", dirs, MEGATRON)
+    assert good.status == "pass", good.reason
+    assert {"libcublasLt.so.13", "libcublas.so.13", "libcudart.so.13"} <= set(good.numbers["libraries"])
+    bad = static.check_cuda_symbols(te_core("2.16.1", tmp_path), "transformer-engine", dirs, MEGATRON)
+    assert bad.status == "fail"
+    assert bad.numbers["unresolved"] == {"libcublasLt.so.13": ["cublasLtGroupedMatrixLayoutInit_internal"]}
+    assert bad.diagnosis and bad.diagnosis[0]["id"] == "F8"
 
 
 def test_extension_modules_match_by_dotted_path():

@@ -43,6 +43,8 @@ class Variant:
     extends: str | None = None
     # The platforms a pip lock exists for (locks/<key>.<platform>.txt).
     platforms: tuple[str, ...] = (PLATFORMS[0],)
+    # uv --overrides lines: replace what a package's published metadata says about a dependency.
+    overrides: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -223,6 +225,7 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     table = raw[name]
     requirements = list(_strings(table, "requirements", where, path))
     builds = list(_strings(table, "source_builds", where, path, default=[]))
+    overrides = list(_strings(table, "overrides", where, path, default=[]))
     platforms = _platforms(table, where, path, default=stack.platforms)
     if parent := table.get("extends"):
         base = _variant(stack, parent, raw, path, (*seen, name))
@@ -232,8 +235,11 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
                             f"variant {parent} ({', '.join(base.platforms)})")
         requirements = list(base.requirements) + requirements
         builds = [b.requirement.__str__() for b in base.source_builds] + builds
+        overrides = list(base.overrides) + overrides
     for r in requirements:
         _requirement(r, f"{where}.requirements", path)
+    for r in overrides:
+        _requirement(r, f"{where}.overrides", path)
     source_builds = []
     for text in builds:
         req = _requirement(text, f"{where}.source_builds", path)
@@ -242,4 +248,4 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
             raise UserError(f"{path}: {where}.source_builds: {text!r} must pin '==' a version or name a URL")
         source_builds.append(build)
     return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
-                   extends=table.get("extends"), platforms=platforms)
+                   extends=table.get("extends"), platforms=platforms, overrides=tuple(overrides))

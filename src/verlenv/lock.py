@@ -73,6 +73,9 @@ def _sha256(text: str) -> str:
 def lock_inputs(variant: catalog.Variant, base_lock_text: str | None, platform: str = pins.LOCK_PLATFORM) -> dict:
     """Everything the resolution depends on besides PyPI itself; its digest goes into the sidecar."""
     inputs: dict = {"requirements": resolver_requirements(variant), "uv_flags": uv_flags(variant, platform)}
+    if variant.overrides:
+        # Only when present, so the records of variants without overrides keep their digests.
+        inputs["overrides"] = list(variant.overrides)
     if base := base_of(variant):
         # Resolved against the base's pins, so one conda-lock.yml can hold both as categories.
         inputs["constraints"] = {"lock": f"{pins.LOCK_DIR}/{pins.lock_path(Path(), base, platform).name}",
@@ -116,6 +119,9 @@ def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
         constraints = f"{base.key}.pins.txt"
         (workdir / constraints).write_text("".join(f"{p.requirement}\n" for _, p in sorted(base_pins.items())))
         cmd += ["--constraints", constraints]
+    if variant.overrides:
+        (workdir / f"{key}.overrides.txt").write_text("".join(f"{o}\n" for o in variant.overrides))
+        cmd += ["--overrides", f"{key}.overrides.txt"]
     # linux-64 keeps the messages it had when it was the only platform.
     shown = key if platform == pins.LOCK_PLATFORM else f"{key} for {platform}"
     started = time.monotonic()

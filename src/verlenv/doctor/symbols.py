@@ -68,6 +68,28 @@ def unresolved(so: Path, providers: Iterable[Path], only: re.Pattern | None = No
     return sorted(wanted)
 
 
+def versioned_needs(path: Path) -> dict[str, set[str]]:
+    """Undefined symbols bound to a version of a named library (`sym@libcublasLt.so.13`), by that library's
+    file name: the loader looks each one up in exactly that library. {} for objects without version needs."""
+    with _elf(Path(path)) as elf:
+        if elf is None:
+            return {}
+        dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
+        verneed = elf.get_section_by_name(".gnu.version_r")
+        if not (dynsym and versym and verneed):
+            return {}
+        library = {aux["vna_other"]: need.name for need, auxes in verneed.iter_versions() for aux in auxes}
+        out: dict[str, set[str]] = {}
+        for i, sym in enumerate(dynsym.iter_symbols()):
+            if not sym.name or sym["st_shndx"] != "SHN_UNDEF":
+                continue
+            ndx = versym.get_symbol(i)["ndx"]
+            # Index 0/1 (local/global, no version) come back as names; bit 15 marks a hidden version.
+            if isinstance(ndx, int) and (lib := library.get(ndx & 0x7FFF)):
+                out.setdefault(lib, set()).add(sym.name)
+        return out
+
+
 def demangle(names: list[str]) -> dict[str, str]:
     """Readable C++ names via c++filt; names it cannot read (or no c++filt) map to themselves."""
     tool = shutil.which("c++filt")

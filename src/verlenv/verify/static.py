@@ -21,6 +21,10 @@ from verlenv.errors import UserError
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
 
 CUDART = re.compile(r"^libcudart\.so\.(\d+)")
+# CUDA libraries an env takes from PyPI's nvidia-* wheels (never the driver's libcuda): a binary built against a
+# newer one than the env pins dies at import with `undefined symbol: X, version libcublasLt.so.13`.
+CUDA_LIBRARY = re.compile(r"^lib(?:cublas|cublasLt|cudart|cudnn\w*|cufft|curand|cusolver|cusparse|cusparseLt|nccl|"
+                          r"nvrtc|nvJitLink|nvshmem\w*|cufile|cupti)\.so\.\d+$")
 ENVPROBE = Path(__file__).with_name("envprobe.py")
 SHOWN = 5  # names listed in a reason; numbers hold the full lists
 
@@ -296,6 +300,42 @@ def check_symbols(so: Path, package: str, torch_lib: Path | None, torch_cuda: st
                         numbers=numbers, seconds=seconds)
 
 
+def cuda_library_dirs(torch_lib: Path | None) -> list[Path]:
+    """Where the env's CUDA libraries live: torch/lib and the nvidia-* wheels' lib folders beside it."""
+    if torch_lib is None:
+        return []
+    site = torch_lib.parent.parent
+    return [torch_lib, *sorted(site.glob("nvidia/*/lib"))]
+
+
+def check_cuda_symbols(so: Path, package: str, lib_dirs: list[Path], scope: Scope) -> CheckResult | None:
+    """Versioned symbols the object needs from the env's own CUDA libraries (cuBLAS, cuDNN, NCCL...) that those
+    libraries do not export: a core built against a newer CUDA minor than the one torch pins. None when the
+    object needs nothing versioned from a CUDA library this env ships."""
+    start = time.monotonic()
+    needs = {lib: names for lib, names in symbols.versioned_needs(so).items() if CUDA_LIBRARY.match(lib)}
+    providers = {lib: next((d / lib for d in lib_dirs if (d / lib).is_file()), None) for lib in needs}
+    checked = {lib: path for lib, path in providers.items() if path is not None}
+    if not checked:
+        return None
+    missing = {lib: sorted(needs[lib] - symbols.exported(path, needs[lib])) for lib, path in checked.items()}
+    missing = {lib: names for lib, names in missing.items() if names}
+    name = f"cudalibs/{module_name(str(so))}"
+    numbers = {"object": str(so), "libraries": {lib: str(path) for lib, path in sorted(checked.items())},
+               "symbols": sum(len(needs[lib]) for lib in checked), "unresolved": missing}
+    seconds = round(time.monotonic() - start, 3)
+    if missing:
+        lib, names = next(iter(sorted(missing.items())))
+        count = sum(len(n) for n in missing.values())
+        diagnosis = diagnose(f"OSError: {so}: undefined symbol: {names[0]}, version {lib}")
+        return scope.result(name, package, "fail",
+                            f"{count} symbol(s) of {so.name} missing from the env's CUDA libraries, e.g. {names[0]} "
+                            f"from {lib} ({checked[lib]}): it was built against a newer CUDA library than this env "
+                            f"pins", numbers=numbers, seconds=seconds, diagnosis=diagnosis)
+    return scope.result(name, package, "pass", f"all {numbers['symbols']} symbols {so.name} takes from "
+                        f"{', '.join(sorted(checked))} resolve in this env", numbers=numbers, seconds=seconds)
+
+
 def arch_support(entries: list, sm: int) -> str:
     """'cubin' (runs natively), 'ptx' (JIT-compiled at first use) or 'none' for GPU arch sm."""
     # SASS runs on the same major at an equal or higher minor; PTX JIT-compiles forward to any newer arch.
@@ -339,6 +379,7 @@ def check_objects(probed: dict[str, list[str]], installed: dict[str, list[str]],
     out = []
     torch_lib = Path(torch["lib"]) if torch else None
     torch_cuda = torch.get("cuda") if torch else None
+    lib_dirs = cuda_library_dirs(torch_lib)
     for pkg in PACKAGES.values():
         if not pkg.objects or not scope.wants(pkg.name):
             continue
@@ -356,6 +397,8 @@ def check_objects(probed: dict[str, list[str]], installed: dict[str, list[str]],
             continue
         for so in map(Path, found):
             if (result := check_symbols(so, pkg.name, torch_lib, torch_cuda, scope)) is not None:
+                out.append(result)
+            if (result := check_cuda_symbols(so, pkg.name, lib_dirs, scope)) is not None:
                 out.append(result)
             out.append(check_cubins(so, pkg.name, targets, strict, scope))
     return out

@@ -395,6 +395,29 @@ def nvidia_like_apex(sp: Path, with_extensions: bool) -> None:
 
 
 @needs_uv
+@needs_gxx
+def test_a_core_needing_a_newer_cuda_library_is_found(tmp_path):
+    """TE-cu13 2.16.1's failure in small: its core binds a cuBLASLt symbol the env's nvidia-cublas lacks."""
+    from test_verify_static import core_library, versioned_cuda_library
+
+    python = make_venv(tmp_path / "venv")
+    sp = site_packages(python)
+    lib_dir = sp / "nvidia" / "cu13" / "lib"
+    newer = versioned_cuda_library(lib_dir, ("cublasLtCreate", "cublasLtGroupedMatrixLayoutInit_internal"))
+    (sp / "transformer_engine").mkdir()
+    core = core_library(sp / "transformer_engine", newer, ("cublasLtCreate", "cublasLtGroupedMatrixLayoutInit_internal"))
+    facts = facts_mod.gather(python)
+    assert probes.cuda_library_users(facts.site_packages) == [core]
+    good = probes.probe_cuda_libraries(facts)
+    assert good.status == "ok" and good.details["objects"] == 1, good.summary
+    versioned_cuda_library(lib_dir, ("cublasLtCreate",))  # the older cuBLAS torch pins
+    r = probes.probe_cuda_libraries(facts)
+    assert (r.status, r.failure_id) == ("problem", "F8")
+    assert r.details["broken"] == {str(core): {"libcublasLt.so.13": ["cublasLtGroupedMatrixLayoutInit_internal"]}}
+    assert "cublasLtGroupedMatrixLayoutInit_internal, version libcublasLt.so.13" in r.summary
+
+
+@needs_uv
 @pytest.mark.parametrize("with_extensions", [False, True])
 def test_nvidia_apex_with_and_without_extensions(tmp_path, with_extensions):
     python = make_venv(tmp_path / "venv")

@@ -286,6 +286,43 @@ def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
                    other_releases=[str(v) for v in variants])
 
 
+def cuda_library_users(site_packages: list[str]) -> list[Path]:
+    """Shared objects outside the nvidia-* wheels and torch that bind versioned symbols to a CUDA library."""
+    found = []
+    for sp in site_packages:
+        skip = {os.path.realpath(Path(sp) / d) for d in ("nvidia", "torch")}
+        for dirpath, dirnames, filenames in os.walk(sp):
+            if os.path.realpath(dirpath) in skip:
+                dirnames.clear()
+                continue
+            for fn in filenames:
+                if (fn.endswith(".so") or ".so." in fn) and any(symbols.CUDA_LIBRARY.match(n) for n in symbols.needed(Path(dirpath) / fn)):
+                    found.append(Path(dirpath) / fn)
+    return sorted(set(found))
+
+
+def probe_cuda_libraries(facts: EnvFacts) -> ProbeResult:
+    name = "cuda-libraries"
+    lib_dirs = [d for sp in facts.site_packages for d in symbols.cuda_library_dirs(Path(sp))]
+    if not lib_dirs:
+        return skipped(name, "no CUDA libraries from PyPI (torch/lib, nvidia/*/lib) in this environment")
+    checked, broken = 0, {}
+    for so in cuda_library_users(facts.site_packages):
+        found, _, missing = symbols.cuda_library_gaps(so, lib_dirs)
+        checked += bool(found)
+        if missing:
+            broken[str(so)] = {lib: names[:20] for lib, names in missing.items()}
+    if not broken:
+        return ok(name, f"{checked} objects find every versioned symbol they need in the env's CUDA libraries",
+                  objects=checked)
+    lines = []
+    for so, missing in broken.items():
+        lib, names = next(iter(sorted(missing.items())))
+        lines.append(f"{so}: {names[0]}, version {lib} (and {sum(map(len, missing.values())) - 1} more)")
+    return problem(name, f"{len(broken)} of {checked} objects need CUDA library symbols this env's libraries lack "
+                   "(built against a newer CUDA minor than torch pins):\n  " + "\n  ".join(lines), "F8",
+                   broken=broken)
+
 
 def read_lock(path: Path) -> dict[str, str]:
     """name -> version pins of a `uv pip compile` lock (`name==version \\` lines, hashes ignored)."""
@@ -501,8 +538,8 @@ def select_lock(root: Path | None, stack: str | None, variant: str | None, lock:
     return path, ""
 
 
-PROBES = ("driver", "nvcc-vs-torch", "host-compiler", "apex", "torch-extensions", "lock-drift", "triton-libcuda",
-          "threads", "numpy", "cuda-majors", "pip")
+PROBES = ("driver", "nvcc-vs-torch", "host-compiler", "apex", "torch-extensions", "cuda-libraries", "lock-drift",
+          "triton-libcuda", "threads", "numpy", "cuda-majors", "pip")
 
 
 def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None = None,
@@ -540,6 +577,7 @@ def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None 
         "host-compiler": lambda: probe_host_compiler(nvcc, environ),
         "apex": lambda: probe_apex(facts),
         "torch-extensions": lambda: probe_torch_extensions(facts),
+        "cuda-libraries": lambda: probe_cuda_libraries(facts),
         "lock-drift": lambda: probe_lock_drift(facts, lock_path, lock_reason),
         "triton-libcuda": triton,
         "threads": threads,

@@ -90,6 +90,28 @@ def versioned_needs(path: Path) -> dict[str, set[str]]:
         return out
 
 
+# CUDA libraries an env takes from PyPI's nvidia-* wheels (never the driver's libcuda): a binary built against a
+# newer one than the env pins dies at import with `undefined symbol: X, version libcublasLt.so.13`.
+CUDA_LIBRARY = re.compile(r"^lib(?:cublas|cublasLt|cudart|cudnn\w*|cufft|curand|cusolver|cusparse|cusparseLt|nccl|"
+                          r"nvrtc|nvJitLink|nvshmem\w*|cufile|cupti)\.so\.\d+$")
+
+
+def cuda_library_dirs(site_packages: Path) -> list[Path]:
+    """Where an env's CUDA libraries live: torch/lib and the nvidia-* wheels' lib folders."""
+    return [d for d in (site_packages / "torch" / "lib", *sorted(site_packages.glob("nvidia/*/lib"))) if d.is_dir()]
+
+
+def cuda_library_gaps(so: Path, lib_dirs: Iterable[Path]) -> tuple[dict[str, Path], dict[str, set[str]], dict[str, list[str]]]:
+    """For the CUDA libraries `so` binds versioned symbols to and that `lib_dirs` hold: (library -> file, library ->
+    symbols needed, library -> symbols that file lacks). Libraries the env does not ship are left out."""
+    needs = {lib: names for lib, names in versioned_needs(so).items() if CUDA_LIBRARY.match(lib)}
+    lib_dirs = list(lib_dirs)
+    found = {lib: next((d / lib for d in lib_dirs if (d / lib).is_file()), None) for lib in needs}
+    found = {lib: path for lib, path in found.items() if path is not None}
+    missing = {lib: sorted(needs[lib] - exported(path, needs[lib])) for lib, path in found.items()}
+    return found, {lib: needs[lib] for lib in found}, {lib: names for lib, names in missing.items() if names}
+
+
 def demangle(names: list[str]) -> dict[str, str]:
     """Readable C++ names via c++filt; names it cannot read (or no c++filt) map to themselves."""
     tool = shutil.which("c++filt")

@@ -21,10 +21,6 @@ from verlenv.errors import UserError
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
 
 CUDART = re.compile(r"^libcudart\.so\.(\d+)")
-# CUDA libraries an env takes from PyPI's nvidia-* wheels (never the driver's libcuda): a binary built against a
-# newer one than the env pins dies at import with `undefined symbol: X, version libcublasLt.so.13`.
-CUDA_LIBRARY = re.compile(r"^lib(?:cublas|cublasLt|cudart|cudnn\w*|cufft|curand|cusolver|cusparse|cusparseLt|nccl|"
-                          r"nvrtc|nvJitLink|nvshmem\w*|cufile|cupti)\.so\.\d+$")
 ENVPROBE = Path(__file__).with_name("envprobe.py")
 SHOWN = 5  # names listed in a reason; numbers hold the full lists
 
@@ -302,10 +298,7 @@ def check_symbols(so: Path, package: str, torch_lib: Path | None, torch_cuda: st
 
 def cuda_library_dirs(torch_lib: Path | None) -> list[Path]:
     """Where the env's CUDA libraries live: torch/lib and the nvidia-* wheels' lib folders beside it."""
-    if torch_lib is None:
-        return []
-    site = torch_lib.parent.parent
-    return [torch_lib, *sorted(site.glob("nvidia/*/lib"))]
+    return symbols.cuda_library_dirs(torch_lib.parent.parent) if torch_lib is not None else []
 
 
 def check_cuda_symbols(so: Path, package: str, lib_dirs: list[Path], scope: Scope) -> CheckResult | None:
@@ -313,13 +306,9 @@ def check_cuda_symbols(so: Path, package: str, lib_dirs: list[Path], scope: Scop
     libraries do not export: a core built against a newer CUDA minor than the one torch pins. None when the
     object needs nothing versioned from a CUDA library this env ships."""
     start = time.monotonic()
-    needs = {lib: names for lib, names in symbols.versioned_needs(so).items() if CUDA_LIBRARY.match(lib)}
-    providers = {lib: next((d / lib for d in lib_dirs if (d / lib).is_file()), None) for lib in needs}
-    checked = {lib: path for lib, path in providers.items() if path is not None}
+    checked, needs, missing = symbols.cuda_library_gaps(so, lib_dirs)
     if not checked:
         return None
-    missing = {lib: sorted(needs[lib] - symbols.exported(path, needs[lib])) for lib, path in checked.items()}
-    missing = {lib: names for lib, names in missing.items() if names}
     name = f"cudalibs/{module_name(str(so))}"
     numbers = {"object": str(so), "libraries": {lib: str(path) for lib, path in sorted(checked.items())},
                "symbols": sum(len(needs[lib]) for lib in checked), "unresolved": missing}

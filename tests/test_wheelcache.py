@@ -160,6 +160,46 @@ def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch
     assert not result.cached and wheelcache.lookup(wheelhouse, "sleepy-probe", result.fingerprint)
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for its reaper counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_sigterm_to_the_builder_alone_stops_its_whole_build(probe_root, tmp_path, monkeypatch):
+    """`kill <builder>` (or a scheduler's SIGTERM) must not leave pip and its compilers running as orphans."""
+    clean_build_env(monkeypatch)
+    python = torch_python()
+    started = tmp_path / "build-started"
+    wheelhouse = tmp_path / "wh"
+    code = ("import sys; from verlenv import cli; sys.exit(cli.main(['build', 'sleepy-probe', '--variant', 'fsdp', "
+            f"'--python', {python!r}, '--archs', '9.0', '--wheelhouse', {str(wheelhouse)!r}, '--no-install']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, cwd=probe_root, text=True,
+                            stderr=subprocess.PIPE, env={**os.environ, "VERLENV_TEST_BUILD_STARTED": str(started)})
+    try:
+        deadline = time.monotonic() + 300
+        while not started.exists() or not started.read_text():
+            assert proc.poll() is None, "the builder exited before its build started"
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        setup_pid, compiler_pid = map(int, started.read_text().split())
+        # The "compiler" sits in a process group of its own, as ninja's compile jobs do.
+        assert os.getpgid(compiler_pid) == compiler_pid != os.getpgid(setup_pid)
+        proc.send_signal(signal.SIGTERM)  # the builder only, not its session
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert "verlenv build: terminated (SIGTERM)" in err
+        assert gone(setup_pid) and gone(compiler_pid)
+    finally:
+        kill_session(proc.pid)
+        proc.wait()
+    assert not list(wheelhouse.rglob(wheelcache.ENTRY_FILE)) and not list(wheelhouse.rglob("*.whl"))
+
+
 @pytest.mark.slow
 @pytest.mark.network
 def test_the_builder_rebuilds_a_corrupted_entry(probe_root, tmp_path, monkeypatch):

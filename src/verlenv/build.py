@@ -1,10 +1,12 @@
 """The builder: compile a recipe's package against the env's own torch, once per ABI fingerprint."""
 
+import contextlib
 import json
 import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,28 +98,72 @@ def _run_logged(cmd: list[str], env: dict, log_path: Path, cwd: Path) -> int:
     """Run the build, saving its whole output; show [done/total] progress with an ETA from ninja's lines."""
     interactive = sys.stderr.isatty()
     started = time.monotonic()
-    last_report = 0.0
+    # A session of its own: when the builder is stopped, every process of the build can be found and stopped.
     with open(log_path, "w") as log, subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, errors="replace") as p:
-        for line in p.stdout:
-            log.write(line)
-            m = NINJA_STEP.match(line)
-            if not m:
+                                                      stderr=subprocess.STDOUT, text=True, errors="replace",
+                                                      start_new_session=True) as p:
+        try:
+            return _follow(p, log, started, interactive)
+        except BaseException:
+            _stop_session(p)
+            raise
+
+
+def _follow(p: subprocess.Popen, log, started: float, interactive: bool) -> int:
+    """Copy the build's output to the log; report ninja's [done/total] with an ETA (each minute when not a tty)."""
+    last_report = 0.0
+    for line in p.stdout:
+        log.write(line)
+        m = NINJA_STEP.match(line)
+        if not m:
+            continue
+        done, total = int(m.group(1)), int(m.group(2))
+        elapsed = time.monotonic() - started
+        eta = elapsed / done * (total - done) if done else 0
+        now = time.monotonic()
+        if interactive or now - last_report > 60 or done == total:
+            end = "\r" if interactive else "\n"
+            print(f"  [{done}/{total}] {100 * done // total}%  elapsed {elapsed / 60:.0f} min  eta {eta / 60:.0f} min",
+                  end=end, file=sys.stderr, flush=True)
+            last_report = now
+        log.flush()
+    p.wait()
+    if interactive:
+        print(file=sys.stderr)
+    return p.returncode
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live processes of session `sid`, from /proc/<pid>/stat (session id is the 4th field after the name)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
                 continue
-            done, total = int(m.group(1)), int(m.group(2))
-            elapsed = time.monotonic() - started
-            eta = elapsed / done * (total - done) if done else 0
-            now = time.monotonic()
-            if interactive or now - last_report > 60 or done == total:
-                end = "\r" if interactive else "\n"
-                print(f"  [{done}/{total}] {100 * done // total}%  elapsed {elapsed / 60:.0f} min  eta {eta / 60:.0f} min",
-                      end=end, file=sys.stderr, flush=True)
-                last_report = now
-            log.flush()
-        p.wait()
-        if interactive:
-            print(file=sys.stderr)
-        return p.returncode
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _stop_session(p: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop the whole build, not just pip: SIGTERM to its process group (pip, setup.py, ninja; ninja then stops its
+    compiles), then SIGKILL whatever of the session is left, compiles in process groups of their own included."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        p.wait(timeout=grace_s)
+    for _ in range(50):
+        members = _session_members(p.pid)
+        if not members:
+            break
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        p.wait(timeout=grace_s)
 
 
 def _tail(log_path: Path, n: int = 25) -> str:

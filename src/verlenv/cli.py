@@ -2,9 +2,11 @@
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
-from verlenv.errors import UserError
+from verlenv.errors import Terminated, UserError
 
 # Each module adds its own subcommand through `register(subparsers)`; the order is the pipeline's.
 STAGE_MODULES = (
@@ -26,8 +28,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame):
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C: a build stops its compilers, temp folders are removed, nothing half-written stays.
+    handler = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     try:
         return int(args.func(args) or 0)
     except UserError as e:
@@ -36,3 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"verlenv {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"verlenv {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)

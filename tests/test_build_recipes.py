@@ -193,5 +193,5 @@ def test_transformer_engine_torch_compiles_its_first_units(tmp_path, monkeypatch
     assert "Guessing wheel URL" not in log  # NVTE_PYTORCH_FORCE_BUILD=TRUE was honoured
     assert "error:" not in log and "No such file or directory" not in log
     units = re.findall(r"^\s*\[1/(\d+)\]", log, re.M)
-    assert units == ["32"]
+    assert units == ["28"]  # TE 2.12.0: 28 host C++ units
     assert not wheelhouse.exists() or not list(wheelhouse.rglob("*"))

@@ -4,6 +4,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,25 @@ def test_tree_digest_sees_content_names_and_the_executable_bit(tmp_path):
     (tree / "b.txt").rename(tree / "a.txt")
     (tree / "a.txt").write_text("A")
     assert sources.tree_digest(tree) != base
+
+
+def test_a_build_tree_matches_its_sdist_until_a_source_file_changes(tmp_path):
+    tree = tmp_path / "pkg-1.0"
+    (tree / "pkg.egg-info").mkdir(parents=True)
+    (tree / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    (tree / "pkg.egg-info" / "PKG-INFO").write_text("Name: pkg\n")
+    archive = tmp_path / "pkg-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(tree, arcname=tree.name)
+    dest = tmp_path / "src"
+    root = sources.unpack_sdist(archive, dest)
+    assert sources.sdist_tree_matches(archive, dest) == root
+    # What a build adds, and setuptools rewriting the egg-info, keep the match.
+    (root / "build" / "temp").mkdir(parents=True)
+    (root / "build" / "temp" / "a.o").write_bytes(b"\x7fELF")
+    (root / "pkg.egg-info" / "PKG-INFO").write_text("Name: pkg\nVersion: 1.0\n")
+    assert sources.sdist_tree_matches(archive, dest) == root
+    (root / "setup.py").write_text("from setuptools import setup\nsetup(name='other')\n")
+    assert sources.sdist_tree_matches(archive, dest) is None
+    (root / "setup.py").unlink()
+    assert sources.sdist_tree_matches(archive, dest) is None

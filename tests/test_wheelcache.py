@@ -2,10 +2,12 @@
 
 import dataclasses
 import os
+import hashlib
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 
 from test_build_env import DATA, clean_build_env, kill_session, torch_python
 from verlenv import build, catalog, recipes, toolchain, wheelcache
+from verlenv.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -230,3 +233,93 @@ def test_an_edited_recipe_is_a_new_fingerprint_and_a_rebuild(probe_root, tmp_pat
     assert not after.cached and after.fingerprint != before.fingerprint
     assert after.record["inputs"]["recipe"] != before.record["inputs"]["recipe"]
     assert wheelcache.lookup(wheelhouse, "sleepy-probe", before.fingerprint) is not None  # the old entry stays
+
+
+def resume_probe(root: Path, tmp_path: Path) -> Path:
+    """A real sdist (resume-probe 0.1) whose setup.py fails while VERLENV_TEST_FAIL is set, and its recipe with the
+    sdist's sha256, added to the test catalog's source builds. Returns the sdist."""
+    tree = tmp_path / "resume_probe-0.1"
+    tree.mkdir()
+    (tree / "setup.py").write_text(textwrap.dedent("""\
+        import os
+        from setuptools import setup
+        if os.environ.get("VERLENV_TEST_FAIL"):
+            raise SystemExit("resume-probe: failing on request")
+        setup(name="resume-probe", version="0.1", py_modules=["resume_probe"])
+        """))
+    (tree / "resume_probe.py").write_text("VALUE = 1\n")
+    sdist = tmp_path / "resume_probe-0.1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as t:
+        t.add(tree, arcname=tree.name)
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    (root / "recipes" / "resume-probe").mkdir()
+    (root / "recipes" / "resume-probe" / "recipe.toml").write_text(textwrap.dedent(f"""\
+        package = "resume-probe"
+        import_name = "resume_probe"
+        [source]
+        kind = "pypi-sdist"
+        [source.sha256]
+        "0.1" = "{digest}"
+        [build]
+        gpu_code = false
+        mem_per_job_gib = 0.5
+        """))
+    catalog_file = root / "stacks.toml"
+    catalog_file.write_text(catalog_file.read_text().replace('"sleepy-probe==0.1",', '"sleepy-probe==0.1", "resume-probe==0.1",'))
+    return sdist
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_stopped_sdist_build_is_resumed_only_while_its_sources_are_intact(probe_root, tmp_path, monkeypatch, capsys):
+    clean_build_env(monkeypatch)
+    python = torch_python()
+    sdist = resume_probe(probe_root, tmp_path)
+    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    wheelhouse, work = tmp_path / "wh", tmp_path / "work"
+
+    def run(fail: bool):
+        if fail:
+            monkeypatch.setenv("VERLENV_TEST_FAIL", "1")
+        else:
+            monkeypatch.delenv("VERLENV_TEST_FAIL", raising=False)
+        capsys.readouterr()
+        try:
+            return build.build_one(probe_root, variant, "resume-probe", python, ["9.0"], wheelhouse, work, source=sdist)
+        finally:
+            monkeypatch.delenv("VERLENV_TEST_FAIL", raising=False)
+
+    with pytest.raises(UserError):
+        run(fail=True)
+    [stopped] = list(work.glob("build-resume-probe-*"))
+    assert "(the next run resumes it)" in capsys.readouterr().err
+    # A tree whose sources were edited is never resumed: a fresh tree is made.
+    source_file = stopped / "src" / "resume_probe-0.1" / "resume_probe.py"
+    source_file.write_text("VALUE = 2\n")
+    with pytest.raises(UserError):
+        run(fail=True)
+    assert "resuming" not in capsys.readouterr().err
+    assert len(list(work.glob("build-resume-probe-*"))) == 2
+    shutil.rmtree(stopped)
+    # The intact stopped tree is resumed (its log grows), and removed once the wheel is cached.
+    [intact] = list(work.glob("build-resume-probe-*"))
+    before = (intact / "build.log").read_text()
+    result = run(fail=False)
+    err = capsys.readouterr().err
+    assert f"resuming the stopped build in {intact}" in err
+    assert not intact.exists() and not result.cached and result.record["resumed"] is True
+    assert "resume-probe: failing on request" in before
+    assert wheelcache.lookup(wheelhouse, "resume-probe", result.fingerprint).path.joinpath("build.log").read_text().startswith(before)
+
+
+def test_ninja_stats_add_up_the_runs_of_a_resumed_build(tmp_path):
+    """Times in .ninja_log restart at each run: the compile wall is the sum of the runs' walls."""
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / ".ninja_log").write_text(
+        "# ninja log v7\n"
+        "0\t100000\t1\ta.o\th\n" "0\t150000\t1\tb.o\th\n" "100000\t260000\t1\tc.o\th\n"   # run 1: 260 s
+        "0\t120000\t1\td.o\th\n" "0\t125000\t1\te.o\th\n")                                      # run 2: 125 s
+    stats = build.ninja_stats(tmp_path, cores=2)
+    assert stats["runs"] == 2 and stats["units"] == 5
+    assert stats["sum_unit_s"] == 655.0 and stats["compile_wall_s"] == 385.0
+    assert stats["ideal_wall_s"] == 327.5 and stats["efficiency"] == round(327.5 / 385, 3)

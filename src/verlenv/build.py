@@ -1,6 +1,7 @@
 """The builder: compile a recipe's package against the env's own torch, once per ABI fingerprint."""
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -80,11 +81,19 @@ def ninja_stats(build_tree: Path, cores: int) -> dict | None:
             spans.append((int(parts[0]), int(parts[1]), parts[3]))
     if not spans:
         return None
+    # ninja appends a line as each unit finishes, with times from the start of its own run: an end time lower
+    # than the one before starts a new run (a resumed build). The compile wall is the sum over runs.
+    runs: list[list[tuple[int, int, str]]] = []
+    for span in spans:
+        if not runs or span[1] < runs[-1][-1][1]:
+            runs.append([])
+        runs[-1].append(span)
     total = sum(end - start for start, end, _ in spans) / 1000
-    wall = (max(e for _, e, _ in spans) - min(s for s, _, _ in spans)) / 1000
+    wall = sum(max(e for _, e, _ in run) - min(s for s, _, _ in run) for run in runs) / 1000
     slowest = max(spans, key=lambda s: s[1] - s[0])
     return {
         "units": len(spans),
+        "runs": len(runs),
         "sum_unit_s": round(total, 1),
         "compile_wall_s": round(wall, 1),
         "ideal_wall_s": round(total / cores, 1),
@@ -94,12 +103,12 @@ def ninja_stats(build_tree: Path, cores: int) -> dict | None:
     }
 
 
-def _run_logged(cmd: list[str], env: dict, log_path: Path, cwd: Path) -> int:
+def _run_logged(cmd: list[str], env: dict, log_path: Path, cwd: Path, append: bool = False) -> int:
     """Run the build, saving its whole output; show [done/total] progress with an ETA from ninja's lines."""
     interactive = sys.stderr.isatty()
     started = time.monotonic()
     # A session of its own: when the builder is stopped, every process of the build can be found and stopped.
-    with open(log_path, "w") as log, subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
+    with open(log_path, "a" if append else "w") as log, subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
                                                       stderr=subprocess.STDOUT, text=True, errors="replace",
                                                       start_new_session=True) as p:
         try:
@@ -223,11 +232,21 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})", file=sys.stderr)
 
     work.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
+    archive = sources.fetch_sdist(recipe, version, work, source) if recipe.source["kind"] == "pypi-sdist" else None
+    tmp, src = _resumable_tree(work, recipe.package, fp, archive) if archive else (None, None)
+    if tmp is None:
+        tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
+    else:
+        print(f"  resuming the stopped build in {tmp}: its sources match the verified sdist, so ninja compiles only "
+              "the units not yet done", file=sys.stderr)
+    lock = _hold(tmp)
     log_path = tmp / "build.log"
+    resumed = src is not None
     try:
-        if recipe.source["kind"] == "pypi-sdist":
-            src = sources.unpack_sdist(sources.fetch_sdist(recipe, version, work, source), tmp / "src")
+        if resumed:
+            pass  # src is the stopped build's tree, checked against the sdist above
+        elif archive is not None:
+            src = sources.unpack_sdist(archive, tmp / "src")
         elif recipe.source["kind"] == "git":
             if source is None:
                 raise UserError(f"{recipe.package} is built from git {recipe.source['url']}: pass --source <clone or mirror>")
@@ -253,7 +272,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         sampler = MemorySampler()
         sampler.start()
         started = time.time()
-        rc = _run_logged(cmd, env, log_path, src)
+        rc = _run_logged(cmd, env, log_path, src, append=resumed)
         wall = time.time() - started
         peak = sampler.stop()
         if rc != 0:
@@ -269,6 +288,8 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
             "parallelism": {"max_jobs": jobs, "threads": threads, "decision": decided,
                             "mem_available_gib": round(mem, 1), "cores": cores},
             "wall_s": round(wall, 1),
+            # A resumed build: wall_s is this run's; ninja's compile_wall_s sums every run.
+            "resumed": resumed,
             "peak_mem_used_gib": peak,
             "max_rss_single_process_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
             "ninja": ninja_stats(src, cores),
@@ -281,9 +302,35 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         return BuildResult(recipe.package, entry.wheel, fp, False, entry.record)
     finally:
         if keep or (log_path.exists() and not (wheelhouse / recipe.package / fp).exists()):
-            print(f"  build tree kept at {tmp}", file=sys.stderr)
+            print(f"  build tree kept at {tmp}" + (" (the next run resumes it)" if archive else ""), file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+        lock.close()
+
+
+def _hold(tree: Path):
+    """An exclusive lock on a build tree for as long as the returned file stays open."""
+    f = open(tree / ".lock", "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+def _resumable_tree(work: Path, package: str, fp: str, archive: Path) -> tuple[Path | None, Path | None]:
+    """A stopped build of the same fingerprint (folder name) whose sources still equal the verified sdist, and
+    that no other builder holds: ninja then compiles only the missing or stale units (it reruns any unit whose
+    command line or headers changed, and any unit a kill cut short, which never reached its log)."""
+    for tree in sorted(work.glob(f"build-{package}-{fp[:8]}-*"), key=lambda p: p.stat().st_mtime, reverse=True):
+        if not (tree / "build.log").is_file() or not (tree / "src").is_dir():
+            continue
+        with open(tree / ".lock", "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another builder is using it
+            fcntl.flock(f, fcntl.LOCK_UN)
+        if src := sources.sdist_tree_matches(archive, tree / "src"):
+            return tree, src
+    return None, None
 
 
 def _site_paths(recipe: recipes.Recipe, info: toolchain.TorchInfo, env: dict) -> dict[str, str]:

@@ -98,6 +98,24 @@ def unpack_sdist(archive: Path, dest: Path) -> Path:
     return roots[0]
 
 
+def sdist_tree_matches(archive: Path, dest: Path) -> Path | None:
+    """The top folder under `dest` when every file of the (verified) sdist is there byte for byte, else None.
+    Files a build adds (build/, objects, the wheel) are allowed; *.egg-info is skipped, setuptools rewrites it."""
+    try:
+        with tarfile.open(archive) as t:
+            members = [m for m in t.getmembers() if m.isfile()]
+            for m in members:
+                if ".egg-info/" in m.name:
+                    continue
+                path = dest / m.name
+                if not path.is_file() or path.stat().st_size != m.size or path.read_bytes() != t.extractfile(m).read():
+                    return None
+    except (OSError, tarfile.TarError):
+        return None
+    roots = {Path(m.name).parts[0] for m in members}
+    return dest / roots.pop() if len(roots) == 1 else None
+
+
 def export_git_tree(recipe: Recipe, repo: Path, dest: Path) -> Path:
     """`git archive` of the pinned commit from a local clone or mirror, checked against the pinned tree digest."""
     commit, want = recipe.source["commit"], recipe.source["tree_sha256"]

@@ -107,14 +107,13 @@ def _run_logged(cmd: list[str], env: dict, log_path: Path, cwd: Path, append: bo
     """Run the build, saving its whole output; show [done/total] progress with an ETA from ninja's lines."""
     interactive = sys.stderr.isatty()
     started = time.monotonic()
-    # A session of its own: when the builder is stopped, every process of the build can be found and stopped.
     with open(log_path, "a" if append else "w") as log, subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, errors="replace",
-                                                      start_new_session=True) as p:
+                                                      stderr=subprocess.STDOUT, text=True, errors="replace") as p:
         try:
             return _follow(p, log, started, interactive)
         except BaseException:
-            _stop_session(p)
+            # Ctrl-C, SIGTERM or an error in the builder: stop every process of the build, not just pip.
+            _stop_tree(p)
             raise
 
 
@@ -142,37 +141,46 @@ def _follow(p: subprocess.Popen, log, started: float, interactive: bool) -> int:
     return p.returncode
 
 
-def _session_members(sid: int) -> list[int]:
-    """Live processes of session `sid`, from /proc/<pid>/stat (session id is the 4th field after the name)."""
-    out = []
+def _descendants(pid: int) -> list[int]:
+    """Live descendants of `pid`, from the parent links in /proc/<pid>/stat."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                out.append(int(entry.name))
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
     return out
 
 
-def _stop_session(p: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """Stop the whole build, not just pip: SIGTERM to its process group (pip, setup.py, ninja; ninja then stops its
-    compiles), then SIGKILL whatever of the session is left, compiles in process groups of their own included."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(p.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        p.wait(timeout=grace_s)
-    for _ in range(50):
-        members = _session_members(p.pid)
-        if not members:
+def _signal(pids, sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _stop_tree(p: subprocess.Popen) -> None:
+    """Kill pip and everything under it. ninja puts each compile in a process group of its own, and a process
+    whose parent dies is re-parented away from the tree: so freeze the whole tree first (SIGSTOP; a stopped ninja
+    starts nothing new), collect it again, then SIGKILL it. Units cut short never reach ninja's log, so a resumed
+    build compiles them again."""
+    frozen: set[int] = set()
+    for _ in range(20):
+        tree = {p.pid, *_descendants(p.pid)} - frozen
+        if not tree:
             break
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
+        _signal(tree, signal.SIGSTOP)
+        frozen |= tree
+    _signal(frozen, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        p.wait(timeout=grace_s)
+        p.wait(timeout=30)
 
 
 def _tail(log_path: Path, n: int = 25) -> str:

@@ -130,6 +130,15 @@ def probe_root(tmp_path) -> Path:
     return dest
 
 
+def wait_until_started(proc: subprocess.Popen, marker: Path, timeout_s: float = 300) -> None:
+    """Until the sleepy-probe build has written its marker (a non-empty file) while the builder still runs."""
+    deadline = time.monotonic() + timeout_s
+    while not marker.exists() or not marker.read_text():
+        assert proc.poll() is None, "the builder exited before its build started"
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.network
 def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch):
@@ -147,11 +156,7 @@ def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                             env={**os.environ, "VERLENV_TEST_BUILD_STARTED": str(started)})
     try:
-        deadline = time.monotonic() + 300
-        while not started.exists():
-            assert proc.poll() is None, "the builder exited before its build started"
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until_started(proc, started)
     finally:
         kill_session(proc.pid)  # the builder and the pip build under it
         proc.wait()
@@ -184,11 +189,7 @@ def test_sigterm_to_the_builder_alone_stops_its_whole_build(probe_root, tmp_path
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, cwd=probe_root, text=True,
                             stderr=subprocess.PIPE, env={**os.environ, "VERLENV_TEST_BUILD_STARTED": str(started)})
     try:
-        deadline = time.monotonic() + 300
-        while not started.exists() or not started.read_text():
-            assert proc.poll() is None, "the builder exited before its build started"
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until_started(proc, started)
         setup_pid, compiler_pid = map(int, started.read_text().split())
         # The "compiler" sits in a process group of its own, as ninja's compile jobs do.
         assert os.getpgid(compiler_pid) == compiler_pid != os.getpgid(setup_pid)

@@ -227,21 +227,25 @@ def _requirements(lines: list[str]) -> list[str]:
 
 
 
-def torch_extensions(site_packages: list[str], torch_root: str) -> list[Path]:
-    """Shared objects outside torch that link torch's libraries: the compiled torch extensions."""
+def linking_objects(site_packages: list[str], skip: list[str], links) -> list[Path]:
+    """Shared objects under site-packages, outside the `skip` folders, whose DT_NEEDED names satisfy `links`."""
     found = []
-    torch_root = os.path.realpath(torch_root)
+    skip = {os.path.realpath(s) for s in skip}
     for sp in site_packages:
         for dirpath, dirnames, filenames in os.walk(sp):
-            if os.path.realpath(dirpath) == torch_root:
+            if os.path.realpath(dirpath) in skip:
                 dirnames.clear()
                 continue
             for fn in filenames:
-                if fn.endswith(".so") or ".so." in fn:
-                    path = Path(dirpath) / fn
-                    if any(n.split(".so")[0] + ".so" in symbols.TORCH_LIBS for n in symbols.needed(path)):
-                        found.append(path)
+                if (fn.endswith(".so") or ".so." in fn) and links(symbols.needed(Path(dirpath) / fn)):
+                    found.append(Path(dirpath) / fn)
     return sorted(set(found))
+
+
+def torch_extensions(site_packages: list[str], torch_root: str) -> list[Path]:
+    """Shared objects outside torch that link torch's libraries: the compiled torch extensions."""
+    return linking_objects(site_packages, [torch_root],
+                           lambda needed: any(n.split(".so")[0] + ".so" in symbols.TORCH_LIBS for n in needed))
 
 
 def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
@@ -287,18 +291,9 @@ def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
 
 
 def cuda_library_users(site_packages: list[str]) -> list[Path]:
-    """Shared objects outside the nvidia-* wheels and torch that bind versioned symbols to a CUDA library."""
-    found = []
-    for sp in site_packages:
-        skip = {os.path.realpath(Path(sp) / d) for d in ("nvidia", "torch")}
-        for dirpath, dirnames, filenames in os.walk(sp):
-            if os.path.realpath(dirpath) in skip:
-                dirnames.clear()
-                continue
-            for fn in filenames:
-                if (fn.endswith(".so") or ".so." in fn) and any(symbols.CUDA_LIBRARY.match(n) for n in symbols.needed(Path(dirpath) / fn)):
-                    found.append(Path(dirpath) / fn)
-    return sorted(set(found))
+    """Shared objects outside the nvidia-* wheels and torch that link a CUDA library from PyPI."""
+    skip = [str(Path(sp) / d) for sp in site_packages for d in ("nvidia", "torch")]
+    return linking_objects(site_packages, skip, lambda needed: any(symbols.CUDA_LIBRARY.match(n) for n in needed))
 
 
 def probe_cuda_libraries(facts: EnvFacts) -> ProbeResult:

@@ -79,6 +79,10 @@ def test_first_build_compiles_cubins_for_sm80_and_sm90(first, dirs, tmp_path):
     assert entry["inputs"]["archs"] == ["8.0", "9.0"]
     assert entry["toolchain"]["nvcc"] == "13.0" and entry["toolchain"]["source"] == "pypi"
     assert entry["ninja"]["units"] == 2  # probe.cpp and probe_kernel.cu
+    # The entry keeps ninja's log, and its figures can be derived again from it.
+    [kept] = list((folder / "ninja").glob("*.ninja_log"))
+    shutil.copy(kept, tmp_path / ".ninja_log")
+    assert build.ninja_stats(tmp_path, entry["parallelism"]["cores"]) == entry["ninja"]
     so = extension_so(first.wheel, tmp_path)
     assert cubins.cubin_archs(cubins.shared_object_archs(so)) == {80, 90}
 

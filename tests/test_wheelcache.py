@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from project_files import ROOT
 from test_build_env import DATA, clean_build_env, kill_session, torch_python
 from verlenv import build, catalog, recipes, toolchain, wheelcache
 from verlenv.errors import UserError
@@ -324,3 +325,49 @@ def test_ninja_stats_add_up_the_runs_of_a_resumed_build(tmp_path):
     assert stats["runs"] == 2 and stats["units"] == 5
     assert stats["sum_unit_s"] == 655.0 and stats["compile_wall_s"] == 385.0
     assert stats["ideal_wall_s"] == 327.5 and stats["efficiency"] == round(327.5 / 385, 3)
+
+
+def write_ninja_log(path: Path, lines: list[tuple[float, float, float, str]]) -> None:
+    """A ninja log v7 of (start s, end s, mtime s since the epoch, output) lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# ninja log v7\n" + "".join(
+        f"{round(a * 1000)}\t{round(b * 1000)}\t{round(m * 1e9)}\t{out}\th\n" for a, b, m, out in lines))
+
+
+@pytest.mark.parametrize("stamp", ["start", "end"])
+def test_ninja_stats_time_extensions_built_at_once_on_one_clock(tmp_path, stamp):
+    """apex builds each extension with its own ninja, at the same time: their logs are placed on the epoch clock
+    from the mtime column, which some ninja releases stamp with the unit's start and others with its end."""
+    t0 = 1_795_300_000.0
+
+    def unit(a, b, out, run_start):
+        return (a, b, run_start + (a if stamp == "start" else b), out)
+
+    # Extension A runs from t0 for 300 s; extension B starts 100 s later and ends at t0 + 500.
+    write_ninja_log(tmp_path / "build" / "a" / ".ninja_log",
+                    [unit(0, 200, "a1.o", t0), unit(0, 300, "a2.o", t0)])
+    write_ninja_log(tmp_path / "build" / "b" / ".ninja_log",
+                    [unit(0, 250, "b1.o", t0 + 100), unit(250, 400, "b2.o", t0 + 100)])
+    stats = build.ninja_stats(tmp_path, cores=2)
+    assert stats["logs"] == 2 and stats["units"] == 4 and stats["sum_unit_s"] == 900.0
+    assert stats["compile_wall_s"] == 500.0  # not 300 + 400: the two ran side by side
+    assert stats["efficiency"] == 0.9
+
+
+def test_ninja_stats_leave_the_wall_open_when_several_logs_cannot_be_placed(tmp_path):
+    write_ninja_log(tmp_path / "a" / ".ninja_log", [(0, 200, 1e-9, "a1.o"), (0, 300, 1e-9, "a2.o")])
+    write_ninja_log(tmp_path / "b" / ".ninja_log", [(0, 250, 1e-9, "b1.o")])
+    stats = build.ninja_stats(tmp_path, cores=2)
+    assert stats["units"] == 3 and stats["sum_unit_s"] == 750.0
+    assert stats["compile_wall_s"] is None and stats["efficiency"] is None
+
+
+@pytest.mark.parametrize("log", sorted((ROOT / "docs" / "builds").glob("*.ninja_log")), ids=lambda p: p.name)
+def test_ninja_stats_read_the_same_wall_from_the_clock_as_from_the_runs(tmp_path, log):
+    """Real flash-attn logs from this project's builds, one stamped by start, one by end: the epoch clock and
+    ninja's own relative times must give the same compile wall."""
+    shutil.copy(log, tmp_path / ".ninja_log")
+    spans = build._ninja_spans(tmp_path / ".ninja_log")
+    assert build._epoch_intervals([spans]) is not None
+    relative = sum(max(s[1] for s in run) - min(s[0] for s in run) for run in build._runs(spans)) / 1000
+    assert build.ninja_stats(tmp_path, cores=2)["compile_wall_s"] == pytest.approx(relative, abs=1.0)

@@ -50,13 +50,17 @@ def remove(wheelhouse: Path, package: str, fp: str) -> None:
     shutil.rmtree(wheelhouse / package / fp, ignore_errors=True)
 
 
-def store(wheelhouse: Path, package: str, fp: str, wheel: Path, record: dict) -> Entry:
-    """Copy the wheel in and publish the entry with one rename."""
+def store(wheelhouse: Path, package: str, fp: str, wheel: Path, record: dict,
+          files: dict[str, Path] | None = None) -> Entry:
+    """Copy the wheel (and `files`, by their names inside the entry) in and publish the entry with one rename."""
     parent = wheelhouse / package
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".tmp-{fp}-"))
     try:
         shutil.copy2(wheel, tmp / wheel.name)
+        for name, path in (files or {}).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, tmp / name)
         record = {**record, "wheel": wheel.name, "wheel_sha256": sha256_file(tmp / wheel.name), "fingerprint": fp}
         (tmp / ENTRY_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         final = parent / fp

@@ -81,18 +81,37 @@ def test_threads_stop_when_their_memory_runs_out():
 
 
 @pytest.mark.parametrize("jobs", range(1, 65))
-def test_split_jobs_stays_within_the_budget(jobs):
-    at_once, per_extension = split_jobs(jobs)
+def test_split_jobs_of_a_total_the_user_gave_stays_within_it(jobs):
+    at_once, per_extension, _ = split_jobs(jobs, jobs, jobs)
     assert at_once >= 1 and per_extension >= 1
     assert at_once * per_extension <= jobs
     assert at_once >= per_extension  # apex-like packages: many extensions of few files
     assert (at_once + 1) * per_extension > jobs  # no job slot wasted on a whole extension
 
 
+@pytest.mark.parametrize("cores", [1, 2, 4, 8, 16, 32, 64])
+@pytest.mark.parametrize("gib", [4, 24, 64, 128, 512])
+@pytest.mark.parametrize("units", [0, 1, 2, 3, 8])
+def test_split_jobs_never_bets_memory_on_few_units(cores, gib, units):
+    """Even if every extension ran all its jobs at once, their memory stays within the usable memory."""
+    p = parallelism_for(2.5, 0, 1, gib, cores)
+    at_once, per_extension, _ = split_jobs(p.jobs, p.memory_jobs, cores, units)
+    assert at_once >= 1 and per_extension >= 1
+    assert at_once * per_extension * 2.5 <= max(usable(gib), 2.5 * p.jobs)
+    plain = split_jobs(p.jobs, p.jobs, p.jobs)
+    assert at_once * per_extension >= plain[0] * plain[1]  # never fewer job slots than the plain split
+
+
 def test_split_jobs_examples():
-    assert split_jobs(1) == (1, 1)
-    assert split_jobs(2) == (2, 1)
-    assert split_jobs(16) == (4, 4)
+    assert split_jobs(1, 1, 1)[:2] == (1, 1)
+    assert split_jobs(2, 2, 2)[:2] == (2, 1)
+    assert split_jobs(16, 16, 16)[:2] == (4, 4)
+    # The 16-core, 125 GiB H100 host, apex at 2.5 GiB per job: 42 jobs fit in memory; most extensions have 2
+    # units, so 8 extensions x 4 jobs keep about 16 cores busy (worst case 32 jobs, 80 GiB).
+    assert split_jobs(16, 42, 16, 2)[:2] == (8, 4)
+    assert split_jobs(16, 20, 16, 2)[:2] == (5, 4)  # memory caps it
+    assert split_jobs(16, 42, 16, 0)[:2] == (4, 4)  # units unknown: the plain split
+    assert split_jobs(2, 7, 2, 2)[:2] == (2, 1)  # the 2-core CPU machine
 
 
 def test_mem_available_reads_meminfo(tmp_path):

@@ -293,9 +293,11 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     # nvcc threads only help when the recipe can pass them on and there is GPU code to split by arch.
     n_archs = len(archs) if recipe.threads_variable and recipe.gpu_code else 1
     par = parallelism_for(recipe.mem_per_job_gib, recipe.mem_per_extra_thread_gib, n_archs, mem, cores)
-    jobs = jobs or _env_int("MAX_JOBS") or par.jobs
-    threads = threads or (_env_int(recipe.threads_variable) if recipe.threads_variable else None) or par.threads
-    decided = "given by the user" if (jobs, threads) != (par.jobs, par.threads) else par.reason
+    given_jobs = jobs or _env_int("MAX_JOBS")
+    jobs = given_jobs or par.jobs
+    given_threads = threads or (_env_int(recipe.threads_variable) if recipe.threads_variable else None)
+    threads = given_threads or par.threads
+    decided = "given by the user" if given_jobs or given_threads else par.reason
     print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})", file=sys.stderr)
 
     work.mkdir(parents=True, exist_ok=True)
@@ -327,11 +329,20 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
             env[recipe.arch_variable] = recipe.arch_value(archs)
         if recipe.threads_variable:
             env[recipe.threads_variable] = str(threads)
+        split = {}
         if recipe.concurrent_extensions_variable:
-            at_once, per_extension = split_jobs(jobs)
+            # Jobs the user gave are a hard total; the builder's own may go past the cores where memory allows.
+            given_at_once = _env_int(recipe.concurrent_extensions_variable)
+            if given_at_once:
+                at_once, per_extension, why = given_at_once, max(1, jobs // given_at_once), "given by the user"
+            elif given_jobs:
+                at_once, per_extension, why = split_jobs(jobs, jobs, jobs)
+            else:
+                at_once, per_extension, why = split_jobs(jobs, par.memory_jobs, cores, recipe.units_per_extension)
             env[recipe.concurrent_extensions_variable], env[recipe.jobs_variable] = str(at_once), str(per_extension)
             print(f"  {recipe.concurrent_extensions_variable}={at_once} extensions at once x "
-                  f"{recipe.jobs_variable}={per_extension} jobs each", file=sys.stderr)
+                  f"{recipe.jobs_variable}={per_extension} jobs each ({why})", file=sys.stderr)
+            split = {"extensions_at_once": at_once, "jobs_per_extension": per_extension, "split": why}
         env |= _site_paths(recipe, info, env)
         cmd = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
                *recipe.pip_args, "-w", str(tmp / "dist"), str(src)]
@@ -353,7 +364,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
             "toolchain": {"cuda_home": tc.cuda_home, "nvcc": tc.nvcc_version, "source": tc.source,
                           "host_cxx": f"{tc.host_cxx} {tc.host_cxx_version}"},
             "parallelism": {"max_jobs": jobs, "threads": threads, "decision": decided,
-                            "mem_available_gib": round(mem, 1), "cores": cores},
+                            "mem_available_gib": round(mem, 1), "cores": cores, **split},
             "wall_s": round(wall, 1),
             # A resumed build: wall_s is this run's; ninja's compile_wall_s sums every run.
             "resumed": resumed,

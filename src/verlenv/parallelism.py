@@ -14,6 +14,8 @@ class Parallelism:
     jobs: int
     threads: int
     reason: str
+    # Jobs whose memory fits, cores aside: the bound for setup.py files that run several ninjas at once.
+    memory_jobs: int
 
 
 def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float:
@@ -38,11 +40,23 @@ def parallelism_for(mem_per_job_gib: float, mem_per_extra_thread_gib: float, n_a
               f"{mem_per_job_gib:g} GiB per job, {cores} cores: {jobs} jobs (bound by {limit})"
               + (", one job only: memory is tight" if by_memory < 1 else "")
               + f", {threads} nvcc thread(s) per job for {n_archs} arch(s)")
-    return Parallelism(jobs, threads, reason)
+    return Parallelism(jobs, threads, reason, max(jobs, by_memory))
 
 
-def split_jobs(jobs: int) -> tuple[int, int]:
-    """(extensions at once, jobs per extension) whose product stays within `jobs`; most go to extensions,
-    since a package like apex has many extensions of a few files each."""
+def split_jobs(jobs: int, memory_jobs: int, cores: int, units_per_extension: int = 0) -> tuple[int, int, str]:
+    """(extensions at once, jobs per extension, why) for a setup.py that builds several extensions at once, each
+    with a ninja of its own (apex).
+
+    An extension of u units keeps at most min(u, jobs per extension) cores busy, so when most extensions have
+    few units (`units_per_extension`, 0 = unknown), filling the cores takes more extensions at once than
+    jobs ÷ jobs per extension. Memory is never bet on that: even if every extension ran all its jobs at once,
+    their number stays within `memory_jobs`.
+    """
     per_extension = max(1, math.isqrt(jobs))
-    return max(1, jobs // per_extension), per_extension
+    busy = min(per_extension, units_per_extension) if units_per_extension > 0 else per_extension
+    at_once = max(jobs // per_extension, math.ceil(cores / busy))
+    at_once = max(1, min(at_once, memory_jobs // per_extension))
+    why = (f"{at_once} x {per_extension} jobs at most, within the {memory_jobs} jobs memory allows"
+           + (f"; most extensions have {units_per_extension} units, so about {min(cores, at_once * busy)} of "
+              f"{cores} cores are busy" if busy < per_extension else ""))
+    return at_once, per_extension, why

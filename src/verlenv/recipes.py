@@ -25,6 +25,8 @@ class Recipe:
     jobs_variable: str
     # setup.py builds this many extensions at once, each running jobs_variable compile jobs.
     concurrent_extensions_variable: str | None
+    # How many units most of its extensions have (0: unknown); used to fill the cores with extensions.
+    units_per_extension: int
     # False: host C++ only (kernels live in a prebuilt core library): no archs, no cubins expected.
     gpu_code: bool
     mem_per_job_gib: float
@@ -81,6 +83,7 @@ def load(root: Path, package: str) -> Recipe:
             threads_variable=build.get("threads_variable"),
             jobs_variable=build.get("jobs_variable", "MAX_JOBS"),
             concurrent_extensions_variable=build.get("concurrent_extensions_variable"),
+            units_per_extension=int(build.get("units_per_extension", 0)),
             gpu_code=bool(build.get("gpu_code", True)),
             mem_per_job_gib=float(build["mem_per_job_gib"]),
             mem_per_extra_thread_gib=float(build.get("mem_per_extra_thread_gib", 0.0)),

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import hashlib
+import json
 import shutil
 import signal
 import subprocess
@@ -371,3 +372,17 @@ def test_ninja_stats_read_the_same_wall_from_the_clock_as_from_the_runs(tmp_path
     assert build._epoch_intervals([spans]) is not None
     relative = sum(max(s[1] for s in run) - min(s[0] for s in run) for run in build._runs(spans)) / 1000
     assert build.ninja_stats(tmp_path, cores=2)["compile_wall_s"] == pytest.approx(relative, abs=1.0)
+
+
+@pytest.mark.parametrize("record", sorted((ROOT / "docs" / "verification").glob("*-h100-build-apex*.json")),
+                         ids=lambda p: p.name)
+def test_ninja_stats_of_apex_read_all_twelve_logs(tmp_path, record):
+    """The ninja logs kept by real apex builds on an H100 host give back the figures of their records."""
+    with tarfile.open(record.with_name(record.stem + "-logs.tar.gz")) as t:
+        t.extractall(tmp_path / "entry", filter="data")
+    for i, log in enumerate(sorted((tmp_path / "entry" / "ninja").glob("*.ninja_log"))):
+        (tmp_path / "tree" / str(i)).mkdir(parents=True)
+        shutil.copy(log, tmp_path / "tree" / str(i) / ".ninja_log")
+    entry = json.loads(record.read_text())
+    stats = build.ninja_stats(tmp_path / "tree", entry["parallelism"]["cores"])
+    assert stats == entry["ninja"] and stats["logs"] == 12 and stats["units"] == 37

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import catalog, recipes
+from verlenv import build as builder, catalog, recipes
 from verlenv.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -150,6 +150,17 @@ def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, so
 
 @pytest.mark.slow
 @pytest.mark.network
+def test_apex_extension_split_honours_what_the_user_gave(monkeypatch):
+    """The 16-core, 125 GiB host: the builder's own split fills the cores (memory allows 42 jobs); the user's
+    --jobs or MAX_JOBS is a hard total; the user's APEX_PARALLEL_BUILD sets the extensions at once."""
+    apex = recipes.load(REPO, "apex")
+    monkeypatch.delenv("APEX_PARALLEL_BUILD", raising=False)
+    assert builder.extension_split(apex, 16, False, 42, 16)[:2] == (8, 4)
+    assert builder.extension_split(apex, 16, True, 42, 16)[:2] == (4, 4)
+    monkeypatch.setenv("APEX_PARALLEL_BUILD", "2")
+    assert builder.extension_split(apex, 16, False, 42, 16) == (2, 8, "given by the user")
+
+
 def test_apex_setup_takes_the_recipe_knobs(tmp_path, monkeypatch):
     """apex's real setup.py, stopped once ninja's build file is written (no compile)."""
     repo = os.environ.get("VERLENV_APEX_GIT")

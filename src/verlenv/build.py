@@ -331,14 +331,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
             env[recipe.threads_variable] = str(threads)
         split = {}
         if recipe.concurrent_extensions_variable:
-            # Jobs the user gave are a hard total; the builder's own may go past the cores where memory allows.
-            given_at_once = _env_int(recipe.concurrent_extensions_variable)
-            if given_at_once:
-                at_once, per_extension, why = given_at_once, max(1, jobs // given_at_once), "given by the user"
-            elif given_jobs:
-                at_once, per_extension, why = split_jobs(jobs, jobs, jobs)
-            else:
-                at_once, per_extension, why = split_jobs(jobs, par.memory_jobs, cores, recipe.units_per_extension)
+            at_once, per_extension, why = extension_split(recipe, jobs, bool(given_jobs), par.memory_jobs, cores)
             env[recipe.concurrent_extensions_variable], env[recipe.jobs_variable] = str(at_once), str(per_extension)
             print(f"  {recipe.concurrent_extensions_variable}={at_once} extensions at once x "
                   f"{recipe.jobs_variable}={per_extension} jobs each ({why})", file=sys.stderr)
@@ -458,6 +451,18 @@ def install_wheel(python: str, wheel: Path, recipe: recipes.Recipe) -> None:
         raise UserError(f"{recipe.package} installed but does not import: {last}"
                         + (f"\n{diagnosis}" if diagnosis else ""), exit_code=1)
     print(f"  installed and imported {', '.join(modules)}", file=sys.stderr)
+
+
+def extension_split(recipe: recipes.Recipe, jobs: int, jobs_given: bool, memory_jobs: int,
+                    cores: int) -> tuple[int, int, str]:
+    """(extensions at once, jobs per extension, why) for a recipe whose setup.py builds several extensions at once.
+    Jobs the user gave are a hard total; the builder's own may go past the cores where memory allows."""
+    given_at_once = _env_int(recipe.concurrent_extensions_variable)
+    if given_at_once:
+        return given_at_once, max(1, jobs // given_at_once), "given by the user"
+    if jobs_given:
+        return split_jobs(jobs, jobs, jobs)
+    return split_jobs(jobs, memory_jobs, cores, recipe.units_per_extension)
 
 
 def _env_int(name: str | None) -> int | None:

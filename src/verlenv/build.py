@@ -302,13 +302,13 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
 
     work.mkdir(parents=True, exist_ok=True)
     archive = sources.fetch_sdist(recipe, version, work, source) if recipe.source["kind"] == "pypi-sdist" else None
-    tmp, src = _resumable_tree(work, recipe.package, fp, archive) if archive else (None, None)
+    tmp, src, lock = _resumable_tree(work, recipe.package, fp, archive) if archive else (None, None, None)
     if tmp is None:
         tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
+        lock = _hold(tmp)
     else:
         print(f"  resuming the stopped build in {tmp}: its sources match the verified sdist, so ninja compiles only "
               "the units not yet done", file=sys.stderr)
-    lock = _hold(tmp)
     log_path = tmp / "build.log"
     resumed = src is not None
     try:
@@ -381,29 +381,34 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         lock.close()
 
 
-def _hold(tree: Path):
-    """An exclusive lock on a build tree for as long as the returned file stays open."""
-    f = open(tree / ".lock", "w")
-    fcntl.flock(f, fcntl.LOCK_EX)
+def _hold(tree: Path, wait: bool = True):
+    """An exclusive lock on a build tree for as long as the returned file stays open; None if another builder
+    holds it and `wait` is False."""
+    f = open(tree / ".lock", "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        f.close()
+        return None
     return f
 
 
-def _resumable_tree(work: Path, package: str, fp: str, archive: Path) -> tuple[Path | None, Path | None]:
-    """A stopped build of the same fingerprint (folder name) whose sources still equal the verified sdist, and
-    that no other builder holds: ninja then compiles only the missing or stale units (it reruns any unit whose
-    command line or headers changed, and any unit a kill cut short, which never reached its log)."""
+def _resumable_tree(work: Path, package: str, fp: str, archive: Path):
+    """(tree, its sources, the lock held on it) of a stopped build of the same fingerprint (folder name) whose
+    sources still equal the verified sdist and that no other builder holds, else (None, None, None). ninja then
+    compiles only the missing or stale units (it reruns any unit whose command line or headers changed, and any
+    unit a kill cut short, which never reached its log). The lock is kept from the check on, so two builders
+    never resume the same tree."""
     for tree in sorted(work.glob(f"build-{package}-{fp[:8]}-*"), key=lambda p: p.stat().st_mtime, reverse=True):
         if not (tree / "build.log").is_file() or not (tree / "src").is_dir():
             continue
-        with open(tree / ".lock", "a") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # another builder is using it
-            fcntl.flock(f, fcntl.LOCK_UN)
+        lock = _hold(tree, wait=False)
+        if lock is None:
+            continue  # another builder is using it
         if src := sources.sdist_tree_matches(archive, tree / "src"):
-            return tree, src
-    return None, None
+            return tree, src, lock
+        lock.close()
+    return None, None, None
 
 
 def _site_paths(recipe: recipes.Recipe, info: toolchain.TorchInfo, env: dict) -> dict[str, str]:

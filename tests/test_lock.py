@@ -45,9 +45,13 @@ def test_resolver_input_has_source_builds_but_no_git_urls():
 
 def test_overrides_are_inherited_recorded_and_validated(tmp_path):
     fsdp, megatron = CATALOG.variant("verl-0.9", "fsdp"), CATALOG.variant("verl-0.9", "megatron")
-    assert fsdp.overrides == () and "overrides" not in lock.lock_inputs(fsdp, None)
+    assert fsdp.overrides == ()
+    # verl's flash-attn pin is replaced by the source build's own.
+    assert lock.lock_inputs(fsdp, None)["overrides"] == ["flash-attn==2.8.3.post2"]
     assert megatron.overrides == ("transformer-engine-cu12 ; sys_platform == 'never'",)
-    assert lock.lock_inputs(megatron, "")["overrides"] == list(megatron.overrides)
+    assert lock.lock_inputs(megatron, "")["overrides"] == [*megatron.overrides, "apex ; sys_platform == 'never'",
+                                                           "flash-attn==2.8.3.post2",
+                                                           "megatron-bridge ; sys_platform == 'never'"]
     path = copy_tree(tmp_path)
     edit(path, "overrides = [\"transformer-engine-cu12 ; sys_platform == 'never'\"]", 'overrides = ["cu12 >>> 1"]')
     with pytest.raises(UserError) as e:
@@ -99,11 +103,11 @@ def test_check_fails_on_an_edited_env_file(tmp_path, capsys):
 
 def test_check_fails_after_a_catalog_edit_without_relock(tmp_path, capsys):
     path = copy_tree(tmp_path)
-    edit(path, '"liger-kernel>=0.8.2",', '"liger-kernel>=0.8.3",')
+    edit(path, '"tensordict==0.10.0",', '"tensordict==0.9.1",')
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
     for key in ("verl-0.9-fsdp", "verl-0.9-megatron"):
-        assert f"locks/{key}.linux-64.txt: stale, stacks.toml's requirements changed (+liger-kernel>=0.8.3, -liger-kernel>=0.8.2)" in err
+        assert f"locks/{key}.linux-64.txt: stale, stacks.toml's requirements changed (+tensordict==0.9.1, -tensordict==0.10.0)" in err
     assert "verl-0.7" not in err
 
 
@@ -197,7 +201,7 @@ def test_check_rejects_a_conda_lock_of_other_specs(tmp_path, capsys):
     other.mkdir()
     for name in ("environment.yml", "environment.megatron.yml"):
         shutil.copy(tmp_path / name, other / name)
-    edit(other / "environment.megatron.yml", "- mbridge==0.15.1", "- mbridge==0.15.0")
+    edit(other / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.18.1")
     fixture = fixture_conda_lock_file(other, [other / "environment.yml", other / "environment.megatron.yml"], stack.cuda)
     shutil.copy(fixture, tmp_path / lock.CONDA_LOCK_FILE)
     rc, err = run_check(path, capsys)

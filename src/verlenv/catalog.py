@@ -45,6 +45,8 @@ class Variant:
     platforms: tuple[str, ...] = (PLATFORMS[0],)
     # uv --overrides lines: replace what a package's published metadata says about a dependency.
     overrides: tuple[str, ...] = ()
+    # Requirements of the pinned packages' extras left out on purpose: canonical name -> why.
+    not_taken: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -53,6 +55,12 @@ class Variant:
     def source_build(self, name: str) -> SourceBuild | None:
         want = canonicalize_name(name)
         return next((b for b in self.source_builds if b.name == want), None)
+
+    def extras(self, name: str) -> tuple[str, ...]:
+        """The extras the variant's requirements ask of a package (all its requirement lines together)."""
+        want = canonicalize_name(name)
+        return tuple(sorted({e for r in self.requirements for e in Requirement(r).extras
+                             if canonicalize_name(Requirement(r).name) == want}))
 
 
 @dataclass(frozen=True)
@@ -168,6 +176,14 @@ def _platforms(table: dict, where: str, path: Path, default: tuple[str, ...]) ->
     return tuple(p for p in PLATFORMS if p in platforms)
 
 
+def _reasons(table: dict, where: str, path: Path) -> dict[str, str]:
+    reasons = _get(table, "not_taken", dict, where, path, default={})
+    for name, reason in reasons.items():
+        if not isinstance(reason, str) or not reason.strip():
+            raise UserError(f"{path}: {where}.not_taken.{name} must be a reason (a non-empty string)")
+    return {canonicalize_name(name): reason for name, reason in reasons.items()}
+
+
 def _requirement(text: str, where: str, path: Path) -> Requirement:
     try:
         return Requirement(text)
@@ -226,6 +242,7 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     requirements = list(_strings(table, "requirements", where, path))
     builds = list(_strings(table, "source_builds", where, path, default=[]))
     overrides = list(_strings(table, "overrides", where, path, default=[]))
+    not_taken = _reasons(table, where, path)
     platforms = _platforms(table, where, path, default=stack.platforms)
     if parent := table.get("extends"):
         base = _variant(stack, parent, raw, path, (*seen, name))
@@ -236,8 +253,12 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         requirements = list(base.requirements) + requirements
         builds = [b.requirement.__str__() for b in base.source_builds] + builds
         overrides = list(base.overrides) + overrides
-    for r in requirements:
-        _requirement(r, f"{where}.requirements", path)
+        not_taken = base.not_taken | not_taken
+    pinned = {canonicalize_name(_requirement(r, f"{where}.requirements", path).name) for r in requirements}
+    # The resolver drops what is not taken, so a top-level pin of it would silently vanish.
+    if clash := sorted(n for n in not_taken if n in pinned):
+        raise UserError(f"{path}: {where}.not_taken: {', '.join(clash)} is also in its requirements; "
+                        f"take it (remove it from not_taken) or do not pin it")
     for r in overrides:
         _requirement(r, f"{where}.overrides", path)
     source_builds = []
@@ -248,4 +269,5 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
             raise UserError(f"{path}: {where}.source_builds: {text!r} must pin '==' a version or name a URL")
         source_builds.append(build)
     return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
-                   extends=table.get("extends"), platforms=platforms, overrides=tuple(overrides))
+                   extends=table.get("extends"), platforms=platforms, overrides=tuple(overrides),
+                   not_taken=not_taken)

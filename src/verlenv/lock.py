@@ -55,6 +55,16 @@ def resolver_requirements(variant: catalog.Variant) -> list[str]:
     return [*variant.requirements, *(str(b.requirement) for b in variant.source_builds if b.url is None)]
 
 
+def resolver_overrides(variant: catalog.Variant) -> list[str]:
+    """The variant's overrides, plus one per requirement it does not take: a source build's own pin
+    replaces the published one, anything else gets a marker that is never true (dropped)."""
+    dropped = []
+    for name in sorted(variant.not_taken):
+        build = variant.source_build(name)
+        dropped.append(str(build.requirement) if build and build.url is None else f"{name} ; sys_platform == 'never'")
+    return [*variant.overrides, *dropped]
+
+
 def uv_flags(variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
     stack = variant.stack
     flags = ["--python-version", stack.python, "--python-platform", PYTHON_PLATFORMS[platform],
@@ -73,9 +83,9 @@ def _sha256(text: str) -> str:
 def lock_inputs(variant: catalog.Variant, base_lock_text: str | None, platform: str = pins.LOCK_PLATFORM) -> dict:
     """Everything the resolution depends on besides PyPI itself; its digest goes into the sidecar."""
     inputs: dict = {"requirements": resolver_requirements(variant), "uv_flags": uv_flags(variant, platform)}
-    if variant.overrides:
+    if overrides := resolver_overrides(variant):
         # Only when present, so the records of variants without overrides keep their digests.
-        inputs["overrides"] = list(variant.overrides)
+        inputs["overrides"] = overrides
     if base := base_of(variant):
         # Resolved against the base's pins, so one conda-lock.yml can hold both as categories.
         inputs["constraints"] = {"lock": f"{pins.LOCK_DIR}/{pins.lock_path(Path(), base, platform).name}",
@@ -119,8 +129,8 @@ def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
         constraints = f"{base.key}.pins.txt"
         (workdir / constraints).write_text("".join(f"{p.requirement}\n" for _, p in sorted(base_pins.items())))
         cmd += ["--constraints", constraints]
-    if variant.overrides:
-        (workdir / f"{key}.overrides.txt").write_text("".join(f"{o}\n" for o in variant.overrides))
+    if overrides := resolver_overrides(variant):
+        (workdir / f"{key}.overrides.txt").write_text("".join(f"{o}\n" for o in overrides))
         cmd += ["--overrides", f"{key}.overrides.txt"]
     # linux-64 keeps the messages it had when it was the only platform.
     shown = key if platform == pins.LOCK_PLATFORM else f"{key} for {platform}"

@@ -59,6 +59,21 @@ def test_overrides_are_inherited_recorded_and_validated(tmp_path):
     assert "stacks.verl-0.9.variants.megatron.overrides: invalid requirement 'cu12 >>> 1'" in str(e.value)
 
 
+def test_not_taken_is_inherited_and_validated(tmp_path):
+    megatron = CATALOG.variant("verl-0.9", "megatron")
+    assert set(megatron.not_taken) == {"flash-attn", "apex", "megatron-bridge"}
+    assert megatron.extras("verl") == ("fsdp", "mcore", "megatron", "verl-core", "vllm")
+    path = copy_tree(tmp_path)
+    edit(path, 'megatron-bridge = "verl', 'megatron-core = "verl')
+    with pytest.raises(UserError) as e:
+        catalog.load(path)
+    assert "stacks.verl-0.9.variants.megatron.not_taken: megatron-core is also in its requirements" in str(e.value)
+    edit(path, 'megatron-core = "verl\'s ==0.5.2 was never published on PyPI; mbridge (also in verl\'s megatron extra) '
+               'bridges instead"', 'megatron-bridge = " "')
+    with pytest.raises(UserError, match=r"megatron.not_taken.megatron-bridge must be a reason \(a non-empty string\)"):
+        catalog.load(path)
+
+
 def test_verl_07_exempts_only_flash_attn_from_its_date_cap():
     flags = lock.uv_flags(CATALOG.variant("verl-0.7", "fsdp"))
     exempt = [flags[i + 1] for i, f in enumerate(flags) if f == "--exclude-newer-package"]

@@ -20,8 +20,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import yaml
-
 from verlenv import catalog, pins, render
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
@@ -313,6 +311,8 @@ def env_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]
 
 
 def _pip_list(text: str) -> list[str]:
+    import yaml  # here, not at the top: `verlenv verify`/`install` import this module and run without pyyaml
+
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError:
@@ -358,6 +358,7 @@ def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, sho
     from conda_lock.lockfile import parse_conda_lock_file
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
+    import yaml
 
     try:
         locked = parse_conda_lock_file(lockfile)

@@ -14,8 +14,6 @@ pins with conda-lock's platform selector (`# [linux64]`), so no other platform g
 import sys
 from pathlib import Path
 
-import yaml
-
 from verlenv import catalog, pins
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
@@ -68,6 +66,8 @@ def conda_specs(stack: catalog.Stack) -> list[str]:
 
 
 def render_variant(variant: catalog.Variant, locks: dict[str, dict[str, pins.LockedPin]]) -> str:
+    import yaml  # here, not at the top: `verlenv verify`/`install` import this module and run without pyyaml
+
     stack = variant.stack
     lock_file = f"locks/{pins.lock_path(Path(), variant).name}"
     built = ", ".join(b.name for b in variant.source_builds) or "none"

@@ -1,6 +1,9 @@
 """Facts about a Python environment, gathered by running a small stdlib-only script in its interpreter.
 
 The doctor itself need not share the environment it examines: torch is located, never imported.
+The distributions are those on the interpreter's sys.path, so a `--system-site-packages` venv's include
+its base's; where a name is installed in several sys.path entries, the first one is what imports and the
+later ones are listed apart as shadowed.
 """
 
 import json
@@ -39,15 +42,19 @@ def torch_facts():
     return {"root": root, "lib": os.path.join(root, "lib"), "cuda": cuda, "version": version}
 
 
-dists = []
+dists, shadowed, first_location = [], [], {}
+# In sys.path order: the first folder that holds a name is the one its import finds.
 for d in metadata.distributions():
     name = d.metadata["Name"]
     if not name:
         continue
-    entry = {"name": name, "version": d.version, "requires": d.requires or [], "location": str(d.locate_file(""))}
+    location = str(d.locate_file(""))
+    entry = {"name": name, "version": d.version, "requires": d.requires or [], "location": location}
     if name.lower() == "apex":
         entry["files"] = [str(p) for p in (d.files or [])]
-    dists.append(entry)
+    # Two installs in one folder stay listed together: one went over the other.
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    (dists if first_location.setdefault(key, location) == location else shadowed).append(entry)
 
 paths = sysconfig.get_paths()
 site_dirs = []
@@ -63,6 +70,7 @@ print(json.dumps({
     "site_packages": site_dirs,
     "torch": torch_facts(),
     "distributions": dists,
+    "shadowed": shadowed,
     "markers": {
         "implementation_name": sys.implementation.name,
         "implementation_version": full_version(sys.implementation.version),
@@ -97,8 +105,11 @@ class EnvFacts:
     version: str
     site_packages: list[str]
     torch: dict | None
+    # What imports: one folder per name (two installs there if one went over the other).
     distributions: list[Dist]
     markers: dict[str, str]
+    # Installs of the same names in later sys.path entries, e.g. a base's under a venv's: never imported.
+    shadowed: list[Dist] = field(default_factory=list)
 
     def dist(self, name: str) -> Dist | None:
         want = _canon(name)
@@ -124,4 +135,5 @@ def gather(python: str | Path, timeout: float = 120) -> EnvFacts:
         raise UserError(f"--python {python}: could not inspect this interpreter ({last})")
     data = json.loads(proc.stdout)
     data["distributions"] = [Dist(**d) for d in data["distributions"]]
+    data["shadowed"] = [Dist(**d) for d in data["shadowed"]]
     return EnvFacts(**data)

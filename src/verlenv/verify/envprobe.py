@@ -3,7 +3,9 @@
 --intact NAME...   per distribution: every install of it, and its files missing on disk, changed in size
                    since install, or also listed by another distribution (overwritten by it).
 --objects NAME...  per distribution: the shared objects it installed, as [absolute path, RECORD path].
-Prints one JSON object. Standard library only, so it runs inside any env.
+A name installed in several sys.path entries (a venv's over its base's) counts only in the first, which
+is what imports; the others are listed under "shadowed". Prints one JSON object. Standard library only,
+so it runs inside any env.
 """
 
 import argparse
@@ -66,6 +68,10 @@ def intact(name: str, installs: list, everything: list, files: dict) -> dict:
     }
 
 
+def location(dist) -> str:
+    return str(dist.locate_file(""))
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--intact", nargs="*", default=[])
@@ -73,10 +79,16 @@ def main() -> int:
     args = p.parse_args()
     everything = [d for d in metadata.distributions() if d.metadata["Name"]]
     by_name: dict[str, list] = {}
+    shadowed: dict[str, list] = {}
+    # sys.path order: installs in a later folder than a name's first are never imported.
     for d in everything:
-        by_name.setdefault(canon(d.metadata["Name"]), []).append(d)
+        name = canon(d.metadata["Name"])
+        first = by_name.get(name, [d])[0]
+        (by_name if location(first) == location(d) else shadowed).setdefault(name, []).append(d)
     files = {id(d): files_of(d) for d in everything} if args.intact else {}
-    out = {"python": sys.executable, "intact": {}, "objects": {}}
+    out = {"python": sys.executable, "intact": {}, "objects": {},
+           "shadowed": {name: [{"version": d.version, "location": location(d)} for d in ds]
+                        for name, ds in shadowed.items()}}
     for name in map(canon, args.intact):
         if name in by_name:
             out["intact"][name] = intact(name, by_name[name], everything, files)

@@ -2,6 +2,7 @@
 what stacks.toml lists as not taken, with a reason. A new verl, or a relock that drops one, fails here."""
 
 import hashlib
+import io
 import json
 import os
 import urllib.request
@@ -15,6 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from verlenv import catalog, pins
+from verlenv.fsutil import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
@@ -46,13 +48,8 @@ def wheel_metadata(name: str, version: str, hashes: tuple[str, ...]) -> Metadata
         with urllib.request.urlopen(wheel["url"], timeout=120) as r:
             data = r.read()
         assert hashlib.sha256(data).hexdigest() == sha, f"{wheel['filename']}: download does not match PyPI's sha256"
-        tmp = cached.parent / f"{wheel['filename']}.zip"
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        with zipfile.ZipFile(tmp) as z:
-            text = z.read(f"{name}-{version}.dist-info/METADATA")
-        tmp.unlink()
-        cached.write_bytes(text)
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            write_atomic(cached, z.read(f"{name}-{version}.dist-info/METADATA"))
     return Metadata.from_email(cached.read_bytes(), validate=False)
 
 

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from verlenv import wheelcache
 from verlenv.bundle import fetch
 from verlenv.errors import UserError
+from verlenv.install import find_python
 from verlenv.pins import LockedPin, read_lock
 from verlenv.sources import sha256_file
 
@@ -102,7 +103,8 @@ def resolve_tools(platform: str, python: str, glibc: str) -> list[fetch.RemoteFi
 
 def find_built(wheelhouse: Path, name: str, version: str, torch: str, cuda: str, python_tag: str,
                archs: list[str] | None) -> Built | None:
-    """The cached build of `name` for this torch/CUDA/Python covering `archs` (None: any), fewest extra archs."""
+    """The cached build of `name` for this torch/CUDA/Python covering `archs` with the fewest extra ones
+    (archs None: the one covering most archs)."""
     best = None
     for entry_file in sorted((wheelhouse / name).glob(f"*/{wheelcache.ENTRY_FILE}")):
         record = json.loads(entry_file.read_text())
@@ -117,7 +119,7 @@ def find_built(wheelhouse: Path, name: str, version: str, torch: str, cuda: str,
         have = set(inputs.get("archs", []))
         if archs is not None and have and not set(archs) <= have:
             continue
-        score = len(have - set(archs or have))
+        score = len(have - set(archs)) if archs is not None else -len(have)  # no archs asked: the widest
         if best is None or score < best[0]:
             best = (score, entry_file.parent, record)
     if best is None:
@@ -136,6 +138,8 @@ def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:
     with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
         src = Path(tmp) / f.filename
         shutil.copyfile(sdist, src)
+        if python.replace(".", "").isdigit():
+            python = find_python(python)  # a version: a runnable interpreter of it (pyenv shims may not run)
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
         r = subprocess.run(["uv", "build", "--wheel", "--python", python, "--out-dir", str(Path(tmp) / "out"), str(src)],
                            env=env, capture_output=True, text=True)

@@ -129,7 +129,7 @@ def installer_command(python: str, reqs: Path, wheels: Path, exact: bool, system
     # Exact (sync) removes what the bundle does not list; with a base, install adds and removes nothing else.
     verb = ["sync", "--strict"] if exact else ["install", "--no-deps"]
     cmd = ["uv", "pip", *verb, "--python", python, "--offline", "--no-index", "--find-links", str(wheels),
-           "--require-hashes", "--no-build", str(reqs)]
+           "--require-hashes", "--no-build", *([] if exact else ["-r"]), str(reqs)]
     return cmd + (["--break-system-packages"] if system else [])
 
 

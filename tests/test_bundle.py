@@ -293,3 +293,32 @@ def test_find_built_matches_torch_python_cuda_and_archs(tmp_path):
     assert find(python_tag="cp311") is None
     assert find(cuda="12.8") is None
     assert find().fingerprint == wheelcache.fingerprint(both)
+
+
+def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
+    """The real file names of llguidance 1.7.6 and cryptography 50.0.2; digests are stand-ins."""
+    from verlenv.bundle import fetch
+    from verlenv.pins import LockedPin
+
+    def files(name, names):
+        return [fetch.RemoteFile(name, "1", n, f"https://x/{n}", f"{i:064x}", 1, "sdist" if n.endswith(".tar.gz") else "wheel")
+                for i, n in enumerate(names)]
+
+    llguidance = files("llguidance", ["llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl",
+                                      "llguidance-1.7.6-cp39-abi3-manylinux_2_31_aarch64.whl",
+                                      "llguidance-1.7.6-cp314-cp314t-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                                      "llguidance-1.7.6.tar.gz"])
+    pin = LockedPin("llguidance", "1.7.6", tuple(f"sha256:{f.sha256}" for f in llguidance))
+    pick = lambda pin, fs, glibc: fetch.choose(pin, fs, fetch.target_tags("linux-64", "3.12", glibc)).filename  # noqa: E731
+    assert pick(pin, llguidance, "2.34") == "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl"
+    assert pick(pin, llguidance, "2.28") == "llguidance-1.7.6.tar.gz"
+    unlocked = LockedPin("llguidance", "1.7.6", tuple(f"sha256:{f.sha256}" for f in llguidance if "2_31_x86" not in f.filename))
+    assert pick(unlocked, llguidance, "2.34") == "llguidance-1.7.6.tar.gz"  # a wheel whose hash the lock lacks is never taken
+
+    crypto = files("cryptography", ["cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl",
+                                    "cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl"])
+    pin = LockedPin("cryptography", "50.0.2", tuple(f"sha256:{f.sha256}" for f in crypto))
+    assert pick(pin, crypto, "2.34") == "cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl"
+    assert fetch.needs_glibc("cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl") == "2.28"
+    with pytest.raises(UserError, match="not a glibc version"):
+        fetch.target_tags("linux-64", "3.12", "2")

@@ -61,12 +61,17 @@ def glibc_minor(glibc: str) -> int:
 
 
 def target_tags(platform: str, python: str, glibc: str = GLIBC) -> list[tags.Tag]:
-    """Tags a cp<python> interpreter on manylinux with this glibc accepts, most specific first."""
+    """Tags a cp<python> interpreter on manylinux with this glibc accepts, in order of preference.
+
+    Unlike an installer, which prefers the newest manylinux its machine runs, a bundle prefers the oldest: the
+    same release's wheel then runs on more of the nodes it is carried to.
+    """
     if platform not in ARCHES:
         raise UserError(f"no bundle platform {platform!r}; valid: {', '.join(ARCHES)}")
     arch, top = ARCHES[platform], glibc_minor(glibc)
-    plats = [f"manylinux_2_{m}_{arch}" for m in range(top, 4, -1)]
-    plats += [f"{legacy}_{arch}" for minor, legacy in _LEGACY[arch] if minor <= top]
+    named = [(m, f"manylinux_2_{m}_{arch}") for m in range(5, top + 1)]
+    named += [(minor, f"{legacy}_{arch}") for minor, legacy in _LEGACY[arch] if minor <= top]
+    plats = [name for _, name in sorted(named, key=lambda pair: (pair[0], not pair[1].startswith("manylinux_")))]
     version = tuple(int(x) for x in python.split(".")[:2])
     interp = f"cp{version[0]}{version[1]}"
     return [*tags.cpython_tags(version, [interp], plats), *tags.compatible_tags(version, interp, plats)]

@@ -4,7 +4,7 @@
     PYTHONPATH=src python3 -m verlenv.bundle.bootstrap BUNDLE [install options...]
 
 The bundle's tool wheels (uv and verlenv's runtime deps) are checked against the manifest, unpacked into
-BUNDLE/.tool, and `python3 -m verlenv install --bundle BUNDLE ...` runs with them on its paths.
+BUNDLE/.tool, and `verlenv install --bundle BUNDLE ...` runs with them on this process's path only.
 """
 
 import hashlib
@@ -85,12 +85,13 @@ def main(argv: list[str]) -> int:
         print(f"bootstrap: {folder} is not a bundle (no manifest.json, no {parts.SUMS})", file=sys.stderr)
         return 2
     tool = unpack_tools(bundle)
-    src = Path(__file__).resolve().parents[2]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), str(tool / "site"), env.get("PYTHONPATH")]))
-    env["PATH"] = os.pathsep.join(filter(None, [str(tool / "bin"), env.get("PATH")]))
-    cmd = [sys.executable, "-m", "verlenv", "install", "--bundle", str(bundle), *argv[1:]]
-    os.execve(sys.executable, cmd, env)
+    sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(tool / "site")]
+    # The target env's interpreters run with a clean path: the tool wheels must not look installed there.
+    os.environ.pop("PYTHONPATH", None)
+    os.environ["PATH"] = os.pathsep.join(filter(None, [str(tool / "bin"), os.environ.get("PATH")]))
+    from verlenv.cli import main as verlenv_main
+
+    return verlenv_main(["install", "--bundle", str(bundle), *argv[1:]])
 
 
 if __name__ == "__main__":

@@ -90,6 +90,8 @@ def install_main(args) -> int:
     from verlenv.install import kept_source_builds, env_python
     from verlenv.verify.runner import lock_drift
 
+    if args.installer != "uv":
+        raise UserError("--bundle installs with the uv the bundle carries; drop --installer pip")
     cat = catalog.load()
     variant = cat.variant(args.stack, args.variant) if args.stack else None
     into = args.python if args.python and not args.prefix and not args.conda else None

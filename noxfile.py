@@ -41,6 +41,12 @@ def env(session: nox.Session) -> None:
 
 
 @nox.session(python=TOOL_PYTHON)
+def bundle(session: nox.Session) -> None:
+    """Collect a locked variant's files into bundles/ for offline installs (`-- --split 56MiB`, `-- --dry-run`)."""
+    _verlenv(session, "bundle")
+
+
+@nox.session(python=TOOL_PYTHON)
 def build(session: nox.Session) -> None:
     """Build every native package of the variant against its env's torch."""
     _verlenv(session, "build")

@@ -13,6 +13,7 @@ STAGE_MODULES = (
     "verlenv.render",
     "verlenv.lock",
     "verlenv.install",
+    "verlenv.bundle.command",
     "verlenv.toolchain",
     "verlenv.build",
     "verlenv.verify",

@@ -174,10 +174,16 @@ def register(sub) -> None:
     p.add_argument("--conda", action="store_true", help="install into the active conda env instead of a venv")
     p.add_argument("--python", help="interpreter for a new venv (default: the stack's Python found on this machine)")
     p.add_argument("--installer", choices=("uv", "pip"), default="uv", help="uv (default) or plain pip, on the same lock")
+    p.add_argument("--bundle", type=Path, metavar="DIR",
+                   help="install offline from a `verlenv bundle` folder (or its parts); with --python alone, into that interpreter's env")
     p.set_defaults(func=_main)
 
 
 def _main(args) -> int:
+    if args.bundle:
+        from verlenv.bundle.command import install_main
+
+        return install_main(args)
     cat = catalog.load()
     variant = cat.variant(args.stack, args.variant)
     prefix = install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)

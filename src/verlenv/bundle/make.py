@@ -1,0 +1,253 @@
+"""Make a bundle: the lock's files for one platform, sdist-only pins built into wheels, the source-built
+wheels from the wheel cache, the wheels `install --bundle` itself runs on, the lock and a manifest.
+
+Layout: manifest.json, the lock, wheels/ (what the env gets), tool/ (uv and verlenv's runtime deps).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from verlenv import wheelcache
+from verlenv.bundle import fetch
+from verlenv.errors import UserError
+from verlenv.install import find_python
+from verlenv.pins import LockedPin, read_lock
+from verlenv.sources import sha256_file
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+# What `python -m verlenv install --bundle` imports beyond the standard library, and uv, which installs.
+TOOL_DISTS = ("uv", "packaging", "pyyaml", "pyelftools")
+
+
+@dataclass(frozen=True)
+class Built:
+    """A source-built wheel chosen from the wheel cache."""
+
+    name: str
+    wheel: Path
+    sha256: str
+    fingerprint: str
+    inputs: dict
+
+
+def read_freeze(path: Path) -> dict[str, str]:
+    """{canonical name: version} of a `pip freeze` / `uv pip freeze` (URL and editable lines are skipped)."""
+    out = {}
+    for lineno, raw in enumerate(Path(path).read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-") or " @ " in line:
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not name.strip() or not version.strip():
+            raise UserError(f"{path}:{lineno}: {raw.strip()!r} is not a 'name==version' freeze line")
+        out[canonicalize_name(name.strip())] = version.strip()
+    return out
+
+
+def subtract_base(pins: dict[str, LockedPin], base: dict[str, str]) -> tuple[list[LockedPin], list[LockedPin], list[str]]:
+    """(pins to bundle, pins the base has at the same version, notes on same-named pins it has otherwise).
+
+    A local version is a different build (torch 2.11.0+cu130 from the PyTorch index is not PyPI's 2.11.0),
+    so it is never taken as equal: the lock's file is bundled and the difference reported.
+    """
+    keep, dropped, notes = [], [], []
+    for pin in pins.values():
+        have = base.get(pin.name)
+        if have is None:
+            keep.append(pin)
+            continue
+        try:
+            same = Version(have) == Version(pin.version)
+        except InvalidVersion:
+            same = have == pin.version
+        if same:
+            dropped.append(pin)
+        else:
+            keep.append(pin)
+            notes.append(f"{pin.name}: base has {have}, the lock pins {pin.version}; bundled")
+    return keep, dropped, notes
+
+
+def tool_pins() -> list[LockedPin]:
+    """The tool wheels at the versions this verlenv runs with (any hash: PyPI's digest is checked)."""
+    out = []
+    for name in TOOL_DISTS:
+        try:
+            out.append(LockedPin(canonicalize_name(name), metadata.version(name), hashes=()))
+        except metadata.PackageNotFoundError:
+            raise UserError(f"{name} is not installed next to verlenv; reinstall verlenv (`pip install -e .`)") from None
+    return out
+
+
+def resolve_tools(platform: str, python: str, glibc: str) -> list[fetch.RemoteFile]:
+    wanted = fetch.target_tags(platform, python, glibc)
+    out = []
+    for pin in tool_pins():
+        files = fetch.release_files(pin)
+        out.append(fetch.choose(LockedPin(pin.name, pin.version, tuple(f"sha256:{f.sha256}" for f in files)),
+                                files, wanted))
+    return out
+
+
+def find_built(wheelhouse: Path, name: str, version: str, torch: str, cuda: str, python_tag: str,
+               archs: list[str] | None) -> Built | None:
+    """The cached build of `name` for this torch/CUDA/Python covering `archs` with the fewest extra ones
+    (archs None: the one covering most archs)."""
+    best = None
+    for entry_file in sorted((wheelhouse / name).glob(f"*/{wheelcache.ENTRY_FILE}")):
+        record = json.loads(entry_file.read_text())
+        inputs = record.get("inputs", {})
+        try:
+            same_torch = Version(inputs.get("torch", "")).public == Version(torch).public
+        except InvalidVersion:
+            continue
+        if not (inputs.get("version") == version and same_torch and inputs.get("python_tag") == python_tag
+                and str(inputs.get("cuda", "")).startswith(cuda)):
+            continue
+        have = set(inputs.get("archs", []))
+        if archs is not None and have and not set(archs) <= have:
+            continue
+        score = len(have - set(archs)) if archs is not None else -len(have)  # no archs asked: the widest
+        if best is None or score < best[0]:
+            best = (score, entry_file.parent, record)
+    if best is None:
+        return None
+    entry = wheelcache.lookup(wheelhouse, name, best[1].name)  # re-hashes the wheel
+    return Built(name, entry.wheel, entry.record["wheel_sha256"], entry.record["fingerprint"], entry.record["inputs"])
+
+
+def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:
+    """A wheel built once from a verified sdist and cached by the sdist's sha256; pure-Python only."""
+    folder = fetch.cache_dir() / "built" / f.sha256
+    wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if wheels:
+        return wheels[0]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        src = Path(tmp) / f.filename
+        shutil.copyfile(sdist, src)
+        if python.replace(".", "").isdigit():
+            python = find_python(python)  # a version: a runnable interpreter of it (pyenv shims may not run)
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
+        r = subprocess.run(["uv", "build", "--wheel", "--python", python, "--out-dir", str(Path(tmp) / "out"), str(src)],
+                           env=env, capture_output=True, text=True)
+        built = sorted((Path(tmp) / "out").glob("*.whl"))
+        if r.returncode != 0 or len(built) != 1:
+            raise UserError(f"building a wheel from {f.filename} failed (exit {r.returncode}): "
+                            f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}", exit_code=1)
+        wheel_tags = parse_wheel_filename(built[0].name)[3]
+        if not all(t.abi == "none" and t.platform == "any" for t in wheel_tags):
+            raise UserError(f"{f.filename} builds a platform wheel ({built[0].name}); it must be built on the target", exit_code=1)
+        (Path(tmp) / "out").rename(folder)
+    return sorted(folder.glob("*.whl"))[0]
+
+
+def _entry(path: Path, origin: str, name: str, version: str, sha256: str, **extra) -> dict:
+    return {"file": path, "sha256": sha256, "size": path.stat().st_size, "distribution": name, "version": version,
+            "origin": origin, **extra}
+
+
+def _place(src: Path, dest: Path) -> None:
+    """Hard-link (or copy) `src` to `dest` atomically."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
+
+
+def dry_run(remote: list[fetch.RemoteFile], tools: list[fetch.RemoteFile], base: list[LockedPin]) -> int:
+    rows = [(f.name, f.version, f.filename, f.size, "cached" if fetch.cached(f.sha256) else "fetch")
+            for f in [*remote, *tools]]
+    for name, version, filename, size, state in rows:
+        print(f"{size / 1024**2:10.1f} MiB  {state:6}  {name}=={version}  {filename}")
+    fetch_bytes = sum(r[3] for r in rows if r[4] == "fetch")
+    print(f"{len(rows)} files, {sum(r[3] for r in rows) / 1024**2:.1f} MiB in all; "
+          f"{fetch_bytes / 1024**2:.1f} MiB to fetch; {len(base)} pins left to the base")
+    return 0
+
+
+def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetch.GLIBC, stack: str = "", variant: str = "",
+         built: list[Built] | None = None, built_note: str = "included", base: Path | None = None,
+         tools: bool = True, dry: bool = False, build_python: str | None = None, command: str = "") -> dict | None:
+    """Write the bundle for `lock` into `out` (published by one rename); the manifest, or None for a dry run."""
+    started = time.monotonic()
+    pins = read_lock(lock)
+    base_versions = read_freeze(base) if base else {}
+    keep, dropped, notes = subtract_base(pins, base_versions)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    remote = fetch.resolve(keep, platform, python, glibc)
+    tool_files = resolve_tools(platform, python, glibc) if tools else []
+    if dry:
+        dry_run(remote, tool_files, dropped)
+        return None
+    have = fetch.fetch_all([*remote, *tool_files])
+    out = out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        (tmp / "wheels").mkdir()
+        (tmp / "tool").mkdir()
+        files = []
+        for f in remote:
+            if f.kind == "sdist":
+                wheel = build_sdist(f, have[f.sha256], build_python or python)
+                _place(wheel, tmp / "wheels" / wheel.name)
+                files.append(_entry(tmp / "wheels" / wheel.name, "lock", f.name, f.version, sha256_file(wheel),
+                                    built_from={"file": f.filename, "sha256": f.sha256}))
+            else:
+                _place(have[f.sha256], tmp / "wheels" / f.filename)
+                files.append(_entry(tmp / "wheels" / f.filename, "lock", f.name, f.version, f.sha256))
+        for b in built or []:
+            _place(b.wheel, tmp / "wheels" / b.wheel.name)
+            files.append(_entry(tmp / "wheels" / b.wheel.name, "built", b.name, str(parse_wheel_filename(b.wheel.name)[1]),
+                                b.sha256, fingerprint=b.fingerprint, inputs=b.inputs))
+        for f in tool_files:
+            _place(have[f.sha256], tmp / "tool" / f.filename)
+            files.append(_entry(tmp / "tool" / f.filename, "tool", f.name, f.version, f.sha256))
+        for pin in dropped:
+            files.append({"file": None, "sha256": None, "size": 0, "distribution": pin.name, "version": pin.version,
+                          "origin": "base"})
+        for e in files:
+            if e["file"]:
+                e["file"] = str(e["file"].relative_to(tmp))
+        shutil.copyfile(lock, tmp / lock.name)
+        needs = [g for f in [*remote, *tool_files] if (g := fetch.needs_glibc(f.filename))]
+        manifest = {
+            "format": FORMAT, "stack": stack, "variant": variant, "platform": platform, "python": python,
+            "glibc": {"allowed": glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
+            "lock": {"file": lock.name, "sha256": sha256_file(lock)},
+            "built": built_note, "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
+            "made": {"by": f"verlenv {metadata.version('verlenv')}", "command": command,
+                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "seconds": round(time.monotonic() - started, 1)},
+            "files": files,
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        if out.exists():
+            os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    size = sum(e["size"] for e in files)
+    print(f"bundle {out}: {sum(1 for e in files if e['file'])} files, {size / 1024**2:.1f} MiB, "
+          f"{len(dropped)} left to the base, in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return manifest

@@ -1,0 +1,183 @@
+"""`verlenv install --bundle DIR`: check every file of a bundle against its manifest and its lock, then
+install it with no index at all (uv --offline --no-index --find-links). Nothing is installed unless the
+whole bundle checks out."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from verlenv import install as plain
+from verlenv.bundle import parts
+from verlenv.bundle.make import FORMAT, MANIFEST
+from verlenv.errors import UserError
+from verlenv.fsutil import write_atomic
+from verlenv.pins import read_lock
+from verlenv.sources import sha256_file
+
+_FOLDERS = ("wheels", "tool")
+
+# Run in the target: {name: installed version or None} for the names given.
+_VERSIONS = r"""
+import json, sys
+from importlib import metadata
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+
+def open_bundle(folder: Path) -> Path:
+    """The bundle folder itself, or the one its parts hold (checked part by part, then extracted)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"no bundle at {folder}")
+    if (folder / MANIFEST).is_file():
+        return folder
+    if parts.is_parts(folder):
+        try:
+            return parts.assemble(folder)
+        except parts.PartsError as e:
+            raise UserError(str(e), exit_code=1) from None
+    raise UserError(f"{folder} is not a bundle: it has neither {MANIFEST} nor {parts.SUMS} with {parts.INDEX}")
+
+
+def check(bundle: Path, expected_lock: Path | None = None) -> dict:
+    """The manifest, once every file matches it and the lock, and the lock is fully covered; else one line."""
+    try:
+        manifest = json.loads((bundle / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"{bundle / MANIFEST}: unreadable ({e})", exit_code=1) from None
+    if manifest.get("format") != FORMAT:
+        raise UserError(f"{bundle / MANIFEST}: format {manifest.get('format')!r}, this verlenv reads {FORMAT}", exit_code=1)
+    lock = bundle / manifest["lock"]["file"]
+    if not lock.is_file() or sha256_file(lock) != manifest["lock"]["sha256"]:
+        raise UserError(f"{lock}: missing or not the lock the manifest names (sha256 differs)", exit_code=1)
+    if expected_lock is not None and sha256_file(expected_lock) != manifest["lock"]["sha256"]:
+        raise UserError(f"the bundle was made from another lock than {expected_lock}; rebundle from this checkout", exit_code=1)
+    pins = read_lock(lock)
+    listed = {e["file"] for e in manifest["files"] if e["file"]}
+    present = {str(p.relative_to(bundle)) for d in _FOLDERS if (bundle / d).is_dir() for p in (bundle / d).iterdir()}
+    if extra := sorted(present - listed):
+        raise UserError(f"{bundle / extra[0]}: not in the manifest ({len(extra)} such files); the bundle was altered", exit_code=1)
+    covered = {}
+    for e in manifest["files"]:
+        name, version, origin = e["distribution"], e["version"], e["origin"]
+        if e["file"]:
+            path = bundle / e["file"]
+            if not path.is_file():
+                raise UserError(f"{path}: missing; the bundle is incomplete", exit_code=1)
+            if path.stat().st_size != e["size"] or sha256_file(path) != e["sha256"]:
+                raise UserError(f"{path}: sha256 differs from the manifest; the file was altered or truncated", exit_code=1)
+        if origin in ("lock", "base"):
+            pin = pins.get(name)
+            if pin is None or pin.version != version:
+                raise UserError(f"{name}=={version} ({origin}) is not what {lock.name} pins", exit_code=1)
+            # A wheel built from an sdist is checked through that sdist's hash; every other file directly.
+            locked = e.get("built_from", {}).get("sha256") or e["sha256"]
+            if origin == "lock" and f"sha256:{locked}" not in pin.hashes:
+                raise UserError(f"{e['file']}: sha256 {locked} is not among {lock.name}'s hashes for {name}", exit_code=1)
+            covered[name] = origin
+    if missing := sorted(set(pins) - set(covered)):
+        raise UserError(f"the bundle lacks {len(missing)} of the lock's pins ({', '.join(missing[:5])}); it is incomplete",
+                        exit_code=1)
+    return manifest
+
+
+def check_glibc(python: str, manifest: dict) -> None:
+    """The target's glibc runs every wheel of the bundle (it records the newest manylinux it took)."""
+    needs = (manifest.get("glibc") or {}).get("needs")
+    if not needs:
+        return
+    out = subprocess.run([python, "-c", "import os; print(os.confstr('CS_GNU_LIBC_VERSION'))"], capture_output=True, text=True)
+    have = out.stdout.split()[-1] if out.returncode == 0 and out.stdout.split() else "unknown"
+    if have == "unknown" or tuple(map(int, have.split("."))) < tuple(map(int, needs.split("."))):
+        raise UserError(f"the bundle's wheels need glibc >= {needs}, the target {python} has {have}; "
+                        f"rebundle with --glibc {have}")
+
+
+def check_base(python: str, manifest: dict) -> None:
+    """Every distribution the bundle leaves to the base is in the target at exactly the locked version."""
+    base = {e["distribution"]: e["version"] for e in manifest["files"] if e["origin"] == "base"}
+    if not base:
+        return
+    out = subprocess.run([python, "-c", _VERSIONS, *base], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise UserError(f"cannot read the installed versions of {python}: {out.stderr.strip()[-200:]}")
+    found = json.loads(out.stdout)
+    bad = [f"{n} {v} (found {found[n] or 'nothing'})" for n, v in base.items() if found[n] != v]
+    if bad:
+        raise UserError(f"the target {python} lacks {len(bad)} of the bundle's base distributions: {', '.join(bad[:3])}; "
+                        f"install into the env the --base freeze came from")
+
+
+def requirements(bundle: Path, manifest: dict) -> str:
+    lines = [f"{e['distribution']}=={e['version']} --hash=sha256:{e['sha256']}"
+             for e in manifest["files"] if e["file"] and e["origin"] in ("lock", "built")]
+    return "\n".join(lines) + "\n"
+
+
+def installer_command(python: str, reqs: Path, wheels: Path, exact: bool, system: bool) -> list[str]:
+    # Exact (sync) removes what the bundle does not list; with a base, install adds and removes nothing else.
+    verb = ["sync", "--strict"] if exact else ["install", "--no-deps"]
+    cmd = ["uv", "pip", *verb, "--python", python, "--offline", "--no-index", "--find-links", str(wheels),
+           "--require-hashes", "--no-build", *([] if exact else ["-r"]), str(reqs)]
+    return cmd + (["--break-system-packages"] if system else [])
+
+
+def install(folder: Path, prefix: Path | None = None, conda: bool = False, python: str | None = None,
+            into: str | None = None, expected_lock: Path | None = None, keep=None) -> tuple[str, dict, Path]:
+    """Install a bundle: into `into` (an existing interpreter's env), the active conda env, or a venv at
+    `prefix` (made from `python`). Returns (the env's python, the manifest, the bundle's lock)."""
+    bundle = open_bundle(folder)
+    manifest = check(bundle, expected_lock)
+    has_base = any(e["origin"] == "base" for e in manifest["files"])
+    created = False
+    if into:
+        target, env_prefix = into, None
+    elif conda:
+        if not os.environ.get("CONDA_PREFIX"):
+            raise UserError("--conda given but no conda env is active; `conda activate` one or drop --conda")
+        env_prefix = Path(os.environ["CONDA_PREFIX"])
+        target = str(plain.env_python(env_prefix))
+    else:
+        env_prefix = prefix.absolute()
+        if has_base and not plain.env_python(env_prefix).exists():
+            raise UserError("the bundle leaves distributions to a base env; install into that env (--python PY or --conda)")
+        created = not plain.env_python(env_prefix).exists()
+        if created:
+            plain.create_venv(env_prefix, python or plain.find_python(manifest["python"]))
+        target = str(plain.env_python(env_prefix))
+    started = time.monotonic()
+    try:
+        check_glibc(target, manifest)
+        check_base(target, manifest)
+        if env_prefix:
+            (env_prefix / plain.MARKER).unlink(missing_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            reqs = Path(tmp) / "bundle-requirements.txt"
+            reqs.write_text(requirements(bundle, manifest) + "".join(f"{line}\n" for line in (keep or [])))
+            cmd = installer_command(target, reqs, bundle / "wheels", exact=not has_base, system=bool(into))
+            r = subprocess.run(cmd, env=plain.installer_env())
+        if r.returncode != 0:
+            raise UserError(f"installing the bundle failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
+    except BaseException:
+        if created:
+            shutil.rmtree(env_prefix, ignore_errors=True)  # a half-made env must not look usable
+        raise
+    seconds = time.monotonic() - started
+    if env_prefix:
+        write_atomic(env_prefix / plain.MARKER, json.dumps({
+            "stack": manifest["stack"], "variant": manifest["variant"], "lock": manifest["lock"]["file"],
+            "installer": "uv (bundle, offline)", "bundle": str(bundle.absolute()),
+            "install_seconds": round(seconds, 1)}, indent=2) + "\n")
+    print(f"installed the bundle {bundle} into {target} in {seconds:.1f} s, offline", file=sys.stderr)
+    return target, manifest, bundle / manifest["lock"]["file"]

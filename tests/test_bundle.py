@@ -1,0 +1,327 @@
+"""verlenv bundle / install --bundle: a real small bundle from PyPI (a cp312 manylinux wheel, pure wheels, an
+sdist-only pin), installed with no network; tampering, parts, base subtraction, the source-built wheel choice."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from verlenv import install, wheelcache
+from verlenv.bundle import make, offline, parts
+from verlenv.errors import UserError
+from verlenv.pins import read_lock
+
+ROOT = Path(__file__).resolve().parent.parent
+UV = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+# pyyaml: a cp312 manylinux wheel; six, idna: pure; antlr4-python3-runtime 4.9.3 exists only as an sdist.
+REQUIREMENTS = "six==1.16.0\nidna==3.10\npyyaml==6.0.2\nantlr4-python3-runtime==4.9.3\n"
+CATALOG = """
+default = "tiny"
+[stacks.tiny]
+description = "test catalog: four small pins"
+python = "3.12"
+cuda = "13.0"
+min_driver = "580.65.06"
+exclude_newer = "2026-10-15T00:00:00Z"
+gpu_archs = ["9.0"]
+cxx11_abi = true
+toolkit = "pypi"
+host_compiler = "gxx=13"
+[stacks.tiny.variants.fsdp]
+requirements = {requirements}
+"""
+
+
+def _python312() -> str:
+    try:
+        return install.find_python("3.12")
+    except UserError:
+        pytest.skip("no Python 3.12 here: the test bundle is for cp312")
+
+
+def _run(args: list[str], env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def _no_network_env(tmp: Path) -> dict:
+    """Any index or proxy use fails: an index that cannot resolve, a dead proxy, an empty uv cache."""
+    return {**os.environ, "UV_INDEX_URL": "http://index.invalid/simple", "UV_CACHE_DIR": str(tmp / "uv-cache"),
+            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+            "ALL_PROXY": "http://127.0.0.1:9", "VERLENV_INDEX_URL": "http://index.invalid/simple"}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A project root with a tiny catalog and its real `uv pip compile --generate-hashes` lock."""
+    _python312()
+    root = tmp_path_factory.mktemp("project")
+    reqs = [r for r in REQUIREMENTS.split()]
+    (root / "stacks.toml").write_text(CATALOG.format(requirements=json.dumps(reqs)))
+    (root / "locks").mkdir()
+    (root / "in.txt").write_text(REQUIREMENTS)
+    r = _run([UV, "pip", "compile", "--no-config", "--generate-hashes", "--quiet", "--python-version", "3.12",
+              "--python-platform", "x86_64-manylinux_2_28", str(root / "in.txt"), "-o", str(root / "locks" / "tiny-fsdp.linux-64.txt")])
+    if r.returncode != 0:
+        pytest.skip(f"PyPI unreachable: {r.stderr.strip()[-200:]}")
+    return root
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """The download cache kept across runs, so a rerun fetches nothing."""
+    path = Path(os.environ.get("VERLENV_TEST_CACHE", Path.home() / ".cache" / "verlenv-test" / "bundle"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _verlenv(project: Path, cache: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**(env or os.environ), "VERLENV_ROOT": str(project), "VERLENV_CACHE": str(cache),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return _run([sys.executable, "-m", "verlenv", *args], env=env, cwd=project)
+
+
+@pytest.fixture(scope="module")
+def bundle(project, cache) -> Path:
+    out = project / "bundles" / "tiny"
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "bundle"
+    shutil.copytree(bundle, dest)
+    return dest
+
+
+@pytest.mark.network
+def test_bundle_holds_exactly_the_lock(project, bundle):
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    pins = read_lock(project / "locks" / "tiny-fsdp.linux-64.txt")
+    env_files = {e["distribution"]: e for e in manifest["files"] if e["origin"] == "lock"}
+    assert set(env_files) == set(pins)
+    assert env_files["pyyaml"]["file"].startswith("wheels/PyYAML-6.0.2-cp312-cp312-manylinux")
+    for name, e in env_files.items():
+        locked = e.get("built_from", {}).get("sha256") or e["sha256"]
+        assert f"sha256:{locked}" in pins[name].hashes
+    antlr = env_files["antlr4-python3-runtime"]
+    assert antlr["built_from"]["file"].endswith(".tar.gz") and antlr["file"].endswith("-py3-none-any.whl")
+    assert {e["distribution"] for e in manifest["files"] if e["origin"] == "tool"} == {"uv", "packaging", "pyyaml", "pyelftools"}
+    assert manifest["lock"]["sha256"] == make.sha256_file(project / "locks" / "tiny-fsdp.linux-64.txt")
+    assert (bundle / "tiny-fsdp.linux-64.txt").read_text() == (project / "locks" / "tiny-fsdp.linux-64.txt").read_text()
+
+
+@pytest.mark.network
+def test_install_from_bundle_uses_no_network(project, cache, bundle, tmp_path):
+    prefix = tmp_path / "env"
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=_no_network_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "drift check lock/match: pass" in r.stderr
+    out = _run([str(prefix / "bin" / "python"), "-c", "import yaml, six, antlr4; print(yaml.__version__, six.__version__)"])
+    assert out.stdout.split() == ["6.0.2", "1.16.0"]
+    assert not any((tmp_path / "uv-cache").rglob("*.whl"))  # nothing came through an index into uv's cache
+
+
+@pytest.mark.network
+def test_tampered_file_changes_nothing(project, cache, bundle, tmp_path):
+    copy = _copy(bundle, tmp_path)
+    wheel = next((copy / "wheels").glob("six-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    wheel.write_bytes(bytes(data))
+    prefix = tmp_path / "env"
+    r = _verlenv(project, cache, "install", "--bundle", str(copy), "--prefix", str(prefix), env=_no_network_env(tmp_path))
+    assert r.returncode == 1
+    assert "six-1.16.0-py2.py3-none-any.whl: sha256 differs from the manifest" in r.stderr
+    assert not prefix.exists()
+
+
+@pytest.mark.network
+def test_incomplete_or_padded_bundle_is_refused(bundle, tmp_path):
+    copy = _copy(bundle, tmp_path)
+    shutil.copy(next((copy / "wheels").glob("idna-*.whl")), copy / "wheels" / "idna-9.9-py3-none-any.whl")
+    with pytest.raises(UserError, match="idna-9.9-py3-none-any.whl: not in the manifest"):
+        offline.check(copy)
+    (copy / "wheels" / "idna-9.9-py3-none-any.whl").unlink()
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"] = [e for e in manifest["files"] if e["distribution"] != "idna"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    next((copy / "wheels").glob("idna-*.whl")).unlink()
+    with pytest.raises(UserError, match=r"lacks 1 of the lock's pins \(idna\)"):
+        offline.check(copy)
+
+
+@pytest.mark.network
+def test_manifest_cannot_vouch_for_a_file_outside_the_lock(bundle, tmp_path):
+    copy = _copy(bundle, tmp_path)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    six = next(e for e in manifest["files"] if e["distribution"] == "six")
+    other = copy / six["file"]
+    other.write_bytes(b"not the locked wheel")
+    six.update(sha256=make.sha256_file(other), size=other.stat().st_size)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match="is not among tiny-fsdp.linux-64.txt's hashes for six"):
+        offline.check(copy)
+
+
+@pytest.mark.network
+def test_parts_round_trip_and_each_fault_names_the_part(bundle, tmp_path):
+    written = parts.split(bundle, tmp_path / "parts", parts.parse_size("64KiB"))
+    assert len(written) > 3 and all(size <= 64 * 1024 for _, _, size in written)
+    assembled = offline.open_bundle(tmp_path / "parts")
+    assert offline.check(assembled)["lock"] == json.loads((bundle / "manifest.json").read_text())["lock"]
+
+    def fresh() -> Path:
+        dest = tmp_path / "faulty"
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(tmp_path / "parts", dest, ignore=shutil.ignore_patterns("bundle"))
+        return dest
+
+    folder = fresh()
+    (folder / parts.PART.format(2)).unlink()
+    with pytest.raises(UserError, match="part bundle.tar.part0002 is missing"):
+        offline.open_bundle(folder)
+    folder = fresh()
+    a, b = folder / parts.PART.format(2), folder / parts.PART.format(3)
+    a.rename(folder / "swap"), b.rename(a), (folder / "swap").rename(b)
+    with pytest.raises(UserError, match="part bundle.tar.part0002 fails its sha256"):
+        offline.open_bundle(folder)
+    folder = fresh()
+    with open(folder / parts.PART.format(3), "r+b") as f:
+        f.seek(100)
+        f.write(b"\0corrupt")
+    with pytest.raises(UserError, match="part bundle.tar.part0003 fails its sha256"):
+        offline.open_bundle(folder)
+    assert not (folder / parts.ASSEMBLED).exists()
+
+
+@pytest.mark.network
+def test_base_subtraction_and_its_check(project, cache, bundle, tmp_path):
+    freeze = tmp_path / "freeze.txt"
+    # six as locked (left out); idna at another version and pyyaml as a local build: both bundled, reported.
+    freeze.write_text("six==1.16.0\nidna==3.7\npyyaml==6.0.2+local\nsomething-else==1.0\n")
+    out = tmp_path / "based"
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--out", str(out), "--base", str(freeze))
+    assert r.returncode == 0, r.stderr
+    assert "idna: base has 3.7, the lock pins 3.10; bundled" in r.stderr
+    assert "pyyaml: base has 6.0.2+local, the lock pins 6.0.2; bundled" in r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    origins = {e["distribution"]: e["origin"] for e in manifest["files"] if e["origin"] != "tool"}
+    assert origins == {"six": "base", "idna": "lock", "pyyaml": "lock", "antlr4-python3-runtime": "lock"}
+    assert not list((out / "wheels").glob("six-*"))
+
+    python = _python312()
+    lacking = tmp_path / "lacking"
+    install.create_venv(lacking, python)
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--python", str(lacking / "bin" / "python"),
+                 env=_no_network_env(tmp_path))
+    assert r.returncode == 2 and "lacks 1 of the bundle's base distributions: six 1.16.0 (found nothing)" in r.stderr
+    assert "yaml" not in _run([str(lacking / "bin" / "python"), "-m", "pip", "list"]).stdout.lower()
+
+    having = tmp_path / "having"
+    install.create_venv(having, python)
+    six = next((bundle / "wheels").glob("six-*.whl"))
+    subprocess.run([UV, "pip", "install", "--python", str(having / "bin" / "python"), "--offline", str(six)],
+                   check=True, capture_output=True)
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--python", str(having / "bin" / "python"),
+                 env=_no_network_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "drift check lock/match: pass" in r.stderr
+
+
+@pytest.mark.network
+def test_dry_run_downloads_nothing(project, tmp_path):
+    empty = tmp_path / "cache"
+    r = _verlenv(project, empty, "bundle", "--stack", "tiny", "--out", str(tmp_path / "b"), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "antlr4-python3-runtime==4.9.3  antlr4-python3-runtime-4.9.3.tar.gz" in r.stdout
+    assert "MiB to fetch" in r.stdout.splitlines()[-1]
+    assert not (tmp_path / "b").exists() and not list(empty.rglob("*.whl")) and not (empty / "files").exists()
+
+
+@pytest.mark.network
+def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp_path):
+    """Nothing but Python 3.12 (no site-packages: -S), the source tree and the parts; no network."""
+    parts.split(bundle, tmp_path / "parts", parts.parse_size("4MiB"))
+    python = os.path.realpath(_python312())
+    env = {**_no_network_env(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"),
+           "VERLENV_ROOT": str(project), "PYTHONNOUSERSITE": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    prefix = tmp_path / "env"
+    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix", str(prefix),
+              "--python", python], env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "drift check lock/match: pass" in r.stderr  # the tool wheels did not leak into the target env
+    listed = _run([UV, "pip", "list", "--python", str(prefix / "bin" / "python"), "--offline"]).stdout
+    assert "antlr4-python3-runtime" in listed and "pyelftools" not in listed
+
+
+def test_parse_size():
+    assert parts.parse_size("56MiB") == 56 * 1024**2
+    assert parts.parse_size("58M") == 58 * 1024**2
+    assert parts.parse_size("100MB") == 100 * 1000**2
+    assert parts.parse_size("4096") == 4096
+    for bad in ("", "0", "56 parsecs", "-1M"):
+        with pytest.raises(ValueError, match="not a size"):
+            parts.parse_size(bad)
+
+
+def _stand_in_wheel(dest: Path) -> Path:
+    """A real, minimal wheel standing in for a compiled flash-attn (the cache only hashes and carries it)."""
+    wheel = dest / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("flash_attn-2.8.3.post2.dist-info/METADATA", "Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3.post2\n")
+    return wheel
+
+
+def test_find_built_matches_torch_python_cuda_and_archs(tmp_path):
+    wheelhouse = tmp_path / "wheelhouse"
+    inputs = {"package": "flash-attn", "version": "2.8.3.post2", "source": "x", "torch": "2.11.0+cu130", "cuda": "13.0",
+              "python_tag": "cp312", "cxx11_abi": True, "archs": ["9.0"], "recipe": "r"}
+    wheel = _stand_in_wheel(tmp_path)
+    wheelcache.store(wheelhouse, "flash-attn", wheelcache.fingerprint(inputs), wheel, {"inputs": inputs})
+    both = {**inputs, "archs": ["8.0", "9.0"]}
+    wheelcache.store(wheelhouse, "flash-attn", wheelcache.fingerprint(both), wheel, {"inputs": both})
+    find = lambda **kw: make.find_built(wheelhouse, "flash-attn", **{"version": "2.8.3.post2", "torch": "2.11.0",  # noqa: E731
+                                                                   "cuda": "13.0", "python_tag": "cp312", "archs": None, **kw})
+    assert find(archs=["9.0"]).inputs["archs"] == ["9.0"]  # the exact arch set wins over a superset
+    assert find(archs=["8.0"]).inputs["archs"] == ["8.0", "9.0"]
+    assert find(archs=["10.0"]) is None
+    assert find(torch="2.10.0") is None
+    assert find(python_tag="cp311") is None
+    assert find(cuda="12.8") is None
+    assert find().fingerprint == wheelcache.fingerprint(both)
+
+
+def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
+    """The real file names of llguidance 1.7.6 and cryptography 50.0.2; digests are stand-ins."""
+    from verlenv.bundle import fetch
+    from verlenv.pins import LockedPin
+
+    def files(name, names):
+        return [fetch.RemoteFile(name, "1", n, f"https://x/{n}", f"{i:064x}", 1, "sdist" if n.endswith(".tar.gz") else "wheel")
+                for i, n in enumerate(names)]
+
+    llguidance = files("llguidance", ["llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl",
+                                      "llguidance-1.7.6-cp39-abi3-manylinux_2_31_aarch64.whl",
+                                      "llguidance-1.7.6-cp314-cp314t-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                                      "llguidance-1.7.6.tar.gz"])
+    pin = LockedPin("llguidance", "1.7.6", tuple(f"sha256:{f.sha256}" for f in llguidance))
+    pick = lambda pin, fs, glibc: fetch.choose(pin, fs, fetch.target_tags("linux-64", "3.12", glibc)).filename  # noqa: E731
+    assert pick(pin, llguidance, "2.34") == "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl"
+    assert pick(pin, llguidance, "2.28") == "llguidance-1.7.6.tar.gz"
+    unlocked = LockedPin("llguidance", "1.7.6", tuple(f"sha256:{f.sha256}" for f in llguidance if "2_31_x86" not in f.filename))
+    assert pick(unlocked, llguidance, "2.34") == "llguidance-1.7.6.tar.gz"  # a wheel whose hash the lock lacks is never taken
+
+    crypto = files("cryptography", ["cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl",
+                                    "cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl"])
+    pin = LockedPin("cryptography", "50.0.2", tuple(f"sha256:{f.sha256}" for f in crypto))
+    assert pick(pin, crypto, "2.34") == "cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl"
+    assert fetch.needs_glibc("cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl") == "2.28"
+    with pytest.raises(UserError, match="not a glibc version"):
+        fetch.target_tags("linux-64", "3.12", "2")

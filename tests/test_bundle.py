@@ -325,3 +325,22 @@ def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
     assert fetch.needs_glibc("cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl") == "2.28"
     with pytest.raises(UserError, match="not a glibc version"):
         fetch.target_tags("linux-64", "3.12", "2")
+
+
+@pytest.mark.network
+def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("VERLENV_CACHE", str(cache))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    wheel = tmp_path / "tinyext-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:  # a real, minimal wheel standing in for a compiled package
+        z.writestr("tinyext.py", "VALUE = 1\n")
+        z.writestr("tinyext-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinyext\nVersion: 0.1\n")
+        z.writestr("tinyext-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("tinyext-0.1.dist-info/RECORD", "")
+    built = make.Built("tinyext", wheel, make.sha256_file(wheel), "f" * 24, {"archs": ["9.0"]})
+    out = tmp_path / "b"
+    manifest = make.make(project / "locks" / "tiny-fsdp.linux-64.txt", out, "linux-64", "3.12", built=[built], tools=False)
+    entry = next(e for e in manifest["files"] if e["origin"] == "built")
+    assert entry["fingerprint"] == "f" * 24 and entry["file"] == "wheels/tinyext-0.1-py3-none-any.whl"
+    python, _, _ = offline.install(out, prefix=tmp_path / "env", python=_python312())
+    assert _run([python, "-c", "import tinyext; print(tinyext.VALUE)"]).stdout.strip() == "1"

@@ -18,7 +18,7 @@ def _torch_version(lock: Path) -> str:
     return torch.version
 
 
-def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: list[str] | None) -> list[make.Built]:
+def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: list[str]) -> list[make.Built]:
     """The variant's source-built wheels from the wheel cache; one line naming the build for a missing one."""
     torch = _torch_version(lock)
     tag = "cp" + variant.stack.python.replace(".", "")
@@ -26,10 +26,9 @@ def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: 
     for build in variant.source_builds:
         hit = make.find_built(wheelhouse, build.name, build.version, torch, variant.stack.cuda, tag, archs)
         if hit is None:
-            where = f"--archs '{';'.join(archs)}'" if archs else "--gpu a100 --gpu h100"
             raise UserError(f"no cached {build.name} {build.version} wheel for torch {torch}, CUDA {variant.stack.cuda}, "
-                            f"{tag}{', archs ' + ';'.join(archs) if archs else ''} in {wheelhouse}; make it with "
-                            f"`verlenv build {build.name} --stack {variant.stack.name} --variant {variant.name} {where} "
+                            f"{tag}, archs {';'.join(archs)} in {wheelhouse}; make it with "
+                            f"`verlenv build {build.name} --stack {variant.stack.name} --variant {variant.name} --archs '{';'.join(archs)}' "
                             f"--wheelhouse {wheelhouse}`, or pass --no-built")
         out.append(hit)
     return out
@@ -46,7 +45,7 @@ def register(sub) -> None:
     p.add_argument("--base", type=Path, metavar="FREEZE", help="pip freeze of the target: leave out what it has at the locked version")
     p.add_argument("--dry-run", action="store_true", help="list what would be fetched, with sizes; download nothing")
     p.add_argument("--no-built", action="store_true", help="leave out the source-built wheels (flash-attn, apex, TE torch)")
-    p.add_argument("--gpu", action="append", help="source-built wheels must cover this GPU: a100, h100, h200 (repeatable)")
+    p.add_argument("--gpu", action="append", help="source-built wheels must cover this GPU: a100, h100, h200 (repeatable; default: the stack's gpu_archs)")
     p.add_argument("--archs", help="source-built wheels must cover these archs, e.g. '8.0;9.0' (overrides --gpu)")
     p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
                    help="the wheel cache `verlenv build` fills")
@@ -70,7 +69,8 @@ def _main(args) -> int:
         raise UserError(f"--base {args.base}: no such file; give a `pip freeze` of the target")
     built, note = [], "left out (--no-built)"
     if not args.no_built and variant.source_builds and not args.dry_run:
-        archs = [a.strip() for a in args.archs.split(";")] if args.archs else (gpus.archs_for(args.gpu) if args.gpu else None)
+        archs = ([a.strip() for a in args.archs.split(";")] if args.archs
+                 else gpus.archs_for(args.gpu) if args.gpu else list(variant.stack.gpu_archs))
         built, note = built_wheels(variant, lock, args.wheelhouse.absolute(), archs), "included"
     out = args.out or cat.root / "bundles" / f"{variant.key}.{args.platform}"
     manifest = make.make(lock, out, args.platform, variant.stack.python, glibc=args.glibc, stack=variant.stack.name, variant=variant.name,

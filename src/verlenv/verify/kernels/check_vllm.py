@@ -3,7 +3,7 @@ FLASH_ATTN backend where the installed vLLM registers it; the first generated to
 transformers' greedy pick for the same weights. Reports tokens/s.
 
 Thresholds: none.
-Run: python vllm.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_vllm.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import inspect
@@ -100,8 +100,7 @@ def check_generate(torch):
         kwargs = dict(model=directory, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.2,
                       max_model_len=128, seed=0, enable_prefix_caching=False)
         backend = attention_backend(LLM, kwargs)
-        with _common.folder_on_path_for_children():
-            llm = LLM(**kwargs)
+        llm = LLM(**kwargs)
         prompts = prompt_token_ids(torch)
         params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
         requests = [{"prompt_token_ids": ids} for ids in prompts]

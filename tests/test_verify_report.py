@@ -73,7 +73,7 @@ def kernels_dir(folder: Path, name: str, status: str) -> Path:
     """One kernel script (a test double) that reports `status` for its package and marks that it ran."""
     folder.mkdir(parents=True, exist_ok=True)
     package = name.replace("_", "-")
-    (folder / f"{name}.py").write_text(
+    (folder / f"check_{name}.py").write_text(
         "import argparse, json, pathlib\n"
         "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile'); a = p.parse_args()\n"
         f"pathlib.Path(a.out).with_name('ran').touch()\n"

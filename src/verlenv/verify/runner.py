@@ -85,10 +85,10 @@ def package_of(script: Path) -> str:
     return canonicalize_name(SCRIPT_PACKAGE.get(key, key))
 
 
-def run_check_name(script: Path) -> str:
-    """The failure a script that gives no results becomes: flash-attn/run, verl/verl_trainer/run."""
+def label_of(script: Path) -> str:
+    """What a script's own results (skipped, crashed) are named after: flash-attn, verl/verl_trainer."""
     package, key = package_of(script), script_key(script)
-    return f"{package}/run" if canonicalize_name(key) == package else f"{package}/{key}/run"
+    return package if canonicalize_name(key) == package else f"{package}/{key}"
 
 
 def timeout_for(script: Path, timeout: float) -> float:
@@ -205,11 +205,12 @@ def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[C
         if not scope.wants(package):
             continue
         if package in s.skipped:
-            out.append(CheckResult(f"{package}/kernels", package, "kernel", "skip", SKIPPED_BY_REQUEST,
+            out.append(CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", SKIPPED_BY_REQUEST,
                                    package in scope.required))
         elif s.profile is None or not s.gpus:
             why = "no GPU on this machine: kernel checks need one" if not s.gpus else "no GPU profile"
-            out.append(CheckResult(f"{package}/kernels", package, "kernel", "skip", why, package in scope.required))
+            out.append(CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", why,
+                                   package in scope.required))
         else:
             start = time.monotonic()
             profile = {**s.profile.for_checks(len(s.gpus)), "variant": s.variant.name}
@@ -258,7 +259,7 @@ def run_script(python: str, script: Path, profile: dict, timeout: float, scope: 
         why = f"{script.name} wrote no results to --out (a list of {{check, package, status}} objects)"
     else:
         return results
-    results.append(CheckResult(run_check_name(script), package, "kernel", "fail", why, package in scope.required,
+    results.append(CheckResult(f"{label_of(script)}/run", package, "kernel", "fail", why, package in scope.required,
                                {"returncode": proc.returncode, "results_before": len(results)}, seconds,
                                log=tail, diagnosis=static.diagnose(log)))
     return results

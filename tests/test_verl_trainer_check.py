@@ -75,7 +75,7 @@ def test_the_reward_varies_with_the_response():
 
 def test_the_overrides_size_the_batch_by_gpus():
     t = trainer()
-    paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c"}
+    paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
     two = dict(o.split("=", 1) for o in t.overrides(paths, 2, "fsdp"))
     assert two["data.train_batch_size"] == "16" and two["actor_rollout_ref.actor.ppo_mini_batch_size"] == "8"
     assert two["trainer.n_gpus_per_node"] == "2" and two["actor_rollout_ref.rollout.name"] == "vllm"
@@ -186,10 +186,25 @@ def test_the_overrides_compose_with_verls_own_config(in_env, variant):
     assert cfg["use_v1"] is True and cfg["strategy"] == variant and cfg["rollout"] == "vllm"
     assert (cfg["n"], cfg["tp"], cfg["steps"], cfg["gpus"], cfg["adv"]) == (4, 1, 2, 2, "grpo")
     assert cfg["calc_log_probs"] is True and "hf_model" in cfg["save"] and cfg["logger"] == ["console"]
-    assert cfg["reward"].endswith("reward.py") and cfg["model"].endswith("model")
+    assert cfg["reward"].endswith("verlenv_check_reward.py") and cfg["model"].endswith("model")
 
 
 @pytest.mark.slow
 def test_the_parser_reads_verls_own_console_line(in_env):
     assert in_env["console_line"].startswith("step:1 - ")
     assert in_env["parsed"] == {"1": {"actor/pg_loss": -0.25, "actor/grad_norm": 1.5, "timing_s/step": 3.0}}
+
+
+def test_the_hf_checkpoint_is_found_in_either_layout(tmp_path):
+    t = trainer()
+    assert t.hf_checkpoint(tmp_path) is None
+    (tmp_path / "dist.safetensors").write_text("")  # not the hf_model part
+    assert t.hf_checkpoint(tmp_path) is None
+    megatron = tmp_path / "model" / "huggingface"
+    megatron.mkdir(parents=True)
+    (megatron / "model.safetensors").write_text("")
+    assert t.hf_checkpoint(tmp_path) == str(megatron)
+    fsdp = tmp_path / "huggingface"
+    fsdp.mkdir()
+    (fsdp / "model.safetensors").write_text("")
+    assert t.hf_checkpoint(tmp_path) == str(fsdp)

@@ -123,9 +123,14 @@ def write_dataset(path, rows):
 
 
 def write_inputs(workdir, torch) -> dict:
-    """Everything the trainer reads, under workdir: model (with tokenizer), train parquet, reward file."""
+    """Everything the trainer reads, under workdir: model (with tokenizer), train parquet, reward file; and the
+    folders it writes to."""
     paths = {"model": os.path.join(workdir, "model"), "data": os.path.join(workdir, "train.parquet"),
-             "reward": os.path.join(workdir, "reward.py"), "checkpoints": os.path.join(workdir, "checkpoints")}
+             "reward": os.path.join(workdir, "verlenv_check_reward.py"),
+             "checkpoints": os.path.join(workdir, "checkpoints"),
+             # The trainer's working directory, on its sys.path: empty, so nothing here shadows a package.
+             "run": os.path.join(workdir, "run")}
+    os.makedirs(paths["run"])
     write_tokenizer(paths["model"])
     write_model(paths["model"], torch)
     write_dataset(paths["data"], dataset_rows())
@@ -218,6 +223,15 @@ def safetensors_files(directory) -> list[str]:
     for root, _, files in os.walk(directory):
         found += [os.path.join(root, f) for f in files if f.endswith(".safetensors")]
     return sorted(found)
+
+
+def hf_checkpoint(actor_dir) -> str | None:
+    """The hf_model part of verl's actor checkpoint: actor/huggingface (FSDP), actor/model/huggingface (Megatron)."""
+    for candidate in ("huggingface", os.path.join("model", "huggingface")):
+        path = os.path.join(actor_dir, candidate)
+        if safetensors_files(path):
+            return path
+    return None
 
 
 def weight_change(torch, before_dir, after_dir) -> dict:
@@ -329,10 +343,10 @@ def check_trainer(torch, profile):
         paths = write_inputs(workdir, torch)
         cmd = command(sys.executable, paths, n_gpus, profile.variant)
         print("running:", " ".join(cmd), flush=True)
-        lines, code, walls = run_trainer(cmd, workdir)
+        lines, code, walls = run_trainer(cmd, paths["run"])
         steps = parse_metrics(lines)
-        final = os.path.join(paths["checkpoints"], f"global_step_{STEPS}", "actor")
-        weights = weight_change(torch, paths["model"], final) if safetensors_files(final) else None
+        final = hf_checkpoint(os.path.join(paths["checkpoints"], f"global_step_{STEPS}", "actor"))
+        weights = weight_change(torch, paths["model"], final) if final else None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     numbers, problems = judge(steps, weights)

@@ -137,7 +137,7 @@ def test_the_trainer_script_checks_verl_with_its_own_timeout():
     trainer = runner.KERNELS_DIR / "check_verl_trainer.py"
     assert runner.package_of(trainer) == "verl" and runner.label_of(trainer) == "verl/verl_trainer"
     assert runner.label_of(runner.KERNELS_DIR / "check_flash_attn.py") == "flash-attn"
-    assert runner.timeout_for(trainer, 150.0) == 900.0 and runner.timeout_for(trainer, 1200.0) == 1200.0
+    assert runner.timeout_for(trainer, 150.0) == 600.0 and runner.timeout_for(trainer, 1200.0) == 1200.0
     assert runner.timeout_for(runner.KERNELS_DIR / "check_vllm.py", 150.0) == 150.0
 
 

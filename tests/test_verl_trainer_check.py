@@ -1,5 +1,5 @@
 """The CPU side of the verl trainer check (kernels/check_verl_trainer.py): the tiny model, tokenizer and parquet it
-writes, loaded back with transformers and pyarrow; its overrides composed against verl's real Hydra config; the
+writes, loaded back with transformers and pyarrow; its command line parsed by verl's own main_ppo (--cfg job); the
 metric parser on lines made by verl's own console logger; the judging of good and broken runs.
 
 Everything needing torch, transformers or verl runs inside an env that has them (the default env, see
@@ -85,7 +85,7 @@ def test_the_overrides_size_the_batch_by_gpus():
 
 
 # Runs in an env with torch, transformers, pyarrow, verl and hydra: writes the inputs, reads them back the way
-# verl does, composes the overrides with verl's own config (both variants) and checks what they set.
+# verl does, has verl's main_ppo parse the check's command line (both variants) and checks what it set.
 IN_ENV = r'''
 import importlib.util, json, os, sys, tempfile
 
@@ -120,23 +120,26 @@ out = {"vocab": len(tokenizer), "model_vocab": model.config.vocab_size, "chat": 
 weights = t.weight_change(torch, paths["model"], paths["model"])
 out["same_weights"] = weights
 
-from hydra import compose, initialize_config_dir
+import subprocess
+import yaml
 from omegaconf import OmegaConf
-import verl
+from verl.utils.config import omega_conf_to_dataclass
 
-config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 for variant in ("fsdp", "megatron"):
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        cfg = compose(config_name=t.config_name(variant), overrides=t.overrides(paths, 2, variant))
-    OmegaConf.resolve(cfg)
+    # verl's own entry point parses the command line the check runs; --cfg job prints the config and stops.
+    cmd = t.command(sys.executable, paths, 2, variant) + ["--cfg", "job", "--resolve"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=paths["run"])
+    if proc.returncode != 0:
+        raise SystemExit(f"{variant}: {' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    cfg = OmegaConf.create(yaml.safe_load(proc.stdout))
     a = cfg.actor_rollout_ref
     out[variant] = {"use_v1": cfg.trainer.use_v1, "strategy": a.actor.strategy, "rollout": a.rollout.name,
                     "n": a.rollout.n, "tp": a.rollout.tensor_model_parallel_size, "model": a.model.path,
                     "reward": cfg.reward.custom_reward_function.path, "logger": list(cfg.trainer.logger),
                     "steps": cfg.trainer.total_training_steps, "gpus": cfg.trainer.n_gpus_per_node,
                     "calc_log_probs": a.rollout.calculate_log_probs, "adv": cfg.algorithm.adv_estimator,
-                    "save": list(a.actor.checkpoint.save_contents), "lr": a.actor.optim.lr}
-    from verl.utils.config import omega_conf_to_dataclass
+                    "save": list(a.actor.checkpoint.save_contents), "lr": a.actor.optim.lr,
+                    "attn": OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation")}
     omega_conf_to_dataclass(a.rollout)  # verl's own RolloutConfig validation
 
 # verl's console logger writes the metric lines the check parses.
@@ -181,12 +184,13 @@ def test_the_written_model_tokenizer_and_data_load_back(in_env):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["fsdp", "megatron"])
-def test_the_overrides_compose_with_verls_own_config(in_env, variant):
+def test_verls_own_entry_point_parses_the_overrides(in_env, variant):
     cfg = in_env[variant]
     assert cfg["use_v1"] is True and cfg["strategy"] == variant and cfg["rollout"] == "vllm"
     assert (cfg["n"], cfg["tp"], cfg["steps"], cfg["gpus"], cfg["adv"]) == (4, 1, 2, 2, "grpo")
     assert cfg["calc_log_probs"] is True and "hf_model" in cfg["save"] and cfg["logger"] == ["console"]
     assert cfg["reward"].endswith("verlenv_check_reward.py") and cfg["model"].endswith("model")
+    assert cfg["attn"] is None and cfg["lr"] == 1e-4  # verl's default attention (flash-attn) is left alone
 
 
 @pytest.mark.slow

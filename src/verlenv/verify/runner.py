@@ -34,7 +34,7 @@ SCRIPT_PREFIX = "check_"
 # What a script checks when it is not the package its name says (several scripts may check one package).
 SCRIPT_PACKAGE = {"verl_trainer": "verl"}
 # Scripts that need longer than --timeout: verl's trainer starts Ray, vLLM and FSDP workers (~5 min cold).
-SCRIPT_TIMEOUT = {"verl_trainer": 900.0}
+SCRIPT_TIMEOUT = {"verl_trainer": 600.0}
 # The line _common.Report prints after each check: what a check printed before it is that check's output.
 RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
 

@@ -28,7 +28,7 @@ import _common
 
 PACKAGE = "verl"
 STEPS = 2
-TIMEOUT_S = 840  # below the runner's 900 s for this script, so a hang still gives a result and its log
+TIMEOUT_S = 540  # below the runner's 600 s for this script, so a hang still gives a result and its log
 SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
 CHAT_WORDS = ["system", "user", "assistant", ":", "+", "=", "?"]
 DIGITS = [str(d) for d in range(10)]

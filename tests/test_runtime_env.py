@@ -122,3 +122,12 @@ def test_pth_text_is_one_import_line_that_sets_defaults_only():
     env = {"A": "user"}
     exec(text.replace("import os; ", ""), {"os": type("os", (), {"environ": env})})
     assert env == {"A": "user", "B": "x'y"}
+
+
+def test_the_module_writes_an_env_by_hand_and_refuses_a_bad_python(venv, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "verlenv.runtime_env", "--python", str(venv)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("wrote ") and runtime_env.PTH_NAME in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "verlenv.runtime_env", "--python", str(tmp_path / "false")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr

@@ -43,8 +43,11 @@ def pth_text(settings: dict[str, str]) -> str:
 
 def probe(python: str | Path, names: list[str]) -> dict:
     """What the env's python sees: {'site': its site-packages, 'seen': {name: value or None}}."""
-    proc = subprocess.run([str(python), "-c", PROBE, json.dumps(names)], capture_output=True, text=True, timeout=60,
-                          check=False)
+    try:
+        proc = subprocess.run([str(python), "-c", PROBE, json.dumps(names)], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except OSError as e:
+        raise UserError(f"{python} cannot run ({e.strerror}): give the env's python") from None
     if proc.returncode != 0:
         raise UserError(f"{python} does not run: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
     return json.loads(proc.stdout)
@@ -80,3 +83,28 @@ def check(python: str | Path, stacks_toml: Path, variant: catalog.Variant):
     return CheckResult(name, "env", "static", "pass",
                        ", ".join(f"{n}={v}" for n, v in sorted(seen.items())) + (f"; {said}" if said else ""),
                        numbers=numbers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m verlenv.runtime_env --python PY`: write the defaults into an env installed without `verlenv
+    install` (an offline carry, a conda env made by hand)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m verlenv.runtime_env", description=main.__doc__)
+    parser.add_argument("--python", required=True, help="the env's interpreter")
+    parser.add_argument("--stack", help="stack (default: the catalog's default)")
+    parser.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    args = parser.parse_args(argv)
+    try:
+        cat = catalog.load()
+        path = apply(args.python, cat.path, cat.variant(args.stack, args.variant))
+    except UserError as e:
+        print(f"verlenv: {e}", file=sys.stderr)
+        return e.exit_code
+    print(f"wrote {path}" if path else "this stack sets no runtime defaults")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -668,9 +668,11 @@ def test_check_logic_on_cpu(on_cpu, name):
 
 def test_vllm_jit_caches_follow_their_env_vars_and_new_flashinfer_ops_are_nvcc_builds(tmp_path):
     vllm = load("vllm")
-    dirs = vllm.jit_cache_dirs({"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"), "TRITON_CACHE_DIR": str(tmp_path / "tr"),
-                                "VLLM_CACHE_ROOT": str(tmp_path / "vl"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "in")})
-    assert dirs["flashinfer"] == str(tmp_path / "fi" / ".cache" / "flashinfer") and dirs["triton"] == str(tmp_path / "tr")
+    dirs = vllm.jit_cache_dirs({"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
+                                "TRITON_CACHE_DIR": str(tmp_path / "tr"), "VLLM_CACHE_ROOT": str(tmp_path / "vl"),
+                                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "in")})
+    assert dirs["flashinfer"] == str(tmp_path / "fi" / ".cache" / "flashinfer")
+    assert dirs["triton"] == str(tmp_path / "tr")
     (tmp_path / "tr").mkdir()
     (tmp_path / "tr" / "old.cubin").write_text("")
     before = {name: vllm.cache_files(path) for name, path in dirs.items()}

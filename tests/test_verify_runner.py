@@ -193,8 +193,9 @@ def test_the_packaged_scripts_accept_the_profile_verify_sends():
 def test_scripts_are_told_the_variant(tmp_path):
     folder = tmp_path / "variant-kernels"
     folder.mkdir()
-    (folder / "check_torch.py").write_text(WRITE + "import json\nvariant = json.loads(args.profile)['variant']\n"
-                                           "write([{'check': 'torch/' + variant, 'package': 'torch', 'status': 'pass'}])\n")
+    (folder / "check_torch.py").write_text(
+        WRITE + "import json\nvariant = json.loads(args.profile)['variant']\n"
+        "write([{'check': 'torch/' + variant, 'package': 'torch', 'status': 'pass'}])\n")
     for variant in ("fsdp", "megatron"):
         r = by_name(runner.run_kernels(settings(folder, variant, only="torch")))
         assert list(r) == [f"torch/{variant}"]

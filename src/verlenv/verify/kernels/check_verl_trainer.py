@@ -13,7 +13,6 @@ Thresholds: none (the agreement bounds are above).
 Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
-import json
 import math
 import os
 import re

@@ -170,7 +170,7 @@ def check_generate(torch):
     built = nvcc_built(compiled)
     if built:
         problems.append(f"the first generation JIT-compiled {len(built)} FlashInfer files with nvcc (e.g. "
-                        f"{built[0]}); is VLLM_USE_FLASHINFER_SAMPLER=0 in effect (verlenv install's runtime defaults)?")
+                        f"{built[0]}); is VLLM_USE_FLASHINFER_SAMPLER=0 in effect (the env's runtime defaults)?")
     jit = ", ".join(f"{n} {len(f)}" for n, f in compiled.items() if f) or "nothing"
     return _common.verdict(numbers, problems, f"attention {backend}; {produced / seconds:.0f} tokens/s for "
                                               f"{len(prompts)} prompts x {NEW_TOKENS} tokens, eager, bf16; first "

@@ -123,7 +123,8 @@ out["same_weights"] = weights
 import subprocess
 import yaml
 from omegaconf import OmegaConf
-from verl.utils.config import omega_conf_to_dataclass
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 for variant in ("fsdp", "megatron"):
     # verl's own entry point parses the command line the check runs; --cfg job prints the config and stops.
@@ -141,6 +142,9 @@ for variant in ("fsdp", "megatron"):
                     "save": list(a.actor.checkpoint.save_contents), "lr": a.actor.optim.lr,
                     "attn": OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation")}
     omega_conf_to_dataclass(a.rollout)  # verl's own RolloutConfig validation
+    # What main_ppo checks before it starts Ray: batch sizes against GPUs, micro-batches, the critic's need.
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    out[variant]["validated"] = True
 
 # verl's console logger writes the metric lines the check parses.
 import contextlib, io
@@ -191,6 +195,7 @@ def test_verls_own_entry_point_parses_the_overrides(in_env, variant):
     assert cfg["calc_log_probs"] is True and "hf_model" in cfg["save"] and cfg["logger"] == ["console"]
     assert cfg["reward"].endswith("verlenv_check_reward.py") and cfg["model"].endswith("model")
     assert cfg["attn"] is None and cfg["lr"] == 1e-4  # verl's default attention (flash-attn) is left alone
+    assert cfg["validated"]
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ VOCAB = 512
 PROMPTS_PER_GPU, RESPONSES_PER_PROMPT = 8, 4
 MAX_PROMPT, MAX_RESPONSE = 64, 32
 ROWS = 64
+NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # Rollout and actor compute the same probabilities from the same weights (bf16 vs the actor's bf16 compute).
 MIN_PEARSON, MAX_PROB_DIFF_MEAN = 0.99, 0.01
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
@@ -297,9 +298,10 @@ def judge(steps: dict[int, dict[str, float]], weights: dict | None) -> tuple[dic
 def run_trainer(cmd, workdir, timeout=TIMEOUT_S) -> tuple[list[str], int | None, dict]:
     """Run the trainer, echoing its output (the report keeps a failure's tail); returns its lines, exit code
     (None when killed at the timeout) and the wall times seen from here."""
-    # No downloads, no wandb; Ray's log dedup would fold repeated worker lines.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+    # No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
+    # NCCL check has it (the lent multi-GPU machines need it), unless the user set those.
+    env = {**NCCL_DEFAULTS, **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
     lines, first_metrics_s = [], None
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -8,7 +8,10 @@ torch_python in test_kernel_scripts.py); the parser and the judge need only the 
 
 import json
 import math
+import os
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -120,7 +123,10 @@ out = {"vocab": len(tokenizer), "model_vocab": model.config.vocab_size, "chat": 
 weights = t.weight_change(torch, paths["model"], paths["model"])
 out["same_weights"] = weights
 
+import os
 import subprocess
+import sys
+import time
 import yaml
 from omegaconf import OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -217,3 +223,27 @@ def test_the_hf_checkpoint_is_found_in_either_layout(tmp_path):
     fsdp.mkdir()
     (fsdp / "model.safetensors").write_text("")
     assert t.hf_checkpoint(tmp_path) == str(fsdp)
+
+
+def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
+    # A stand-in for main_ppo (test double): prints what verl's console logger prints, then exits or hangs.
+    t = trainer()
+    talk = ("import sys, time; print('ray init', flush=True); time.sleep(0.3); "
+            "print('(TaskRunnerV1 pid=1) step:1 - actor/grad_norm:0.5 - timing_s/step:0.1', flush=True)")
+    lines, code, walls = t.run_trainer([sys.executable, "-c", talk], str(tmp_path), timeout=60)
+    assert code == 0 and t.parse_metrics(lines) == {1: {"actor/grad_norm": 0.5, "timing_s/step": 0.1}}
+    assert 0.3 <= walls["first_metrics_s"] <= walls["wall_s"] < 30
+    assert "ray init" in capsys.readouterr().out  # echoed, so the runner keeps it with the check's output
+    child = tmp_path / "child.pid"
+    hang = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(child)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
+    start = time.monotonic()
+    lines, code, _ = t.run_trainer([sys.executable, "-c", hang], str(tmp_path), timeout=2)
+    assert code is None and lines == ["started"] and time.monotonic() - start < 30
+    pid = int(child.read_text())
+    for _ in range(50):  # the killed child is reaped shortly after
+        if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the trainer's child {pid} outlived the timeout")

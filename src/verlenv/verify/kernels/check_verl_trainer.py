@@ -13,6 +13,7 @@ Thresholds: none (the agreement bounds are above).
 Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
+import contextlib
 import math
 import os
 import re
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import _common
@@ -35,6 +37,7 @@ VOCAB = 512
 PROMPTS_PER_GPU, RESPONSES_PER_PROMPT = 8, 4
 MAX_PROMPT, MAX_RESPONSE = 64, 32
 ROWS = 64
+# NVLink multicast off: the lent multi-GPU machines need it (as check_nccl.py has it).
 NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # Rollout and actor compute the same probabilities from the same weights (bf16 vs the actor's bf16 compute).
 MIN_PEARSON, MAX_PROB_DIFF_MEAN = 0.99, 0.01
@@ -303,29 +306,28 @@ def run_trainer(cmd, workdir, timeout=TIMEOUT_S) -> tuple[list[str], int | None,
     env = {**NCCL_DEFAULTS, **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
-    lines, first_metrics_s = [], None
+    lines, seen = [], {}
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", start_new_session=True)
-    deadline = start + timeout
-    timed_out = False
-    try:
+
+    def read():  # in a thread: a silent hang must not keep the timeout from firing
         for line in proc.stdout:
             print(line, end="", flush=True)
             lines.append(line.rstrip("\n"))
-            if first_metrics_s is None and METRICS_LINE.search(line):
-                first_metrics_s = time.monotonic() - start
-            if time.monotonic() > deadline:
-                timed_out = True
-                break
-        if not timed_out:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            if "first_metrics_s" not in seen and METRICS_LINE.search(line):
+                seen["first_metrics_s"] = time.monotonic() - start
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        timed_out = True
-    if timed_out:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray processes in the same session, vLLM
+        code = None
+        with contextlib.suppress(ProcessLookupError):  # it may have exited just now
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started in its session (Ray, vLLM)
         proc.wait()
-    return lines, None if timed_out else proc.returncode, {"wall_s": time.monotonic() - start,
-                                                           "first_metrics_s": first_metrics_s}
+    reader.join(timeout=30)
+    return lines, code, {"wall_s": time.monotonic() - start, "first_metrics_s": seen.get("first_metrics_s")}
 
 
 def check_import():

@@ -33,7 +33,10 @@ NOT_INSTALLED = {
     "triton": "triton not installed",
     "nccl": "torch not installed",
     "verl": "verl not installed",
+    "verl_trainer": "verl not installed",
 }
+# The package a script's results are filed under, where it is not the script's name.
+PACKAGE_OF = {"verl_trainer": "verl"}
 FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
@@ -46,7 +49,7 @@ def load(name: str):
         spec.loader.exec_module(module)
     if name == "_common":
         return sys.modules["_common"]
-    spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", KERNELS / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", KERNELS / f"check_{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -54,7 +57,7 @@ def load(name: str):
 
 def run(name: str, out: Path, profile: str = PROFILE, python: str = sys.executable, env: dict | None = None):
     # -S: no site-packages, so none of the checked packages can be imported, whatever this machine has.
-    return subprocess.run([python, "-S", str(KERNELS / f"{name}.py"), "--out", str(out), "--profile", profile],
+    return subprocess.run([python, "-S", str(KERNELS / f"check_{name}.py"), "--out", str(out), "--profile", profile],
                           capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -73,18 +76,49 @@ def results_of(out: Path) -> list[dict]:
 
 
 def test_every_script_is_there():
-    assert sorted(p.stem for p in KERNELS.glob("*.py") if not p.name.startswith("_")) == sorted(NOT_INSTALLED)
+    assert sorted(p.stem.removeprefix("check_") for p in KERNELS.glob("*.py") if not p.name.startswith("_")) == \
+        sorted(NOT_INSTALLED)
+
+
+# What an env imports at top level: its stdlib and every module on its sys.path (run outside the kernels folder).
+TOP_LEVEL = ("import pkgutil, sys; print('\\n'.join(set(sys.stdlib_module_names) | set(sys.builtin_module_names)"
+             " | {m.name for m in pkgutil.iter_modules()}))")
+
+
+def catalog_modules() -> set[str]:
+    """Import names of everything the catalog pins or builds (flash-attn -> flash_attn)."""
+    from packaging.requirements import Requirement
+
+    from verlenv import catalog
+
+    names = set()
+    for variant in catalog.load(REPO / "stacks.toml").all_variants():
+        names |= {canonicalize_name(Requirement(r).name) for r in variant.requirements}
+        names |= {canonicalize_name(b.name) for b in variant.source_builds}
+    return {n.replace("-", "_") for n in names} | {"apex", "megatron", "transformer_engine", "flash_attn"}
+
+
+def test_no_kernel_module_is_named_like_an_importable_package(tmp_path):
+    # The folder is on the path of every child a script spawns (vLLM's EngineCore, NCCL workers): a vllm.py or
+    # flash_attn.py there shadows the real package (transformers then failed with KeyError: 'flash_attn').
+    taken = catalog_modules()
+    for python in filter(None, {sys.executable, torch_python()}):
+        listing = subprocess.run([python, "-c", TOP_LEVEL], capture_output=True, text=True, cwd=tmp_path, check=True)
+        taken |= set(listing.stdout.split())
+    assert {"os", "verlenv", "flash_attn", "vllm"} <= taken  # the listing is real: stdlib, this env, the catalog
+    modules = {p.stem for p in KERNELS.glob("*.py")} | {p.name for p in KERNELS.iterdir() if p.is_dir()}
+    assert sorted(modules & taken) == []
+    assert all(m.startswith(("check_", "_")) for m in modules), sorted(modules)
 
 
 @pytest.mark.parametrize("name", [*NOT_INSTALLED, "_common"])
 def test_script_compiles(name, tmp_path):
-    py_compile.compile(str(KERNELS / f"{name}.py"), cfile=str(tmp_path / "out.pyc"), doraise=True)
+    path = KERNELS / (f"{name}.py" if name.startswith("_") else f"check_{name}.py")
+    py_compile.compile(str(path), cfile=str(tmp_path / "out.pyc"), doraise=True)
 
 
 @pytest.mark.parametrize("name", NOT_INSTALLED)
 def test_without_its_package_a_script_writes_one_skip_and_exits_0(name, tmp_path):
-    # torch.py, vllm.py...: were the script's folder left on sys.path, `import torch` would find the script
-    # itself and the result would not be "not installed".
     out = tmp_path / "deep" / "results.json"
     proc = run(name, out)
     assert proc.returncode == 0, proc.stderr
@@ -92,7 +126,7 @@ def test_without_its_package_a_script_writes_one_skip_and_exits_0(name, tmp_path
     assert result["status"] == "skip"
     assert result["reason"] == NOT_INSTALLED[name]
     # The runner files results under the script's canonical name.
-    assert result["package"] == canonicalize_name(name)
+    assert result["package"] == canonicalize_name(PACKAGE_OF.get(name, name))
     assert f"SKIP {result['check']}" in proc.stdout
 
 
@@ -120,9 +154,9 @@ def test_every_script_rejects_a_bad_profile(name, tmp_path):
 
 
 def test_a_missing_out_is_one_line_and_exit_2():
-    proc = subprocess.run([sys.executable, "-S", str(KERNELS / "torch.py"), "--profile", PROFILE],
+    proc = subprocess.run([sys.executable, "-S", str(KERNELS / "check_torch.py"), "--profile", PROFILE],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["torch.py: the following arguments are "
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["check_torch.py: the following arguments are "
                                                                          "required: --out"]
 
 
@@ -361,7 +395,7 @@ def load(name):
         spec = importlib.util.spec_from_file_location("_common", os.path.join(KERNELS, "_common.py"))
         sys.modules["_common"] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", os.path.join(KERNELS, f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", os.path.join(KERNELS, f"check_{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -630,3 +664,24 @@ def test_check_logic_on_cpu(on_cpu, name):
     assert got["status"] == EXPECTED[name], got["reason"]
     if name.endswith("/broken"):
         assert "above" in got["reason"] or "did not run" in got["reason"], got["reason"]
+
+
+def test_vllm_jit_caches_follow_their_env_vars_and_new_flashinfer_ops_are_nvcc_builds(tmp_path):
+    vllm = load("vllm")
+    dirs = vllm.jit_cache_dirs({"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
+                                "TRITON_CACHE_DIR": str(tmp_path / "tr"), "VLLM_CACHE_ROOT": str(tmp_path / "vl"),
+                                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "in")})
+    assert dirs["flashinfer"] == str(tmp_path / "fi" / ".cache" / "flashinfer")
+    assert dirs["triton"] == str(tmp_path / "tr")
+    (tmp_path / "tr").mkdir()
+    (tmp_path / "tr" / "old.cubin").write_text("")
+    before = {name: vllm.cache_files(path) for name, path in dirs.items()}
+    (tmp_path / "tr" / "new.cubin").write_text("")
+    ops = Path(dirs["flashinfer"]) / "0.6.12" / "90" / "cached_ops" / "sampling"
+    ops.mkdir(parents=True)
+    (ops / "sampling.so").write_text("")
+    (Path(dirs["flashinfer"]) / "cubins").mkdir()
+    (Path(dirs["flashinfer"]) / "cubins" / "downloaded.cubin").write_text("")
+    new = vllm.new_cache_files(before, dirs)
+    assert [len(new[n]) for n in ("flashinfer", "triton", "vllm", "inductor")] == [2, 1, 0, 0]
+    assert vllm.nvcc_built(new) == [str(ops / "sampling.so")]

@@ -160,9 +160,9 @@ def test_bad_input_is_one_line_and_exit_2(machine, capsys, empty_env, tmp_path):
 
 
 def kernels_echoing_profile(folder: Path) -> Path:
-    """A kernels dir whose one script (a test double named torch.py) reports the profile it was given."""
+    """A kernels dir whose one script (a test double named check_torch.py) reports the profile it was given."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "torch.py").write_text(
+    (folder / "check_torch.py").write_text(
         "import argparse, json\n"
         "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile')\n"
         "a = p.parse_args(); prof = json.loads(a.profile)\n"

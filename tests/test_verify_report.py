@@ -58,6 +58,19 @@ def test_markdown_and_table_summarise_the_same_report(cpu_run):
     assert "no GPU: static checks only" in printed.err and f"report: {out['json']}" in printed.err
 
 
+def test_markdown_keeps_a_failed_checks_output(cpu_run):
+    _, data, _, _ = cpu_run
+    data = copy.deepcopy(data)
+    failed = next(c for c in data["checks"] if c["status"] == "fail")
+    failed["log"] = "(EngineCore pid=7) RuntimeError: CUDA out of memory\nEngine core initialization failed"
+    md = report.markdown(data)
+    section = md.split("## Output of failed checks", 1)[1]
+    assert f"### {failed['name']}" in section and "RuntimeError: CUDA out of memory" in section
+    passed = next(c for c in data["checks"] if c["status"] != "fail")
+    passed["log"] = "not shown"
+    assert "not shown" not in report.markdown(data)
+
+
 def test_the_schema_can_fail(cpu_run):
     _, data, _, _ = cpu_run
     for mutate in (lambda d: d["checks"][0].update(status="ok"), lambda d: d.pop("versions"),
@@ -73,7 +86,7 @@ def kernels_dir(folder: Path, name: str, status: str) -> Path:
     """One kernel script (a test double) that reports `status` for its package and marks that it ran."""
     folder.mkdir(parents=True, exist_ok=True)
     package = name.replace("_", "-")
-    (folder / f"{name}.py").write_text(
+    (folder / f"check_{name}.py").write_text(
         "import argparse, json, pathlib\n"
         "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile'); a = p.parse_args()\n"
         f"pathlib.Path(a.out).with_name('ran').touch()\n"

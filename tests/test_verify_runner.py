@@ -29,20 +29,30 @@ UNDEFINED = ("ImportError: /env/site-packages/flash_attn_2_cuda.cpython-312-x86_
              "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE")
 SCRIPTS = {
     "_common.py": "def result(check, status, **kw):\n    return {'check': check, 'package': 'torch', 'status': status, **kw}\n",
-    "torch.py": WRITE + "import _common\nwrite([_common.result('torch/matmul', 'pass', numbers={'tflops': 600.0}, seconds=0.2)])\n",
-    "flash_attn.py": "import sys\nprint('loading flash_attn')\n"
+    "check_torch.py": WRITE + "import _common\nwrite([_common.result('torch/matmul', 'pass', numbers={'tflops': 600.0}, seconds=0.2)])\n",
+    "check_flash_attn.py": "import sys\nprint('loading flash_attn')\n"
                      f"sys.stderr.write({UNDEFINED!r} + '\\n')\nsys.exit(1)\n",
-    "vllm.py": WRITE + textwrap.dedent("""\
+    "check_vllm.py": WRITE + textwrap.dedent("""\
         import os, subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         open(os.environ["CHILD_PID_FILE"], "w").write(str(child.pid))
         print("vllm check started", flush=True)
         time.sleep(600)
         """),
-    "verl.py": "print('no results from me')\n",
-    "nccl.py": WRITE + "write([{'check': 'nccl/all-reduce/1gpu', 'package': 'nccl', 'status': 'pass'}])\n"
+    "check_verl.py": "print('no results from me')\n",
+    "check_nccl.py": WRITE + "write([{'check': 'nccl/all-reduce/1gpu', 'package': 'nccl', 'status': 'pass'}])\n"
                        "raise SystemExit(3)\n",
-    "apex.py": WRITE + "import os\nopen(os.environ['APEX_RAN'], 'w').write('ran')\n"
+    # A check that fails after its child process printed why: the report keeps that check's own output.
+    "check_verl_trainer.py": WRITE + textwrap.dedent("""\
+        import subprocess, sys
+        print("PASS verl/trainer/setup", flush=True)
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('EngineCore died: out of memory\\n')"])
+        print("FAIL verl/trainer/steps (Engine core initialization failed)", flush=True)
+        write([{'check': 'verl/trainer/setup', 'package': 'verl', 'status': 'pass'},
+               {'check': 'verl/trainer/steps', 'package': 'verl', 'status': 'fail',
+                'reason': 'Engine core initialization failed'}])
+        """),
+    "check_apex.py": WRITE + "import os\nopen(os.environ['APEX_RAN'], 'w').write('ran')\n"
                        "write([{'check': 'apex/fused-layer-norm', 'package': 'apex', 'status': 'fail', 'reason': 'err 0.5'}])\n",
 }
 
@@ -70,8 +80,9 @@ def by_name(results) -> dict:
 
 
 def test_scripts_run_in_order_and_helpers_are_not_checks(kernels):
-    assert [p.name for p in runner.scripts(kernels)] == ["torch.py", "flash_attn.py", "apex.py", "vllm.py", "nccl.py",
-                                                         "verl.py"]
+    assert [p.name for p in runner.scripts(kernels)] == ["check_torch.py", "check_flash_attn.py", "check_apex.py",
+                                                         "check_vllm.py", "check_nccl.py", "check_verl.py",
+                                                         "check_verl_trainer.py"]
     assert "_common" not in runner.known_packages(kernels)
 
 
@@ -85,7 +96,7 @@ def test_a_good_script_reports_its_results(kernels):
 def test_a_crash_is_a_failure_with_the_output_tail_and_the_doctors_diagnosis(kernels):
     r = by_name(runner.run_kernels(settings(kernels, only="flash-attn")))["flash-attn/run"]
     assert r.status == "fail" and r.blocking
-    assert r.reason.startswith("flash_attn.py crashed (exit code 1): ImportError:")
+    assert r.reason.startswith("check_flash_attn.py crashed (exit code 1): ImportError:")
     assert "loading flash_attn" in r.log and "undefined symbol" in r.log
     assert r.diagnosis[0]["id"] == "F1" and r.diagnosis[0]["fix"]
 
@@ -94,7 +105,7 @@ def test_a_hanging_script_is_killed_with_its_workers(kernels, tmp_path):
     start = time.monotonic()
     r = by_name(runner.run_kernels(settings(kernels, only="vllm", timeout=2.0)))["vllm/run"]
     assert time.monotonic() - start < 20
-    assert r.status == "fail" and r.reason == "vllm.py timed out after 2 s"
+    assert r.status == "fail" and r.reason == "check_vllm.py timed out after 2 s"
     assert "vllm check started" in r.log
     child = int((tmp_path / "child.pid").read_text())
     for _ in range(50):  # the killed child is reaped by init shortly after
@@ -114,6 +125,27 @@ def test_no_results_and_partial_results(kernels):
     assert r["nccl/run"].numbers["results_before"] == 1
 
 
+def test_a_failed_check_keeps_its_own_output_and_its_childrens(kernels):
+    r = by_name(runner.run_kernels(settings(kernels, only="verl")))
+    failed, passed = r["verl/trainer/steps"], r["verl/trainer/setup"]
+    assert failed.status == "fail" and failed.package == "verl" and failed.blocking
+    assert "EngineCore died: out of memory" in failed.log and "PASS" not in failed.log
+    assert passed.log == ""
+
+
+def test_the_trainer_script_checks_verl_with_its_own_timeout():
+    trainer = runner.KERNELS_DIR / "check_verl_trainer.py"
+    assert runner.package_of(trainer) == "verl" and runner.label_of(trainer) == "verl/verl_trainer"
+    assert runner.label_of(runner.KERNELS_DIR / "check_flash_attn.py") == "flash-attn"
+    assert runner.timeout_for(trainer, 150.0) == 600.0 and runner.timeout_for(trainer, 1200.0) == 1200.0
+    assert runner.timeout_for(runner.KERNELS_DIR / "check_vllm.py", 150.0) == 150.0
+
+
+def test_check_outputs_split_on_result_lines():
+    log = "a\nPASS x/one\nb\nc\nFAIL x/two (why)\nd"
+    assert runner.check_outputs(log) == {"x/one": "a", "x/two": "b\nc"}
+
+
 def test_optional_failures_do_not_block_but_required_ones_do(kernels):
     fsdp = by_name(runner.run_kernels(settings(kernels, only="apex")))["apex/fused-layer-norm"]
     assert fsdp.status == "fail" and not fsdp.required and not fsdp.blocking
@@ -130,7 +162,7 @@ def test_skip_package_does_not_run_the_script_and_says_why(kernels, tmp_path):
 
 def test_without_a_gpu_kernel_checks_are_skipped_not_failed(kernels, tmp_path):
     results = runner.run_kernels(settings(kernels, profile=None, gpus=[]))
-    assert {r.status for r in results} == {"skip"} and len(results) == 6
+    assert {r.status for r in results} == {"skip"} and len(results) == len({r.name for r in results}) == 7
     assert all(r.reason == "no GPU on this machine: kernel checks need one" for r in results)
     assert not (tmp_path / "apex.ran").exists()
 
@@ -140,7 +172,7 @@ def test_the_whole_run_stays_fast(kernels):
     start = time.monotonic()
     results = runner.run_kernels(settings(kernels, timeout=2.0))
     wall = time.monotonic() - start
-    assert len([r for r in results if r.status == "fail"]) == 5  # flash-attn, vllm, nccl, verl, apex
+    assert len([r for r in results if r.status == "fail"]) == 6  # flash-attn, vllm, nccl, verl, trainer, apex
     assert wall < 2.0 + 10, wall
 
 
@@ -149,10 +181,21 @@ def test_the_packaged_scripts_accept_the_profile_verify_sends():
     (here, without torch: each says its package is not installed)."""
     found = runner.scripts(runner.KERNELS_DIR)
     assert [runner.package_of(p) for p in found] == ["torch", "triton", "flash-attn", "apex", "transformer-engine",
-                                                      "megatron-core", "vllm", "nccl", "verl"]
+                                                      "megatron-core", "vllm", "nccl", "verl", "verl"]
     scope = runner.Scope(frozenset(runner.REQUIRED["megatron"]))
     for profile in gpus.profiles().values():
         for script in found:
             results = runner.run_script(sys.executable, script, profile.for_checks(1), 60.0, scope)
             assert results and all(r.status == "skip" and "not installed" in r.reason for r in results), \
                 [(r.name, r.status, r.reason) for r in results]
+
+
+def test_scripts_are_told_the_variant(tmp_path):
+    folder = tmp_path / "variant-kernels"
+    folder.mkdir()
+    (folder / "check_torch.py").write_text(
+        WRITE + "import json\nvariant = json.loads(args.profile)['variant']\n"
+        "write([{'check': 'torch/' + variant, 'package': 'torch', 'status': 'pass'}])\n")
+    for variant in ("fsdp", "megatron"):
+        r = by_name(runner.run_kernels(settings(folder, variant, only="torch")))
+        assert list(r) == [f"torch/{variant}"]

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from verlenv import catalog, pins
+from verlenv import catalog, pins, runtime_env
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.sources import sha256_file
@@ -159,6 +159,7 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
             shutil.rmtree(prefix, ignore_errors=True)  # a half-made env must not look usable
         raise
     seconds = time.monotonic() - started
+    runtime_env.apply(env_python(prefix), root / "stacks.toml", variant)
     write_atomic(prefix / MARKER, json.dumps({"stack": variant.stack.name, "variant": variant.name,
                                               "lock": str(lock.relative_to(root)), "installer": installer,
                                               "install_seconds": round(seconds, 1)}, indent=2) + "\n")

@@ -176,6 +176,11 @@ def markdown(report: dict) -> str:
         for c in failed:
             for d in c["diagnosis"]:
                 lines.append(f"- {c['name']}: [{d['id']}] {d.get('title', '')}".rstrip())
+    logged = [c for c in report["checks"] if c["status"] == "fail" and c.get("log")]
+    if logged:
+        lines += ["", "## Output of failed checks (last lines, child processes included)"]
+        for c in logged:
+            lines += ["", f"### {c['name']}", "", "~~~", c["log"].replace("~~~", "~ ~ ~"), "~~~"]
     return "\n".join(lines) + "\n"
 
 

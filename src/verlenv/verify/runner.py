@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, gpus
+from verlenv import catalog, gpus, runtime_env
 from verlenv.doctor import facts as facts_mod
 from verlenv.verify import static
 from verlenv.verify.results import STATUSES, SKIPPED_BY_REQUEST, CheckResult
@@ -27,7 +28,15 @@ REQUIRED = {
 }
 # Scripts run cheapest and most fundamental first: when torch is broken, the rest explains less.
 ORDER = ("torch", "triton", "flash-attn", "apex", "transformer-engine", "megatron-core", "vllm", "nccl", "verl")
-LOG_TAIL = 40  # lines of a failed script's output kept in the report
+LOG_TAIL = 60  # lines of a failed script's (or failed check's) output kept in the report
+# Scripts are check_<what>.py, never <package>.py: a script named like a package shadows it on a child's path.
+SCRIPT_PREFIX = "check_"
+# What a script checks when it is not the package its name says (several scripts may check one package).
+SCRIPT_PACKAGE = {"verl_trainer": "verl"}
+# Scripts that need longer than --timeout: verl's trainer starts Ray, vLLM and FSDP workers (~5 min cold).
+SCRIPT_TIMEOUT = {"verl_trainer": 600.0}
+# The line _common.Report prints after each check: what a check printed before it is that check's output.
+RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
 
 
 @dataclass
@@ -67,13 +76,28 @@ class Run:
         return 1 if any(r.blocking for r in self.results) else 0
 
 
+def script_key(script: Path) -> str:
+    return Path(script).stem.removeprefix(SCRIPT_PREFIX)
+
+
 def package_of(script: Path) -> str:
-    return canonicalize_name(script.stem)
+    key = script_key(script)
+    return canonicalize_name(SCRIPT_PACKAGE.get(key, key))
+
+
+def label_of(script: Path) -> str:
+    """What a script's own results (skipped, crashed) are named after: flash-attn, verl/verl_trainer."""
+    package, key = package_of(script), script_key(script)
+    return package if canonicalize_name(key) == package else f"{package}/{key}"
+
+
+def timeout_for(script: Path, timeout: float) -> float:
+    return max(timeout, SCRIPT_TIMEOUT.get(script_key(script), 0.0))
 
 
 def scripts(kernels_dir: Path) -> list[Path]:
-    """Kernel check scripts (names starting with `_` are their helpers), in ORDER."""
-    found = [p for p in Path(kernels_dir).glob("*.py") if not p.name.startswith("_")]
+    """Kernel check scripts (check_*.py; `_` files are their helpers), in ORDER."""
+    found = [p for p in Path(kernels_dir).glob(f"{SCRIPT_PREFIX}*.py")]
     rank = {name: i for i, name in enumerate(ORDER)}
     return sorted(found, key=lambda p: (rank.get(package_of(p), len(ORDER)), p.name))
 
@@ -135,6 +159,7 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     driver_result, driver = static.check_driver(s.stack, s.catalog, dict(os.environ))
     if whole_env:
         results.append(driver_result)
+        results.append(runtime_env.check(s.python, s.catalog.path, s.variant))
     if scope.wants("triton"):
         results.append(static.check_libcuda(dict(os.environ), static.ldconfig_text(), driver, scope))
     return results, driver
@@ -180,14 +205,16 @@ def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[C
         if not scope.wants(package):
             continue
         if package in s.skipped:
-            out.append(CheckResult(f"{package}/kernels", package, "kernel", "skip", SKIPPED_BY_REQUEST,
+            out.append(CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", SKIPPED_BY_REQUEST,
                                    package in scope.required))
         elif s.profile is None or not s.gpus:
             why = "no GPU on this machine: kernel checks need one" if not s.gpus else "no GPU profile"
-            out.append(CheckResult(f"{package}/kernels", package, "kernel", "skip", why, package in scope.required))
+            out.append(CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", why,
+                                   package in scope.required))
         else:
             start = time.monotonic()
-            results = run_script(s.python, script, s.profile.for_checks(len(s.gpus)), s.timeout, scope)
+            profile = {**s.profile.for_checks(len(s.gpus)), "variant": s.variant.name}
+            results = run_script(s.python, script, profile, timeout_for(script, s.timeout), scope)
             failed = sum(r.status == "fail" for r in results)
             progress(f"kernel checks: {script.name}: {len(results)} results, {failed} failed, "
                      f"{time.monotonic() - start:.1f} s")
@@ -204,8 +231,9 @@ def run_script(python: str, script: Path, profile: dict, timeout: float, scope: 
         # Scripts run in a scratch folder: a relative interpreter path must not change meaning there.
         interpreter = os.path.abspath(python) if os.sep in python else python
         cmd = [interpreter, str(Path(script).resolve()), "--out", str(out_path), "--profile", json.dumps(profile)]
+        # Unbuffered, so each check's output lands before its result line (check_outputs splits on those).
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                cwd=tmp, start_new_session=True)
+                                cwd=tmp, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         timed_out = False
         try:
             log, _ = proc.communicate(timeout=timeout)
@@ -219,6 +247,7 @@ def run_script(python: str, script: Path, profile: dict, timeout: float, scope: 
         entries = _read_entries(out_path)
     seconds = round(time.monotonic() - start, 2)
     results = [_result(e, package, scope) for e in entries]
+    _attach_logs(results, log)
     tail = "\n".join(log.splitlines()[-LOG_TAIL:])
     if timed_out:
         why = f"{script.name} timed out after {timeout:.0f} s"
@@ -230,10 +259,34 @@ def run_script(python: str, script: Path, profile: dict, timeout: float, scope: 
         why = f"{script.name} wrote no results to --out (a list of {{check, package, status}} objects)"
     else:
         return results
-    results.append(CheckResult(f"{package}/run", package, "kernel", "fail", why, package in scope.required,
+    results.append(CheckResult(f"{label_of(script)}/run", package, "kernel", "fail", why, package in scope.required,
                                {"returncode": proc.returncode, "results_before": len(results)}, seconds,
                                log=tail, diagnosis=static.diagnose(log)))
     return results
+
+
+def check_outputs(log: str) -> dict[str, str]:
+    """Each check's own output (its child processes' included): the lines printed since the previous check's
+    result line, up to its own."""
+    outputs, lines = {}, []
+    for line in log.splitlines():
+        match = RESULT_LINE.match(line)
+        if match:
+            outputs[match.group(2)] = "\n".join(lines)
+            lines = []
+        else:
+            lines.append(line)
+    return outputs
+
+
+def _attach_logs(results: list[CheckResult], log: str) -> None:
+    """A failed check keeps the tail of its output and what the doctor recognises in it."""
+    outputs = check_outputs(log)
+    for r in results:
+        own = outputs.get(r.name, "")
+        if r.status == "fail" and own.strip():
+            r.log = "\n".join(own.splitlines()[-LOG_TAIL:])
+            r.diagnosis = static.diagnose(own)
 
 
 def _read_entries(path: Path) -> list[dict]:

@@ -18,11 +18,9 @@ import tempfile
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-# The scripts are named after the packages they check (torch.py, vllm.py), so with their folder on
-# sys.path `import torch` would import the script itself: take the folder off before anything else.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+# This folder is sys.path[0] of a script, and of every child it spawns (multiprocessing passes sys.path on), so
+# a spawned child re-running the script finds _common. Nothing here may be named like a package: the scripts
+# are check_<what>.py (tests/test_kernel_scripts.py fails on a name that an env or the catalog imports).
 
 # Defaults for the thresholds a GPU profile (gpus.toml) may override.
 DEFAULT_THRESHOLDS = {
@@ -54,8 +52,11 @@ class ProfileError(ValueError):
 
 
 class Profile:
-    def __init__(self, key: str, arch: str, fp8: bool, thresholds: dict):
+    def __init__(self, key: str, arch: str, fp8: bool, thresholds: dict, gpu_count: int | None = None,
+                 variant: str = "fsdp"):
         self.key, self.arch, self.fp8, self.thresholds = key, arch, fp8, thresholds
+        # How many GPUs the run gives the script (None: all it sees), and the env's variant (fsdp, megatron).
+        self.gpu_count, self.variant = gpu_count, variant
 
     def threshold(self, name: str) -> float:
         return float(self.thresholds.get(name, DEFAULT_THRESHOLDS[name]))
@@ -92,7 +93,12 @@ def parse_profile(text: str) -> Profile:
     for name, value in thresholds.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ProfileError(f"--profile threshold {name} must be a finite number, not {value!r}")
-    return Profile(key, arch, fp8, thresholds)
+    gpu_count, variant = data.get("gpu_count"), data.get("variant", "fsdp")
+    if gpu_count is not None and (isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 1):
+        raise ProfileError(f"--profile gpu_count must be a positive integer, not {gpu_count!r}")
+    if variant not in ("fsdp", "megatron"):
+        raise ProfileError(f"--profile variant must be \"fsdp\" or \"megatron\", not {variant!r}")
+    return Profile(key, arch, fp8, thresholds, gpu_count, variant)
 
 
 def _parse_arch(arch: str):
@@ -248,18 +254,6 @@ def main(package: str, requires: dict[str, str], checks, argv: list[str] | None 
         if name.endswith("/import") and result["status"] == "fail":
             break  # nothing else can run without the package
     return 0
-
-
-@contextlib.contextmanager
-def folder_on_path_for_children():
-    """A spawned child re-runs the script, whose first import is _common: let it find this folder.
-    Appended last, so the real packages still win; the child takes it off again on importing us."""
-    sys.path.append(HERE)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(HERE)
 
 
 def free_port() -> int:

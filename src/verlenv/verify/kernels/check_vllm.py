@@ -2,8 +2,12 @@
 FLASH_ATTN backend where the installed vLLM registers it; the first generated token of every prompt must match
 transformers' greedy pick for the same weights. Reports tokens/s.
 
+First, the time to the first token of a sampled (top-k/top-p) request on a fresh engine, and what that compiled:
+files that appeared in FlashInfer's JIT cache (nvcc at run time: a warning), Triton's, vLLM's and torch
+inductor's caches while the engine started and produced it.
+
 Thresholds: none.
-Run: python vllm.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_vllm.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import inspect
@@ -16,6 +20,11 @@ import time
 import _common
 
 PACKAGE = "vllm"
+# Where each JIT compiler vLLM may use at run time keeps what it compiled: (name, env var overriding it, default).
+JIT_CACHES = (("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfer"),
+              ("triton", "TRITON_CACHE_DIR", "~/.triton/cache", ""),
+              ("vllm", "VLLM_CACHE_ROOT", "~/.cache/vllm", ""),
+              ("inductor", "TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{os.environ.get('USER', 'root')}", ""))
 VOCAB, PROMPTS, NEW_TOKENS = 256, 16, 8
 SPECIAL = ["<unk>", "<s>", "</s>"]
 
@@ -85,6 +94,27 @@ def transformers_greedy(torch, directory, prompts, device="cuda"):
     return picks
 
 
+def jit_cache_dirs(environ=os.environ) -> dict[str, str]:
+    return {name: os.path.join(os.path.expanduser(environ.get(var) or default), *filter(None, [sub]))
+            for name, var, default, sub in JIT_CACHES}
+
+
+def cache_files(directory: str) -> set[str]:
+    found = set()
+    for root, _, files in os.walk(directory):
+        found.update(os.path.join(root, f) for f in files)
+    return found
+
+
+def new_cache_files(before: dict[str, set[str]], dirs: dict[str, str]) -> dict[str, list[str]]:
+    return {name: sorted(cache_files(path) - before[name]) for name, path in dirs.items()}
+
+
+def nvcc_built(new: dict[str, list[str]]) -> list[str]:
+    """FlashInfer's JIT output (its cached_ops folder): modules it compiled with nvcc at run time."""
+    return [f for f in new.get("flashinfer", []) if f"{os.sep}cached_ops{os.sep}" in f]
+
+
 def check_import():
     import vllm
 
@@ -100,11 +130,20 @@ def check_generate(torch):
         kwargs = dict(model=directory, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.2,
                       max_model_len=128, seed=0, enable_prefix_caching=False)
         backend = attention_backend(LLM, kwargs)
-        with _common.folder_on_path_for_children():
-            llm = LLM(**kwargs)
+        dirs = jit_cache_dirs()
+        before = {name: cache_files(path) for name, path in dirs.items()}
+        start = time.perf_counter()
+        llm = LLM(**kwargs)
+        engine_s = time.perf_counter() - start
         prompts = prompt_token_ids(torch)
-        params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
         requests = [{"prompt_token_ids": ids} for ids in prompts]
+        # Sampled with top-k/top-p, as a rollout samples: greedy requests skip the sampler that may JIT-compile.
+        start = time.perf_counter()
+        llm.generate(requests[:1], SamplingParams(max_tokens=1, temperature=1.0, top_k=50, top_p=0.9),
+                     use_tqdm=False)
+        first_token_s = time.perf_counter() - start
+        compiled = new_cache_files(before, dirs)
+        params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
         llm.generate(requests, params, use_tqdm=False)  # warm-up
         start = time.perf_counter()
         outputs = llm.generate(requests, params, use_tqdm=False)
@@ -116,7 +155,9 @@ def check_generate(torch):
     got = [list(o.outputs[0].token_ids) for o in outputs]
     produced = sum(len(g) for g in got)
     same = sum(a == b for g, w in zip(got, want) for a, b in zip(g, w))
-    numbers = {"prompts": len(prompts), "tokens": produced, "tokens_per_s": produced / seconds,
+    numbers = {"engine_start_s": engine_s, "first_token_s": first_token_s,
+               **{f"jit_new_files_{name}": len(files) for name, files in compiled.items()},
+               "prompts": len(prompts), "tokens": produced, "tokens_per_s": produced / seconds,
                "first_token_matches": sum(bool(g) and g[0] == w[0] for g, w in zip(got, want)),
                "token_agreement": same / (len(prompts) * NEW_TOKENS)}
     problems = []
@@ -126,8 +167,15 @@ def check_generate(torch):
     if numbers["first_token_matches"] != len(prompts):
         problems.append(f"first greedy token differs from transformers for "
                         f"{len(prompts) - numbers['first_token_matches']} of {len(prompts)} prompts")
+    built = nvcc_built(compiled)
+    if built:
+        problems.append(f"the first generation JIT-compiled {len(built)} FlashInfer files with nvcc (e.g. "
+                        f"{built[0]}); is VLLM_USE_FLASHINFER_SAMPLER=0 in effect (the env's runtime defaults)?")
+    jit = ", ".join(f"{n} {len(f)}" for n, f in compiled.items() if f) or "nothing"
     return _common.verdict(numbers, problems, f"attention {backend}; {produced / seconds:.0f} tokens/s for "
-                                              f"{len(prompts)} prompts x {NEW_TOKENS} tokens, eager, bf16")
+                                              f"{len(prompts)} prompts x {NEW_TOKENS} tokens, eager, bf16; first "
+                                              f"token {first_token_s:.1f} s after a {engine_s:.0f} s engine start, "
+                                              f"new JIT cache files: {jit}")
 
 
 def checks(profile, torch):

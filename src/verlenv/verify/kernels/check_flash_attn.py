@@ -2,7 +2,7 @@
 float64, and forward throughput against torch's own flash SDPA backend on the same shape.
 
 Thresholds: bf16_max_rel_err, fp16_max_rel_err, flash_attn_min_ratio_vs_sdpa, flash_attn_min_tflops.
-Run: python flash_attn.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_flash_attn.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import itertools

@@ -2,7 +2,7 @@
 GPU tensors against the same math written out here in plain Python.
 
 Thresholds: fp32_max_rel_err.
-Run: python verl.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_verl.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import math

@@ -3,7 +3,7 @@ passes on a build that lacks this GPU's arch), a bf16 Linear, and an fp8 Linear 
 the GPU profile allows fp8. All fwd+bwd against float64 torch.
 
 Thresholds: bf16_max_rel_err, fp8_max_rel_err.
-Run: python transformer_engine.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_transformer_engine.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import sys

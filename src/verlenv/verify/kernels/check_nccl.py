@@ -3,7 +3,7 @@ exactly on every rank), then bus bandwidth for 2 MiB .. 512 MiB. With one GPU th
 (NCCL initialises), but bandwidth means nothing.
 
 Thresholds: nccl_min_busbw_gbs_<n>gpu (bus bandwidth floor at 512 MiB for n GPUs; no floor where unset).
-Run: python nccl.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_nccl.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import datetime
@@ -65,9 +65,8 @@ def run_all_reduce(torch, world):
     os.environ.update(CHILD_ENV)
     with tempfile.TemporaryDirectory(prefix="verlenv-nccl-") as tmp:
         result_path = os.path.join(tmp, "result.json")
-        with _common.folder_on_path_for_children():
-            context = mp.start_processes(worker, args=(world, _common.free_port(), result_path), nprocs=world,
-                                         join=False, start_method="spawn")
+        context = mp.start_processes(worker, args=(world, _common.free_port(), result_path), nprocs=world,
+                                     join=False, start_method="spawn")
         deadline = time.monotonic() + TIMEOUT_S
         while not context.join(timeout=5):
             if time.monotonic() > deadline:

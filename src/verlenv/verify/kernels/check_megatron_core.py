@@ -3,7 +3,7 @@ GPU, built with the Transformer Engine layer spec when megatron can use TE and w
 forward + backward, loss finite and near ln(vocab) for an untrained model, every parameter gets a gradient.
 
 Thresholds: none.
-Run: python megatron_core.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_megatron_core.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import datetime

@@ -1,7 +1,7 @@
 """GPU checks of torch: the device, its arch against the profile's, a bf16 matmul, cuDNN and NCCL.
 
 Thresholds: bf16_max_rel_err, fp16_max_rel_err.
-Run: python torch.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_torch.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import sys

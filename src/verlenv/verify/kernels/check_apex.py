@@ -3,7 +3,7 @@ and megatron's fused weight-gradient GEMMs (fused_weight_gradient_mlp_cuda) agai
 Fails at once, without a GPU, when the installed `apex` is PyPI's unrelated web toolkit.
 
 Thresholds: bf16_max_rel_err, fp16_max_rel_err, fp32_max_rel_err.
-Run: python apex.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_apex.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import os

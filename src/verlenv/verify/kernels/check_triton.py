@@ -3,7 +3,7 @@ run them. Compiling links Triton's launcher against the driver's libcuda; a fail
 `cannot find -lcuda` case, and the reason says so.
 
 Thresholds: fp32_max_rel_err.
-Run: python triton.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_triton.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
 import subprocess

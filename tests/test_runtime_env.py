@@ -1,0 +1,133 @@
+"""Runtime defaults of an env (src/verlenv/runtime_env.py): the catalog's runtime_env table becomes a .pth in a real
+venv, and every process started with that venv's python sees it (a multiprocessing spawn child too, as vLLM's
+EngineCore and Ray workers are), while a value the user exports wins; verify reports it; bad tables are one line.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_verify_profiles import REPO
+from verlenv import catalog, runtime_env
+from verlenv.errors import UserError
+
+CHILD = textwrap.dedent("""\
+    import json, multiprocessing as mp, os, sys
+
+    def child(q):
+        q.put({n: os.environ.get(n) for n in ("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER")})
+
+    if __name__ == "__main__":
+        q = mp.get_context("spawn").Queue()
+        p = mp.get_context("spawn").Process(target=child, args=(q,))
+        p.start()
+        print(json.dumps(q.get(timeout=60)))
+        p.join()
+    """)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH")
+    prefix = tmp_path_factory.mktemp("runtime-env") / "venv"
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(prefix)], check=True, timeout=120)
+    return prefix / "bin" / "python"
+
+
+@pytest.fixture
+def cat():
+    return catalog.load(REPO / "stacks.toml")
+
+
+def spawned_child_sees(python, tmp_path, env=None) -> dict:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {k: v for k, v in (env or os.environ).items() if not k.startswith("VLLM_")}
+    proc = subprocess.run([str(python), str(script)], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_the_default_stack_sets_the_vllm_switches(cat):
+    assert runtime_env.defaults(cat.path, "verl-0.9") == {"VLLM_USE_FLASHINFER_SAMPLER": "0",
+                                                          "VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert runtime_env.defaults(cat.path, "verl-0.7") == {}
+
+
+def test_every_process_of_the_env_sees_the_defaults_and_the_user_wins(venv, cat, tmp_path):
+    variant = cat.variant("verl-0.9", "fsdp")
+    path = runtime_env.apply(venv, cat.path, variant)
+    assert path.name == runtime_env.PTH_NAME and path.parent.name == "site-packages"
+    assert spawned_child_sees(venv, tmp_path) == {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_USE_V2_MODEL_RUNNER": "0"}
+    user = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "1"}
+    script = tmp_path / "one.py"
+    script.write_text("import os; print(os.environ['VLLM_USE_V2_MODEL_RUNNER'])")
+    assert subprocess.run([str(venv), str(script)], capture_output=True, text=True, env=user,
+                          check=True).stdout.strip() == "1"
+    # python -S skips site, and with it the .pth: nothing else sets these.
+    proc = subprocess.run([str(venv), "-S", "-c", "import os; print(os.environ.get('VLLM_USE_V2_MODEL_RUNNER'))"],
+                          capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                               if not k.startswith("VLLM_")}, check=True)
+    assert proc.stdout.strip() == "None"
+
+
+def test_verify_reports_the_defaults_in_effect(venv, cat, monkeypatch):
+    variant = cat.variant("verl-0.9", "fsdp")
+    for name in ("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER"):
+        monkeypatch.delenv(name, raising=False)
+    runtime_env.apply(venv, cat.path, variant)
+    r = runtime_env.check(venv, cat.path, variant)
+    assert (r.name, r.status) == ("env/runtime-defaults", "pass")
+    assert r.reason == "VLLM_USE_FLASHINFER_SAMPLER=0, VLLM_USE_V2_MODEL_RUNNER=0"
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    r = runtime_env.check(venv, cat.path, variant)
+    assert r.status == "pass" and "VLLM_USE_V2_MODEL_RUNNER=1 set by the user (default 0)" in r.reason
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    Path(runtime_env.probe(venv, [])["site"], runtime_env.PTH_NAME).unlink()
+    r = runtime_env.check(venv, cat.path, variant)
+    assert r.status == "warn" and "not set in this env: VLLM_USE_FLASHINFER_SAMPLER, VLLM_USE_V2_MODEL_RUNNER" \
+        in r.reason
+
+
+def test_a_stack_without_defaults_removes_the_file(venv, cat):
+    runtime_env.apply(venv, cat.path, cat.variant("verl-0.9", "fsdp"))
+    assert runtime_env.apply(venv, cat.path, cat.variant("verl-0.7", "fsdp")) is None
+    site = runtime_env.probe(venv, [])["site"]
+    assert not os.path.exists(os.path.join(site, runtime_env.PTH_NAME))
+
+
+@pytest.mark.parametrize("table, complaint", [
+    ('"bad name" = "1"', "'bad name' is not an environment variable name"),
+    ("X = 1", ".X must be a string, not 1"),
+])
+def test_a_bad_table_is_one_line(tmp_path, table, complaint):
+    path = tmp_path / "stacks.toml"
+    path.write_text(f'[stacks."s".runtime_env]\n{table}\n')
+    with pytest.raises(UserError, match="runtime_env") as e:
+        runtime_env.defaults(path, "s")
+    assert complaint in str(e.value) and "\n" not in str(e.value)
+
+
+def test_pth_text_is_one_import_line_that_sets_defaults_only():
+    text = runtime_env.pth_text({"B": "x'y", "A": "0"})
+    assert text.count("\n") == 1 and text.startswith("import os; ")
+    env = {"A": "user"}
+    exec(text.replace("import os; ", ""), {"os": type("os", (), {"environ": env})})
+    assert env == {"A": "user", "B": "x'y"}
+
+
+def test_the_module_writes_an_env_by_hand_and_refuses_a_bad_python(venv, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "verlenv.runtime_env", "--python", str(venv)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("wrote ") and runtime_env.PTH_NAME in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "verlenv.runtime_env", "--python", str(tmp_path / "false")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr

@@ -1,0 +1,249 @@
+"""The CPU side of the verl trainer check (kernels/check_verl_trainer.py): the tiny model, tokenizer and parquet it
+writes, loaded back with transformers and pyarrow; its command line parsed by verl's own main_ppo (--cfg job); the
+metric parser on lines made by verl's own console logger; the judging of good and broken runs.
+
+Everything needing torch, transformers or verl runs inside an env that has them (the default env, see
+torch_python in test_kernel_scripts.py); the parser and the judge need only the standard library.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_kernel_scripts import KERNELS, load, torch_python
+
+GOOD_STEP = {"actor/pg_loss": -0.0123, "actor/grad_norm": 0.87, "training/rollout_actor_probs_pearson_corr": 0.99994,
+             "training/rollout_probs_diff_mean": 0.0004, "training/rollout_probs_diff_max": 0.01,
+             "timing_s/step": 9.5, "timing_s/gen": 4.0}
+GOOD_WEIGHTS = {"weights_rel_change": 3e-3, "tensors_changed": 21, "tensors_compared": 21}
+
+
+def trainer():
+    return load("verl_trainer")
+
+
+def test_judge_passes_a_good_run():
+    numbers, problems = trainer().judge({1: dict(GOOD_STEP), 2: dict(GOOD_STEP)}, GOOD_WEIGHTS)
+    assert problems == []
+    assert numbers["step1_grad_norm"] == 0.87 and numbers["step2_pearson"] == 0.99994
+    assert numbers["weights_rel_change"] == 3e-3
+
+
+@pytest.mark.parametrize("broken, complaint", [
+    ({"actor/grad_norm": 0.0}, "actor/grad_norm is 0.0"),
+    ({"actor/grad_norm": math.nan}, "actor/grad_norm is nan"),
+    ({"actor/pg_loss": math.inf}, "actor/pg_loss is inf"),
+    ({"training/rollout_actor_probs_pearson_corr": 0.9}, "correlation 0.90000 below 0.99"),
+    ({"training/rollout_actor_probs_pearson_corr": math.nan}, "correlation nan below"),
+    ({"training/rollout_probs_diff_mean": 0.2}, "above 0.01"),
+])
+def test_judge_fails_a_broken_step(broken, complaint):
+    numbers, problems = trainer().judge({1: dict(GOOD_STEP), 2: {**GOOD_STEP, **broken}}, GOOD_WEIGHTS)
+    assert len(problems) == 1 and problems[0].startswith("step 2:") and complaint in problems[0], problems
+
+
+def test_judge_fails_missing_steps_metrics_and_unchanged_weights():
+    step = {k: v for k, v in GOOD_STEP.items() if k != "training/rollout_actor_probs_pearson_corr"}
+    _, problems = trainer().judge({1: step}, {**GOOD_WEIGHTS, "tensors_changed": 0, "weights_rel_change": 0.0})
+    assert problems == ["step 1: verl logged no training/rollout_actor_probs_pearson_corr",
+                        "verl logged no metrics for step 2",
+                        "the actor's weights did not change over 2 steps (verl's own checkpoint)"]
+    _, problems = trainer().judge({1: dict(GOOD_STEP), 2: dict(GOOD_STEP)}, None)
+    assert problems == ["verl saved no hf_model checkpoint to compare the weights with"]
+
+
+def test_parse_metrics_reads_ray_prefixed_lines_and_skips_others():
+    lines = ["(TaskRunnerV1 pid=4242) step:1 - actor/pg_loss:-0.5 - actor/grad_norm:1.25 - timing_s/gen:3.0",
+             "INFO 11-24 vllm: step:abc is not a metrics line",
+             "(TaskRunnerV1 pid=4242) step:2 - actor/grad_norm:nan - training/global_step:2"]
+    steps = trainer().parse_metrics(lines)
+    assert set(steps) == {1, 2}
+    assert steps[1] == {"actor/pg_loss": -0.5, "actor/grad_norm": 1.25, "timing_s/gen": 3.0}
+    assert math.isnan(steps[2]["actor/grad_norm"]) and steps[2]["training/global_step"] == 2.0
+
+
+def test_the_reward_varies_with_the_response():
+    namespace = {}
+    exec(trainer().REWARD_SOURCE, namespace)
+    score = namespace["compute_score"]
+    scores = {score("openai/gsm8k", text, "7") for text in ["w1 w2 w3", "w4 w9", "w17 w18 w19 w20", "3 + 4"]}
+    assert len(scores) == 4 and score("openai/gsm8k", "", "7") == 0.0
+    assert score("openai/gsm8k", "w1 7", "7") - score("openai/gsm8k", "w1 8", "7") > 0.5
+
+
+def test_the_overrides_size_the_batch_by_gpus():
+    t = trainer()
+    paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
+    two = dict(o.split("=", 1) for o in t.overrides(paths, 2, "fsdp"))
+    assert two["data.train_batch_size"] == "16" and two["actor_rollout_ref.actor.ppo_mini_batch_size"] == "8"
+    assert two["trainer.n_gpus_per_node"] == "2" and two["actor_rollout_ref.rollout.name"] == "vllm"
+    assert not any("attn_implementation" in key for key in two)  # verl's default (flash-attn) stays
+    megatron = t.command("python", paths, 1, "megatron")
+    assert megatron[:5] == ["python", "-m", "verl.trainer.main_ppo", "--config-name", "ppo_megatron_trainer"]
+
+
+# Runs in an env with torch, transformers, pyarrow, verl and hydra: writes the inputs, reads them back the way
+# verl does, has verl's main_ppo parse the check's command line (both variants) and checks what it set.
+IN_ENV = r'''
+import importlib.util, json, os, sys, tempfile
+
+KERNELS, OUT = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("_common", os.path.join(KERNELS, "_common.py"))
+sys.modules["_common"] = common = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(common)
+spec = importlib.util.spec_from_file_location("check_verl_trainer", os.path.join(KERNELS, "check_verl_trainer.py"))
+t = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(t)
+
+import pyarrow.parquet as pq
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+torch.set_num_threads(2)
+work = tempfile.mkdtemp(dir=OUT)
+paths = t.write_inputs(work, torch)
+tokenizer = AutoTokenizer.from_pretrained(paths["model"])
+model = AutoModelForCausalLM.from_pretrained(paths["model"])
+rows = pq.read_table(paths["data"]).to_pylist()
+chat = tokenizer.apply_chat_template(rows[0]["prompt"], add_generation_prompt=True, tokenize=False)
+ids = tokenizer.apply_chat_template(rows[0]["prompt"], add_generation_prompt=True, tokenize=True)
+ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+with torch.no_grad():
+    probs = model(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
+out = {"vocab": len(tokenizer), "model_vocab": model.config.vocab_size, "chat": chat, "unk": tokenizer.unk_token_id,
+       "ids": list(ids), "pad": tokenizer.pad_token_id, "eos": tokenizer.eos_token_id, "rows": len(rows),
+       "row": rows[0], "top_prob": probs.max().item(), "dtype": str(model.dtype),
+       "attn": model.config._attn_implementation if hasattr(model.config, "_attn_implementation") else None}
+
+weights = t.weight_change(torch, paths["model"], paths["model"])
+out["same_weights"] = weights
+
+import os
+import subprocess
+import sys
+import time
+import yaml
+from omegaconf import OmegaConf
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+for variant in ("fsdp", "megatron"):
+    # verl's own entry point parses the command line the check runs; --cfg job prints the config and stops.
+    cmd = t.command(sys.executable, paths, 2, variant) + ["--cfg", "job", "--resolve"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=paths["run"])
+    if proc.returncode != 0:
+        raise SystemExit(f"{variant}: {' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    cfg = OmegaConf.create(yaml.safe_load(proc.stdout))
+    a = cfg.actor_rollout_ref
+    out[variant] = {"use_v1": cfg.trainer.use_v1, "strategy": a.actor.strategy, "rollout": a.rollout.name,
+                    "n": a.rollout.n, "tp": a.rollout.tensor_model_parallel_size, "model": a.model.path,
+                    "reward": cfg.reward.custom_reward_function.path, "logger": list(cfg.trainer.logger),
+                    "steps": cfg.trainer.total_training_steps, "gpus": cfg.trainer.n_gpus_per_node,
+                    "calc_log_probs": a.rollout.calculate_log_probs, "adv": cfg.algorithm.adv_estimator,
+                    "save": list(a.actor.checkpoint.save_contents), "lr": a.actor.optim.lr,
+                    "attn": OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation")}
+    omega_conf_to_dataclass(a.rollout)  # verl's own RolloutConfig validation
+    # What main_ppo checks before it starts Ray: batch sizes against GPUs, micro-batches, the critic's need.
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    out[variant]["validated"] = True
+
+# verl's console logger writes the metric lines the check parses.
+import contextlib, io
+from verl.utils.logger.aggregate_logger import LocalLogger
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    LocalLogger().log({"actor/pg_loss": -0.25, "actor/grad_norm": 1.5, "note": "text", "timing_s/step": 3}, step=1)
+out["console_line"] = buf.getvalue().strip()
+out["parsed"] = t.parse_metrics(buf.getvalue().splitlines())
+json.dump(out, open(os.path.join(OUT, "out.json"), "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def in_env(tmp_path_factory) -> dict:
+    python = torch_python()
+    if python is None:
+        pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
+    probe = subprocess.run([python, "-c", "import verl, hydra, pyarrow, transformers"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("the torch environment lacks verl, hydra, pyarrow or transformers")
+    out = tmp_path_factory.mktemp("verl-trainer")
+    proc = subprocess.run([python, "-c", IN_ENV, str(KERNELS), str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "out.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_written_model_tokenizer_and_data_load_back(in_env):
+    t = trainer()
+    assert in_env["vocab"] == in_env["model_vocab"] == t.VOCAB and in_env["dtype"] == "torch.bfloat16"
+    assert in_env["chat"].startswith("user : w") and in_env["chat"].endswith("assistant : ")
+    assert in_env["unk"] not in in_env["ids"]  # every word of the chat prompt is in the vocabulary
+    assert in_env["pad"] != in_env["eos"] and in_env["rows"] == t.ROWS
+    row = in_env["row"]
+    assert row["data_source"] == "openai/gsm8k" and row["prompt"][0]["role"] == "user"
+    assert row["reward_model"]["ground_truth"].isdigit() and row["extra_info"]["index"] == 0
+    assert 1 / t.VOCAB * 2 < in_env["top_prob"] < 0.9  # neither uniform nor greedy
+    assert in_env["same_weights"]["tensors_changed"] == 0 and in_env["same_weights"]["weights_rel_change"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["fsdp", "megatron"])
+def test_verls_own_entry_point_parses_the_overrides(in_env, variant):
+    cfg = in_env[variant]
+    assert cfg["use_v1"] is True and cfg["strategy"] == variant and cfg["rollout"] == "vllm"
+    assert (cfg["n"], cfg["tp"], cfg["steps"], cfg["gpus"], cfg["adv"]) == (4, 1, 2, 2, "grpo")
+    assert cfg["calc_log_probs"] is True and "hf_model" in cfg["save"] and cfg["logger"] == ["console"]
+    assert cfg["reward"].endswith("verlenv_check_reward.py") and cfg["model"].endswith("model")
+    assert cfg["attn"] is None and cfg["lr"] == 1e-4  # verl's default attention (flash-attn) is left alone
+    assert cfg["validated"]
+
+
+@pytest.mark.slow
+def test_the_parser_reads_verls_own_console_line(in_env):
+    assert in_env["console_line"].startswith("step:1 - ")
+    assert in_env["parsed"] == {"1": {"actor/pg_loss": -0.25, "actor/grad_norm": 1.5, "timing_s/step": 3.0}}
+
+
+def test_the_hf_checkpoint_is_found_in_either_layout(tmp_path):
+    t = trainer()
+    assert t.hf_checkpoint(tmp_path) is None
+    (tmp_path / "dist.safetensors").write_text("")  # not the hf_model part
+    assert t.hf_checkpoint(tmp_path) is None
+    megatron = tmp_path / "model" / "huggingface"
+    megatron.mkdir(parents=True)
+    (megatron / "model.safetensors").write_text("")
+    assert t.hf_checkpoint(tmp_path) == str(megatron)
+    fsdp = tmp_path / "huggingface"
+    fsdp.mkdir()
+    (fsdp / "model.safetensors").write_text("")
+    assert t.hf_checkpoint(tmp_path) == str(fsdp)
+
+
+def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
+    # A stand-in for main_ppo (test double): prints what verl's console logger prints, then exits or hangs.
+    t = trainer()
+    talk = ("import sys, time; print('ray init', flush=True); time.sleep(0.3); "
+            "print('(TaskRunnerV1 pid=1) step:1 - actor/grad_norm:0.5 - timing_s/step:0.1', flush=True)")
+    lines, code, walls = t.run_trainer([sys.executable, "-c", talk], str(tmp_path), timeout=60)
+    assert code == 0 and t.parse_metrics(lines) == {1: {"actor/grad_norm": 0.5, "timing_s/step": 0.1}}
+    assert 0.3 <= walls["first_metrics_s"] <= walls["wall_s"] < 30
+    assert "ray init" in capsys.readouterr().out  # echoed, so the runner keeps it with the check's output
+    child = tmp_path / "child.pid"
+    hang = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(child)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
+    start = time.monotonic()
+    lines, code, _ = t.run_trainer([sys.executable, "-c", hang], str(tmp_path), timeout=2)
+    assert code is None and lines == ["started"] and time.monotonic() - start < 30
+    pid = int(child.read_text())
+    for _ in range(50):  # the killed child is reaped shortly after
+        if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the trainer's child {pid} outlived the timeout")

@@ -108,6 +108,10 @@ def install_main(args) -> int:
     python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
                                              python=None if into else args.python, into=into,
                                              expected_lock=expected, keep=keep)
+    from verlenv import runtime_env
+
+    # The stack's runtime defaults (.pth) are part of the env, whichever way it was installed.
+    runtime_env.apply(python, cat.root / "stacks.toml", variant)
     results = lock_drift(python, cat, variant, lock)
     for r in results:
         print(f"drift check {r.name}: {r.status}: {r.reason}", file=sys.stderr)

@@ -20,6 +20,9 @@ import time
 import _common
 
 PACKAGE = "vllm"
+# This process has initialised CUDA (the reference model) before the engine starts: a forked EngineCore cannot
+# re-initialise it ("Cannot re-initialize CUDA in forked subprocess"). verl's workers use spawn too.
+os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 # Where each JIT compiler vLLM may use at run time keeps what it compiled: (name, env var overriding it, default).
 JIT_CACHES = (("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfer"),
               ("triton", "TRITON_CACHE_DIR", "~/.triton/cache", ""),

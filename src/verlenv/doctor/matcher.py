@@ -40,10 +40,12 @@ class Evidence:
     first: int  # 1-based line numbers in the log
     last: int
     text: str
+    file: str = ""  # the log file, when several were read (a directory)
 
     @property
     def where(self) -> str:
-        return f"L{self.first}" if self.first == self.last else f"L{self.first}-{self.last}"
+        lines = f"L{self.first}" if self.first == self.last else f"L{self.first}-{self.last}"
+        return f"{self.file}:{lines}" if self.file else lines
 
 
 @dataclass
@@ -65,7 +67,8 @@ class Diagnosis:
         f = self.failure
         return {
             "id": f.id, "title": f.title, "priority": f.priority, "matched": self.count,
-            "evidence": [{"lines": [e.first, e.last], "text": e.text} for e in self.evidence],
+            "evidence": [{"lines": [e.first, e.last], "text": e.text} | ({"file": e.file} if e.file else {})
+                         for e in self.evidence],
             "details": self.details, "cause": f.cause, "fix": list(f.fix), "verlenv": f.verlenv, "refs": list(f.refs),
         }
 
@@ -123,7 +126,14 @@ class Matcher:
         self._keywords = list(self._by_keyword)
         self._rank = {f.id: n for n, f in enumerate(self.failures)}
 
-    def feed(self, raw: str) -> None:
+    def feed(self, raw: str, lineno: int | None = None) -> None:
+        """Match one line; `lineno` (1-based) when lines are skipped, as the scanner does between hits."""
+        if lineno is not None:
+            if lineno <= self.lineno:
+                return  # already fed (a hit's neighbour)
+            if lineno != self.lineno + 1:
+                self._window.clear()  # never join lines that were not adjacent
+            self.lineno = lineno - 1
         self.lineno += 1
         # A carriage return redraws the line (progress bars): match each drawn state.
         for part in raw.rstrip("\n").split("\r"):
@@ -187,7 +197,11 @@ class Matcher:
             if key not in seen and pattern.search(text):
                 seen.add(key)
 
-    def result(self) -> list["Diagnosis"]:
+    def saw_context(self, key: tuple[str, int]) -> None:
+        """A signature's context appeared in the log (found by the scanner, outside the lines fed)."""
+        self._context_seen.add(key)
+
+    def result(self, file: str = "") -> list["Diagnosis"]:
         valid = [h for h in self._hits if not h.failure.signatures[h.signature].context
                  or (h.failure.id, h.signature) in self._context_seen]
         # Credit each line to the highest-priority failure that matched it.
@@ -204,15 +218,33 @@ class Matcher:
             lines = seen_lines.setdefault(h.failure.id, set())
             if (h.first, h.last) not in lines:
                 lines.add((h.first, h.last))
-                d.evidence.append(Evidence(h.first, h.last, h.text))
+                d.evidence.append(Evidence(h.first, h.last, h.text, file))
             for k, v in h.groups.items():
                 d.details.setdefault(k, v)
         for fid, extra in self._overflow.items():
             if fid in diagnoses:
                 diagnoses[fid].uncounted = extra
-        ranked = sorted(diagnoses.values(), key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
-        _explain_symbols(ranked)
-        return ranked
+        return ranked(list(diagnoses.values()))
+
+
+def ranked(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    out = sorted(diagnoses, key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
+    _explain_symbols(out)
+    return out
+
+
+def merged(per_file: Iterable[list[Diagnosis]]) -> list[Diagnosis]:
+    """One diagnosis per failure over several logs (a directory), the evidence of each kept with its file."""
+    by_id: dict[str, Diagnosis] = {}
+    for diagnoses in per_file:
+        for d in diagnoses:
+            into = by_id.setdefault(d.id, Diagnosis(d.failure))
+            room = max(0, KEPT - len(into.evidence))
+            into.evidence.extend(d.evidence[:room])
+            into.uncounted += d.uncounted + max(0, len(d.evidence) - room)
+            for k, v in d.details.items():
+                into.details.setdefault(k, v)
+    return ranked(list(by_id.values()))
 
 
 def _explain_symbols(diagnoses: list[Diagnosis]) -> None:
@@ -231,15 +263,11 @@ def lines_of(stream: BinaryIO) -> Iterator[str]:
 
 
 def diagnose_lines(lines: Iterable[str], failures: Iterable[Failure] | None = None) -> list[Diagnosis]:
+    """Every line through the matcher: the reference that the fast scanner (scan.py) must agree with."""
     m = Matcher(failures)
     for line in lines:
         m.feed(line)
     return m.result()
-
-
-def diagnose_text(text: str) -> list[Diagnosis]:
-    """Known failures in a log held in memory (for build and verify to call on a failing step)."""
-    return diagnose_lines(text.splitlines())
 
 
 def format_diagnoses(diagnoses: list[Diagnosis], source: str = "log") -> str:

@@ -85,7 +85,7 @@ def test_variants_of_real_excerpts_still_match(path, variant):
 def test_healthy_logs_match_nothing(path):
     text = path.read_text()
     # They do contain words that failures use (a build's nvcc, cuDNN and NCCL paths, `undefined`, MAX_JOBS).
-    assert any(k in text.lower() for f in knowledge.load() for k in f.keywords) or "undefined" in text
+    assert re.search(r"undefined|MAX_JOBS|nvcc|cudnn|nccl", text, re.IGNORECASE)
     assert diagnose_text(text) == []
     assert diagnose_text(with_ansi(hard_wrapped(text))) == []
 

@@ -73,12 +73,13 @@ class Diagnosis:
         }
 
 
-def _joins(pieces: list[str]) -> list[str]:
+def _joins(pieces: list[str], widths: list[int]) -> list[str]:
     """Ways a message wrapped over `pieces` may have read: a terminal cuts at a fixed width inside a word
-    (join without a space), a program wraps at word boundaries and indents (join with one space)."""
+    (join without a space), a program wraps at word boundaries and indents (join with one space).
+    `widths` are the lines' lengths as printed, log prefixes included (the terminal counted those too)."""
     words = pieces[0]
-    for before, after in pairwise(pieces):
-        hard = len(before) >= HARD_WRAP and not after[:1].isspace()
+    for (before, after), width in zip(pairwise(pieces), widths, strict=False):
+        hard = width >= HARD_WRAP and not after[:1].isspace()
         words += ("" if hard else " ") + after
     spaced = " ".join(pieces)
     out = [" ".join(words.split())]
@@ -108,7 +109,7 @@ class Matcher:
     def __init__(self, failures: Iterable[Failure] | None = None):
         self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
         self.lineno = 0
-        self._window: deque[tuple[int, str, set, set]] = deque(maxlen=WINDOW)
+        self._window: deque[tuple[int, str, set, set, int]] = deque(maxlen=WINDOW)
         self._hits: list[_Hit] = []
         self._kept: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
@@ -161,9 +162,9 @@ class Matcher:
                 if not keywords:
                     continue
                 skip = matched.union(*(p[2] for p in parts))
-                for joined in _joins(pieces):
+                for joined in _joins(pieces, [p[4] for p in parts]):
                     self._try(joined, keywords, parts[0][0], self.lineno, matched, skip)
-        self._window.append((self.lineno, text, matched, present))
+        self._window.append((self.lineno, text, matched, present, len(shown)))
 
     def _present(self, lowered: str) -> set[str]:
         return {k for k in self._keywords if k in lowered}

@@ -16,10 +16,12 @@ import re2
 
 from verlenv.doctor import knowledge
 from verlenv.doctor.knowledge import Failure
-from verlenv.doctor.matcher import WINDOW, Matcher
+from verlenv.doctor.matcher import PREFIX_FORMS, WINDOW, Matcher
 
 BLOCK = 4 << 20  # bytes read at a time; big enough that Python's per-block work is noise
 LONGEST_LINE = 16 << 20  # a longer line (binary junk without newlines) keeps only its head
+# RE2's default 8 MiB lets the keyword automaton's DFA overflow and fall back to a 100x slower engine.
+DFA_MEMORY = 64 << 20
 NEIGHBOURS = WINDOW - 1  # lines each side of a hit, so that a message wrapped over WINDOW lines is joined
 # ANSI escapes (as the matcher strips them), never across a line break, so that line numbers stay right.
 ANSI = re2.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
@@ -30,22 +32,56 @@ def _escape(text: str) -> str:
     return "".join("\\" + c if c in _META else c for c in text)
 
 
+# A program wraps at spaces, and its logger may put a prefix (timestamp, worker tag) before the next line;
+# a terminal cuts anywhere, adding nothing. (A prefix after every cut would overflow RE2's DFA.)
+_SPACE = rf"(?:\s|\n(?:\s*(?:{PREFIX_FORMS}))+)+"
+_CUT = r"(?:\r?\n)?"
+
+
 def _literal(text: str) -> str:
     """A keyword as RE2 syntax that still matches when a line break cuts it (hard wrap) or replaces a space."""
-    out = [r"\s+" if c == " " else _escape(c) for c in text]
-    return r"(?:\r?\n)?".join(out).replace(r"(?:\r?\n)?\s+(?:\r?\n)?", r"\s+")
+    out = []
+    for i, c in enumerate(text):
+        if c == " ":
+            out.append(_SPACE)
+            continue
+        if i and text[i - 1] != " ":
+            out.append(_CUT)
+        out.append(_escape(c))
+    return "".join(out)
+
+
+def _options() -> "re2.Options":
+    options = re2.Options()
+    options.max_mem = DFA_MEMORY
+    return options
 
 
 @dataclass(frozen=True)
 class Patterns:
-    keywords: "re2._Regexp"
+    keywords: tuple[str, ...]  # RE2 sources, each keyword as it may be wrapped
     contexts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # RE2 source -> signature keys it satisfies
+
+    @cache
+    def sieve(self, contexts_left: frozenset[int]) -> "re2.Set":
+        """One automaton for every keyword and the context entries not seen yet: a block is read once."""
+        sieve = re2.Set.SearchSet(_options())
+        for src in self.keywords:
+            sieve.Add(src.encode())
+        for i in sorted(contexts_left):
+            sieve.Add(self.contexts[i][0].encode())
+        sieve.Compile()
+        return sieve
+
+    @cache
+    def finder(self, present: frozenset[int]) -> "re2._Regexp":
+        """The keywords a block holds, to find where: rarely all of them, so a smaller automaton."""
+        return re2.compile("|".join(self.keywords[i] for i in sorted(present)).encode(), options=_options())
 
 
 @cache
 def _patterns(failures: tuple[Failure, ...]) -> Patterns:
     words = sorted({k for f in failures for k in f.keywords}, key=lambda k: (-len(k), k))
-    keywords = re2.compile(("(?i)" + "|".join(_literal(w) for w in words)).encode())
     by_context: dict[str, list] = {}
     for f in failures:
         for i, s in enumerate(f.signatures):
@@ -53,38 +89,15 @@ def _patterns(failures: tuple[Failure, ...]) -> Patterns:
                 by_context.setdefault("(?i)" + _escape(c), []).append((f.id, i))
             for p in s.context_patterns:
                 by_context.setdefault(p.pattern, []).append((f.id, i))
-    return Patterns(keywords, tuple((src, tuple(keys)) for src, keys in by_context.items()))
-
-
-class _Contexts:
-    """The context entries not seen yet, as one automaton rebuilt only when one of them is found."""
-
-    def __init__(self, patterns: Patterns, matcher: Matcher):
-        self.matcher = matcher
-        self.left = {src: (re2.compile(src.encode()), keys) for src, keys in patterns.contexts}
-        self._compile()
-
-    def _compile(self) -> None:
-        self.any = re2.compile("|".join(f"(?:{s})" for s in self.left).encode()) if self.left else None
-
-    def search(self, block: bytes) -> None:
-        pos = 0
-        while self.any is not None and (m := self.any.search(block, pos)):
-            line_start = block.rfind(b"\n", 0, m.start()) + 1
-            line_end = block.find(b"\n", m.end())
-            line = block[line_start:line_end if line_end >= 0 else len(block)]
-            found = [src for src, (rx, _) in self.left.items() if rx.search(line)]
-            for src in found:
-                for key in self.left.pop(src)[1]:
-                    self.matcher.saw_context(key)
-            self._compile()
-            pos = m.start() if found else m.end()
+    return Patterns(tuple("(?i)" + _literal(w) for w in words),
+                    tuple((src, tuple(keys)) for src, keys in by_context.items()))
 
 
 def scan(stream: BinaryIO, matcher: Matcher, failures: Iterable[Failure] | None = None) -> Matcher:
     """Feed `matcher` the lines of `stream` that can hold a known failure; returns the matcher."""
     patterns = _patterns(tuple(failures or knowledge.load()))
-    contexts = _Contexts(patterns, matcher)
+    n_keywords = len(patterns.keywords)
+    contexts_left = frozenset(range(len(patterns.contexts)))
     base = 0  # lines before this block
     carried = b""  # the previous block's last lines: a keyword may be cut by the line break before this block
     pending = b""  # a line not ended yet
@@ -102,34 +115,48 @@ def scan(stream: BinaryIO, matcher: Matcher, failures: Iterable[Failure] | None 
             break
         if b"\x1b" in fresh:
             fresh = ANSI.sub(b"", fresh)
-        contexts.search(fresh)
         block = carried + fresh
-        start = base - carried.count(b"\n")
-        _feed_hits(block, start, patterns.keywords, matcher)
+        found = patterns.sieve(contexts_left).Match(block) or ()
+        keywords = frozenset(i for i in found if i < n_keywords)
+        if len(keywords) < len(found):
+            left = sorted(contexts_left)
+            seen = {left[i - n_keywords] for i in found if i >= n_keywords}
+            for i in seen:
+                for key in patterns.contexts[i][1]:
+                    matcher.saw_context(key)
+            contexts_left -= seen
+        if keywords:
+            _feed_hits(block, base - carried.count(b"\n"), patterns.finder(keywords), matcher)
         base += fresh.count(b"\n")
         carried = _last_lines(block)
     return matcher
 
 
-def _feed_hits(block: bytes, start: int, keywords, matcher: Matcher) -> None:
+def _feed_hits(block: bytes, start: int, finder, matcher: Matcher) -> None:
     """Feed the lines of `block` (whole lines, the first one numbered start + 1) around each keyword hit."""
-    nlines = block.count(b"\n")
-    spans: list[list[int]] = []  # 0-based line indexes in this block, inclusive, merged
+    spans: list[list[int]] = []  # [first line, last line, offset of the first line], 0-based in this block
     counted_to, line = 0, 0
-    for m in keywords.finditer(block):
+    for m in finder.finditer(block):
         line += block.count(b"\n", counted_to, m.start())
         counted_to = m.start()
-        first, last = max(0, line - NEIGHBOURS), line + block.count(b"\n", m.start(), m.end()) + NEIGHBOURS
+        first, last = line - NEIGHBOURS, line + block.count(b"\n", m.start(), m.end()) + NEIGHBOURS
         if spans and first <= spans[-1][1] + 1:
             spans[-1][1] = max(spans[-1][1], last)
-        else:
-            spans.append([first, last])
-    if not spans:
-        return
-    lines = block.split(b"\n")
-    for first, last in spans:
-        for index in range(first, min(last, nlines - 1) + 1):
-            matcher.feed(lines[index].decode("utf-8", errors="replace"), start + index + 1)
+            continue
+        # Offset of the span's first line: back from the hit's own line, never before the block.
+        offset = block.rfind(b"\n", 0, m.start()) + 1
+        while first < line and offset > 0:
+            offset = block.rfind(b"\n", 0, offset - 1) + 1
+            line -= 1
+            counted_to = offset
+        spans.append([line, last, offset])
+    for first, last, offset in spans:
+        for number in range(first, last + 1):
+            end = block.find(b"\n", offset)
+            if end < 0:
+                break
+            matcher.feed(block[offset:end].decode("utf-8", errors="replace"), start + number + 1)
+            offset = end + 1
 
 
 def _last_lines(block: bytes) -> bytes:

@@ -19,7 +19,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def diagnose_stream(stream: BinaryIO, file: str = "") -> list[Diagnosis]:
-    return scan.scan(stream, Matcher()).result(file)
+    return scan.scan(stream, Matcher(contexts_found_elsewhere=True)).result(file)
 
 
 def diagnose_text(text: str) -> list[Diagnosis]:

@@ -107,7 +107,10 @@ class _Hit:
 class Matcher:
     """Feed lines one by one (any size of log), then `result()`."""
 
-    def __init__(self, failures: Iterable[Failure] | None = None):
+    def __init__(self, failures: Iterable[Failure] | None = None, contexts_found_elsewhere: bool = False):
+        """`contexts_found_elsewhere`: the caller reports contexts with `saw_context` (the scanner searches
+        whole blocks for them), so lines need not be searched again."""
+        self._contexts_found_elsewhere = contexts_found_elsewhere
         self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
         self.lineno = 0
         self._window: deque[tuple[int, str, set, set, int]] = deque(maxlen=WINDOW)
@@ -149,7 +152,8 @@ class Matcher:
 
     def _feed_text(self, text: str, shown: str) -> None:
         lowered = text.lower()
-        self._check_contexts(text, lowered)
+        if not self._contexts_found_elsewhere:
+            self._check_contexts(text, lowered)
         matched: set[tuple[str, int]] = set()
         # Keywords are compared with runs of spaces squeezed (aligned columns, "size   changed").
         present = self._present(" ".join(lowered.split())) if text else set()

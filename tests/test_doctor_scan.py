@@ -5,6 +5,9 @@ import gzip
 import io
 import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +133,17 @@ def test_bad_log_paths_are_one_line(tmp_path, capsys, make, message):
     assert main(["doctor", str(target)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_without_re2_small_texts_are_read_line_by_line_with_the_same_result():
+    # verify runs on GPU hosts whose env has only torch, packaging, rich, pyyaml and pyelftools.
+    paths = [str(p) for p in FAILURE_LOGS[::5]]
+    code = ("import json, sys\n"
+            "sys.modules['re2'] = None\n"
+            "from verlenv.doctor import diagnose_text\n"
+            "import verlenv.verify.static\n"
+            "texts = [open(p).read().partition('\\n')[2] for p in sys.argv[1:]]\n"
+            "print(json.dumps([[d.id for d in diagnose_text(t)] for t in texts]))\n")
+    out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [[d.id for d in diagnose_text(excerpt(Path(p)))] for p in paths]
+    assert all(json.loads(out.stdout))

@@ -11,14 +11,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from verlenv.doctor import scan
-from verlenv.doctor.matcher import Diagnosis, Matcher, merged
+from verlenv.doctor.matcher import Diagnosis, Matcher, lines_of, merged
 from verlenv.errors import UserError
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+try:
+    from verlenv.doctor import scan
+except ImportError:  # no google-re2 (a GPU host with only the verify path's packages): read line by line
+    scan = None
+
+
 def diagnose_stream(stream: BinaryIO, file: str = "") -> list[Diagnosis]:
+    if scan is None:
+        matcher = Matcher()
+        for line in lines_of(stream):
+            matcher.feed(line)
+        return matcher.result(file)
     return scan.scan(stream, Matcher(contexts_found_elsewhere=True)).result(file)
 
 

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import BinaryIO
 
-import re2
-
 from verlenv.doctor import knowledge, symbols
 from verlenv.doctor.knowledge import Failure
 
@@ -129,8 +127,6 @@ class Matcher:
             for k in f.keywords:
                 self._by_keyword.setdefault(k, []).append(f)
         self._keywords = list(self._by_keyword)
-        # Most texts hold no keyword: one automaton pass says so before ~160 `in` tests run.
-        self._any_keyword = re2.compile("|".join(re2.escape(k) for k in self._keywords))
         self._rank = {f.id: n for n, f in enumerate(self.failures)}
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
@@ -175,8 +171,6 @@ class Matcher:
         self._window.append((self.lineno, text, matched, present, len(shown)))
 
     def _present(self, lowered: str) -> set[str]:
-        if not lowered or not self._any_keyword.search(lowered):
-            return set()
         return {k for k in self._keywords if k in lowered}
 
     def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set,

@@ -29,7 +29,7 @@ def diagnose_stream(stream: BinaryIO, file: str = "") -> list[Diagnosis]:
         for line in lines_of(stream):
             matcher.feed(line)
         return matcher.result(file)
-    return scan.scan(stream, Matcher(contexts_found_elsewhere=True)).result(file)
+    return scan.scan(stream, Matcher(contexts_found_elsewhere=True, holds_keyword=scan.holds_keyword())).result(file)
 
 
 def diagnose_text(text: str) -> list[Diagnosis]:

@@ -6,7 +6,7 @@ appeared. A line is credited to one failure only: the highest-priority failure w
 
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import BinaryIO
@@ -105,10 +105,13 @@ class _Hit:
 class Matcher:
     """Feed lines one by one (any size of log), then `result()`."""
 
-    def __init__(self, failures: Iterable[Failure] | None = None, contexts_found_elsewhere: bool = False):
+    def __init__(self, failures: Iterable[Failure] | None = None, contexts_found_elsewhere: bool = False,
+                 holds_keyword: Callable[[str], object] | None = None):
         """`contexts_found_elsewhere`: the caller reports contexts with `saw_context` (the scanner searches
-        whole blocks for them), so lines need not be searched again."""
+        whole blocks for them), so lines need not be searched again. `holds_keyword(lowered)`: a fast test
+        (the scanner's RE2) that a text holds any keyword at all, run before the per-keyword tests."""
         self._contexts_found_elsewhere = contexts_found_elsewhere
+        self._holds_keyword = holds_keyword
         self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
         self.lineno = 0
         self._window: deque[tuple[int, str, set, set, int]] = deque(maxlen=WINDOW)
@@ -171,6 +174,8 @@ class Matcher:
         self._window.append((self.lineno, text, matched, present, len(shown)))
 
     def _present(self, lowered: str) -> set[str]:
+        if self._holds_keyword is not None and not self._holds_keyword(lowered):
+            return set()
         return {k for k in self._keywords if k in lowered}
 
     def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set,

@@ -7,7 +7,7 @@ signatures ("somewhere in the same log") are searched over every block with a se
 as they are found.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import BinaryIO
@@ -77,6 +77,13 @@ class Patterns:
     def finder(self, present: frozenset[int]) -> "re2._Regexp":
         """The keywords a block holds, to find where: rarely all of them, so a smaller automaton."""
         return re2.compile("|".join(self.keywords[i] for i in sorted(present)).encode(), options=_options())
+
+
+@cache
+def holds_keyword(failures: tuple[Failure, ...] | None = None) -> Callable[[str], object]:
+    """A test that a (lower-cased) text holds any keyword, for the matcher's lines: one RE2 search."""
+    words = {k for f in (failures or knowledge.load()) for k in f.keywords}
+    return re2.compile("|".join(re2.escape(w) for w in sorted(words))).search
 
 
 @cache

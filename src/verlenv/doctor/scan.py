@@ -1,15 +1,15 @@
 """Read a log at disk speed: RE2 finds the lines worth matching in big blocks; only those reach the matcher.
 
-A block's keywords (failures.toml) are searched once with one compiled RE2 automaton that also accepts a
-keyword cut by a line break (terminal hard wraps, indented soft wraps). Each hit's line and the two lines on
-either side (wrapped messages) are fed to the `Matcher` with their real line numbers. Context entries of
-signatures ("somewhere in the same log") are searched over every block with a second automaton that shrinks
-as they are found.
+One RE2 set says which keywords (failures.toml) and which signature contexts ("somewhere in the same log") a
+4 MiB block holds, in one pass; a keyword still matches when a line break cuts it (terminal hard wraps,
+indented or prefixed soft wraps). Where the block holds keywords, a small automaton of only those finds
+where, and each hit's line and the two lines on either side (wrapped messages) are fed to the `Matcher`
+with their real line numbers. The result equals feeding every line (tests/test_doctor_scan.py).
 """
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import BinaryIO
 
 import re2
@@ -62,7 +62,7 @@ class Patterns:
     keywords: tuple[str, ...]  # RE2 sources, each keyword as it may be wrapped
     contexts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # RE2 source -> signature keys it satisfies
 
-    @cache
+    @lru_cache(maxsize=4)  # each holds up to DFA_MEMORY; a directory's files mostly share one
     def sieve(self, contexts_left: frozenset[int]) -> "re2.Set":
         """One automaton for every keyword and the context entries not seen yet: a block is read once."""
         sieve = re2.Set.SearchSet(_options())
@@ -73,7 +73,7 @@ class Patterns:
         sieve.Compile()
         return sieve
 
-    @cache
+    @lru_cache(maxsize=16)
     def finder(self, present: frozenset[int]) -> "re2._Regexp":
         """The keywords a block holds, to find where: rarely all of them, so a smaller automaton."""
         return re2.compile("|".join(self.keywords[i] for i in sorted(present)).encode(), options=_options())

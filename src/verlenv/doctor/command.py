@@ -14,12 +14,12 @@ def register(sub) -> None:
     p = sub.add_parser(
         "doctor",
         help="recognise known environment failures in a log, or probe an environment, and say the fix",
-        description="With LOG (a file, a directory of logs, or - for stdin): report each known failure found in it, most specific first. "
-        "Without LOG: probe the environment of --python before it bites. Exit 0: healthy or no match; "
+        description="With LOG (a file, a directory of logs, or - for stdin): report each known failure found in "
+        "it, most specific first, with its file and line. Without LOG: probe the environment of --python before it bites. Exit 0: healthy or no match; "
         "1: problems found; 2: bad input.",
     )
     p.add_argument("log", nargs="?", metavar="LOG",
-                   help="log file to diagnose (plain or gzipped), a directory of logs (read recursively), or - for stdin")
+                   help="log file (plain or gzipped), a directory of logs (read recursively), or - for stdin")
     p.add_argument("--python", help="interpreter of the environment to probe (default: this one)")
     p.add_argument("--stack", help="stack whose driver and lock apply (default: the catalog's default)")
     p.add_argument("--variant", help="variant whose lock to compare with (fsdp or megatron)")

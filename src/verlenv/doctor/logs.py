@@ -6,21 +6,21 @@ import io
 import os
 import sys
 import zlib
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from verlenv.doctor.matcher import Diagnosis, Matcher, lines_of, merged
 from verlenv.errors import UserError
 
-GZIP_MAGIC = b"\x1f\x8b"
-
-
 try:
     from verlenv.doctor import scan
 except ImportError:  # no google-re2 (a GPU host with only the verify path's packages): read line by line
     scan = None
+
+GZIP_MAGIC = b"\x1f\x8b"
+VALID = "give a log file, a directory of logs, or - for stdin"
 
 
 def diagnose_stream(stream: BinaryIO, file: str = "") -> list[Diagnosis]:
@@ -29,7 +29,8 @@ def diagnose_stream(stream: BinaryIO, file: str = "") -> list[Diagnosis]:
         for line in lines_of(stream):
             matcher.feed(line)
         return matcher.result(file)
-    return scan.scan(stream, Matcher(contexts_found_elsewhere=True, holds_keyword=scan.holds_keyword())).result(file)
+    matcher = Matcher(contexts_found_elsewhere=True, holds_keyword=scan.holds_keyword())
+    return scan.scan(stream, matcher).result(file)
 
 
 def diagnose_text(text: str) -> list[Diagnosis]:
@@ -45,16 +46,16 @@ def diagnose_path(log: str) -> tuple[str, list[Diagnosis]]:
     if path.is_dir():
         files = list(_files_under(path))
         if not files:
-            raise UserError(f"{log}: a directory with no files in it (give a log file, a directory of logs, or - for stdin)")
+            raise UserError(f"{log}: a directory with no files in it ({VALID})")
         per_file = []
         for f in files:
             with _open(f) as stream:
                 per_file.append(diagnose_stream(stream, str(f.relative_to(path))))
         return f"{path} ({len(files)} files)", merged(per_file)
     if not path.exists():
-        raise UserError(f"{log}: no such file or directory (give a log file, a directory of logs, or - for stdin)")
+        raise UserError(f"{log}: no such file or directory ({VALID})")
     if not path.is_file():
-        raise UserError(f"{log}: not a regular file (give a log file, a directory of logs, or - for stdin)")
+        raise UserError(f"{log}: not a regular file ({VALID})")
     with _open(path) as stream:
         return str(path), diagnose_stream(stream)
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from verlenv.doctor import facts as facts_mod
-from verlenv.doctor import matcher, probes
+from verlenv.doctor import logs, matcher, probes
 from verlenv.errors import UserError
 
 
@@ -14,11 +14,12 @@ def register(sub) -> None:
     p = sub.add_parser(
         "doctor",
         help="recognise known environment failures in a log, or probe an environment, and say the fix",
-        description="With LOG (a file, or - for stdin): report each known failure found in it, most specific first. "
-        "Without LOG: probe the environment of --python before it bites. Exit 0: healthy or no match; "
+        description="With LOG (a file, a directory of logs, or - for stdin): report each known failure found in "
+        "it, most specific first, with its file and line. Without LOG: probe the environment of --python before it bites. Exit 0: healthy or no match; "
         "1: problems found; 2: bad input.",
     )
-    p.add_argument("log", nargs="?", metavar="LOG", help="log file to diagnose, or - to read stdin")
+    p.add_argument("log", nargs="?", metavar="LOG",
+                   help="log file (plain or gzipped), a directory of logs (read recursively), or - for stdin")
     p.add_argument("--python", help="interpreter of the environment to probe (default: this one)")
     p.add_argument("--stack", help="stack whose driver and lock apply (default: the catalog's default)")
     p.add_argument("--variant", help="variant whose lock to compare with (fsdp or megatron)")
@@ -39,16 +40,7 @@ def handle(args) -> int:
 
 
 def _diagnose_log(log: str, as_json: bool) -> int:
-    if log == "-":
-        diagnoses = matcher.diagnose_lines(matcher.lines_of(sys.stdin.buffer))
-        source = "stdin"
-    else:
-        path = Path(log)
-        if not path.is_file():
-            raise UserError(f"{log}: no such file (give a log file, or - for stdin)")
-        with open(path, "rb") as f:
-            diagnoses = matcher.diagnose_lines(matcher.lines_of(f))
-        source = str(path)
+    source, diagnoses = logs.diagnose_path(log)
     if as_json:
         _emit(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses]}, indent=2))
     else:

@@ -6,7 +6,7 @@ appeared. A line is credited to one failure only: the highest-priority failure w
 
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import BinaryIO
@@ -17,15 +17,14 @@ from verlenv.doctor.knowledge import Failure
 # CSI (colours, cursor), OSC (titles, links) and two-byte escapes.
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 # Prefixes that loggers put in front of every line; removed so that wrapped text can be joined.
-PREFIX = re.compile(
-    r"^(?:\s*(?:"
+PREFIX_FORMS = (
     r"\d{4}-\d\d-\d\d[T ][\d:.,]+Z?"  # ISO timestamps (CI logs)
     r"|\[rank\d+\]:"  # torchrun
     r"|\([\w:]+ pid=\d+(?:, ip=[\d.]+)?\)"  # Ray / vLLM worker tags
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ (?:\[[\w./ -]+:\d+\])?"  # vLLM logger
     r"|#\d+ \d+\.\d+"  # docker buildkit
-    r")\s*)+"
 )
+PREFIX = re.compile(rf"^(?:\s*(?:{PREFIX_FORMS})\s*)+")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 WINDOW = 3  # lines joined to catch one message wrapped over up to three lines
 MAX_LINE = 4000  # longer lines (binary junk, minified output) are cut before matching
@@ -40,10 +39,12 @@ class Evidence:
     first: int  # 1-based line numbers in the log
     last: int
     text: str
+    file: str = ""  # the log file, when several were read (a directory)
 
     @property
     def where(self) -> str:
-        return f"L{self.first}" if self.first == self.last else f"L{self.first}-{self.last}"
+        lines = f"L{self.first}" if self.first == self.last else f"L{self.first}-{self.last}"
+        return f"{self.file}:{lines}" if self.file else lines
 
 
 @dataclass
@@ -65,17 +66,19 @@ class Diagnosis:
         f = self.failure
         return {
             "id": f.id, "title": f.title, "priority": f.priority, "matched": self.count,
-            "evidence": [{"lines": [e.first, e.last], "text": e.text} for e in self.evidence],
+            "evidence": [{"lines": [e.first, e.last], "text": e.text} | ({"file": e.file} if e.file else {})
+                         for e in self.evidence],
             "details": self.details, "cause": f.cause, "fix": list(f.fix), "verlenv": f.verlenv, "refs": list(f.refs),
         }
 
 
-def _joins(pieces: list[str]) -> list[str]:
+def _joins(pieces: list[str], widths: list[int]) -> list[str]:
     """Ways a message wrapped over `pieces` may have read: a terminal cuts at a fixed width inside a word
-    (join without a space), a program wraps at word boundaries and indents (join with one space)."""
+    (join without a space), a program wraps at word boundaries and indents (join with one space).
+    `widths` are the lines' lengths as printed, log prefixes included (the terminal counted those too)."""
     words = pieces[0]
-    for before, after in pairwise(pieces):
-        hard = len(before) >= HARD_WRAP and not after[:1].isspace()
+    for (before, after), width in zip(pairwise(pieces), widths, strict=False):
+        hard = width >= HARD_WRAP and not after[:1].isspace()
         words += ("" if hard else " ") + after
     spaced = " ".join(pieces)
     out = [" ".join(words.split())]
@@ -102,10 +105,16 @@ class _Hit:
 class Matcher:
     """Feed lines one by one (any size of log), then `result()`."""
 
-    def __init__(self, failures: Iterable[Failure] | None = None):
+    def __init__(self, failures: Iterable[Failure] | None = None, contexts_found_elsewhere: bool = False,
+                 holds_keyword: Callable[[str], object] | None = None):
+        """`contexts_found_elsewhere`: the caller reports contexts with `saw_context` (the scanner searches
+        whole blocks for them), so lines need not be searched again. `holds_keyword(lowered)`: a fast test
+        (the scanner's RE2) that a text holds any keyword at all, run before the per-keyword tests."""
+        self._contexts_found_elsewhere = contexts_found_elsewhere
+        self._holds_keyword = holds_keyword
         self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
         self.lineno = 0
-        self._window: deque[tuple[int, str, set, set]] = deque(maxlen=WINDOW)
+        self._window: deque[tuple[int, str, set, set, int]] = deque(maxlen=WINDOW)
         self._hits: list[_Hit] = []
         self._kept: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
@@ -123,18 +132,27 @@ class Matcher:
         self._keywords = list(self._by_keyword)
         self._rank = {f.id: n for n, f in enumerate(self.failures)}
 
-    def feed(self, raw: str) -> None:
+    def feed(self, raw: str, lineno: int | None = None) -> None:
+        """Match one line; `lineno` (1-based) when lines are skipped, as the scanner does between hits."""
+        if lineno is not None:
+            if lineno <= self.lineno:
+                return  # already fed (a hit's neighbour)
+            if lineno != self.lineno + 1:
+                self._window.clear()  # never join lines that were not adjacent
+            self.lineno = lineno - 1
         self.lineno += 1
         # A carriage return redraws the line (progress bars): match each drawn state.
-        for part in raw.rstrip("\n").split("\r"):
+        for part in raw.rstrip("\r\n").split("\r"):
             shown = plain(part)
             self._feed_text(PREFIX.sub("", shown), shown)
 
     def _feed_text(self, text: str, shown: str) -> None:
         lowered = text.lower()
-        self._check_contexts(text, lowered)
+        if not self._contexts_found_elsewhere:
+            self._check_contexts(text, lowered)
         matched: set[tuple[str, int]] = set()
-        present = self._present(lowered) if text else set()
+        # Keywords are compared with runs of spaces squeezed (aligned columns, "size   changed").
+        present = self._present(" ".join(lowered.split())) if text else set()
         prev = list(self._window)
         if present:
             self._try(text, present, self.lineno, self.lineno, matched, skip=set(), shown=shown)
@@ -151,11 +169,13 @@ class Matcher:
                 if not keywords:
                     continue
                 skip = matched.union(*(p[2] for p in parts))
-                for joined in _joins(pieces):
+                for joined in _joins(pieces, [p[4] for p in parts]):
                     self._try(joined, keywords, parts[0][0], self.lineno, matched, skip)
-        self._window.append((self.lineno, text, matched, present))
+        self._window.append((self.lineno, text, matched, present, len(shown)))
 
     def _present(self, lowered: str) -> set[str]:
+        if self._holds_keyword is not None and not self._holds_keyword(lowered):
+            return set()
         return {k for k in self._keywords if k in lowered}
 
     def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set,
@@ -187,7 +207,11 @@ class Matcher:
             if key not in seen and pattern.search(text):
                 seen.add(key)
 
-    def result(self) -> list["Diagnosis"]:
+    def saw_context(self, key: tuple[str, int]) -> None:
+        """A signature's context appeared in the log (found by the scanner, outside the lines fed)."""
+        self._context_seen.add(key)
+
+    def result(self, file: str = "") -> list["Diagnosis"]:
         valid = [h for h in self._hits if not h.failure.signatures[h.signature].context
                  or (h.failure.id, h.signature) in self._context_seen]
         # Credit each line to the highest-priority failure that matched it.
@@ -204,15 +228,33 @@ class Matcher:
             lines = seen_lines.setdefault(h.failure.id, set())
             if (h.first, h.last) not in lines:
                 lines.add((h.first, h.last))
-                d.evidence.append(Evidence(h.first, h.last, h.text))
+                d.evidence.append(Evidence(h.first, h.last, h.text, file))
             for k, v in h.groups.items():
                 d.details.setdefault(k, v)
         for fid, extra in self._overflow.items():
             if fid in diagnoses:
                 diagnoses[fid].uncounted = extra
-        ranked = sorted(diagnoses.values(), key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
-        _explain_symbols(ranked)
-        return ranked
+        return ranked(list(diagnoses.values()))
+
+
+def ranked(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    out = sorted(diagnoses, key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
+    _explain_symbols(out)
+    return out
+
+
+def merged(per_file: Iterable[list[Diagnosis]]) -> list[Diagnosis]:
+    """One diagnosis per failure over several logs (a directory), the evidence of each kept with its file."""
+    by_id: dict[str, Diagnosis] = {}
+    for diagnoses in per_file:
+        for d in diagnoses:
+            into = by_id.setdefault(d.id, Diagnosis(d.failure))
+            room = max(0, KEPT - len(into.evidence))
+            into.evidence.extend(d.evidence[:room])
+            into.uncounted += d.uncounted + max(0, len(d.evidence) - room)
+            for k, v in d.details.items():
+                into.details.setdefault(k, v)
+    return ranked(list(by_id.values()))
 
 
 def _explain_symbols(diagnoses: list[Diagnosis]) -> None:
@@ -231,15 +273,11 @@ def lines_of(stream: BinaryIO) -> Iterator[str]:
 
 
 def diagnose_lines(lines: Iterable[str], failures: Iterable[Failure] | None = None) -> list[Diagnosis]:
+    """Every line through the matcher: the reference that the fast scanner (scan.py) must agree with."""
     m = Matcher(failures)
     for line in lines:
         m.feed(line)
     return m.result()
-
-
-def diagnose_text(text: str) -> list[Diagnosis]:
-    """Known failures in a log held in memory (for build and verify to call on a failing step)."""
-    return diagnose_lines(text.splitlines())
 
 
 def format_diagnoses(diagnoses: list[Diagnosis], source: str = "log") -> str:

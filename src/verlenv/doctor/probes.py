@@ -184,7 +184,7 @@ def probe_host_compiler(nvcc: Path | None, environ: dict) -> ProbeResult:
         return problem(name, f"{nvcc} could not be run (or took over 300 s)", "F4")
     if p.returncode == 0:
         return ok(name, f"nvcc compiles a kernel with {host}", host=host, nvcc=str(nvcc))
-    from verlenv.doctor.matcher import diagnose_text
+    from verlenv.doctor.logs import diagnose_text
     output = p.stderr + p.stdout
     first = next((line.strip() for line in output.splitlines() if "error" in line.lower()), output.strip()[:200])
     known = diagnose_text(output)

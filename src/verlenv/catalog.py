@@ -9,6 +9,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import UserError
+from verlenv.fsutil import read_text
 
 CATALOG_NAME = "stacks.toml"
 VARIANTS = ("fsdp", "megatron")
@@ -122,9 +123,7 @@ def find_root(start: Path | None = None) -> Path:
 def load(path: Path | None = None) -> Catalog:
     path = Path(path) if path else find_root() / CATALOG_NAME
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
     return _parse(path, data)

@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"verlenv {args.command}: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:
+        if e.filename is None:
+            raise  # not about a path the user gave: a bug, keep its traceback
+        # A path that could not be read or written and was not checked up front: still one line, no traceback.
+        print(f"verlenv {args.command}: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"verlenv {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlenv.errors import UserError
+from verlenv.fsutil import read_text
 
 ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TORCH_CUDA_ARCH_LIST)
 SOURCE_KINDS = ("pypi-sdist", "git", "local-dir")  # local-dir: a folder beside the recipe, pinned by tree digest
@@ -65,7 +66,7 @@ def load(root: Path, package: str) -> Recipe:
     if not path.is_file():
         raise UserError(f"no recipe for {package!r}; recipes: {', '.join(available(root)) or 'none'}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
     try:

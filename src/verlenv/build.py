@@ -501,10 +501,10 @@ def _main(args) -> int:
     python = validate.interpreter(args.python) if args.python else os.path.abspath(default_python(variant, cat.root, "build in"))
     packages = args.packages or [b.name for b in variant.source_builds]
     _check_inputs(args, [recipes.load(cat.root, package) for package in packages])
-    if args.if_gpu and not args.archs and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
+    if args.if_gpu and args.archs is None and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
         print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
         return 0
-    archs = validate.archs(args.archs) if args.archs else gpus.archs_for(args.gpu or ["auto"])
+    archs = validate.archs(args.archs) if args.archs is not None else gpus.archs_for(args.gpu or ["auto"])
     work = (cat.root / ".verlenv").resolve()
     results = []
     for package in packages:
@@ -523,7 +523,7 @@ def _main(args) -> int:
 
 def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
     """Every knob and path of the command, before a toolchain is looked for or a source unpacked."""
-    if args.archs:
+    if args.archs is not None:
         validate.archs(args.archs)
     validate.env_count("MAX_JOBS")
     toolchain.check_explicit_cuda_home(dict(os.environ))

@@ -20,8 +20,15 @@ STAGE_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line like every other bad input (exit 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
+    p = _Parser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in STAGE_MODULES:
         importlib.import_module(name).register(sub)

@@ -247,7 +247,10 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
         prefix = Path(os.environ["CONDA_PREFIX"])
     else:
         prefix = validate.new_or_dir(prefix or root / f".venv-{variant.key}", "--prefix").absolute()
-        python = validate.interpreter(python) if python else None
+        python = validate.python(python, variant.stack.python) if python else None
+        if prefix.is_dir() and not env_python(prefix).exists() and not (prefix / CREATING).exists() and any(prefix.iterdir()):
+            raise UserError(f"--prefix {prefix}: a folder that is neither empty nor an env (no bin/python); "
+                            f"give a new or empty folder, or an existing env")
     with prefix_lock(prefix, conda):
         return _install_locked(root, variant, lock, prefix, conda, python, installer)
 
@@ -260,9 +263,6 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
         if creating.exists():
             print(f"{prefix}: an earlier install was cut short while making it; making it again", file=sys.stderr)
             shutil.rmtree(prefix)
-        elif prefix.is_dir() and any(prefix.iterdir()):
-            raise UserError(f"--prefix {prefix}: a folder that is neither empty nor an env (no bin/python); "
-                            f"give a new or empty folder, or an existing env")
         base_python = python or find_python(variant.stack.python)
         prefix.mkdir(parents=True, exist_ok=True)
         write_atomic(creating, "verlenv install is making this env; until it finishes, the next install remakes it\n")

@@ -4,6 +4,7 @@ wrong and what is valid (UserError, exit 2)."""
 import argparse
 import os
 import re
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -13,23 +14,21 @@ from verlenv.errors import UserError
 ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
 
 
-def _positive(text: str, shown: str) -> int:
+def _positive(text: str) -> int | None:
     try:
         value = int(text.strip())
     except ValueError:
-        value = 0
-    if value < 1:
-        raise UserError(f"{shown}: not a positive whole number; give one such as 4")
-    return value
+        return None
+    return value if value >= 1 else None
 
 
 def positive_int(option: str):
     """An argparse `type` for a count option (--jobs 4), so `--jobs -3` stops before anything starts."""
     def parse(text: str) -> int:
-        try:
-            return _positive(text, f"{option} {text!r}")
-        except UserError as e:
-            raise argparse.ArgumentTypeError(str(e).split(": ", 1)[1]) from None
+        value = _positive(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; give one such as 4")
+        return value
     return parse
 
 
@@ -38,7 +37,11 @@ def env_count(name: str | None) -> int | None:
     value = os.environ.get(name or "")
     if value is None or value == "":
         return None
-    return _positive(value, f"{name}={value!r} (from the environment)")
+    count = _positive(value)
+    if count is None:
+        raise UserError(f"{name}={value!r} (from the environment): not a positive whole number; set one such as "
+                        f"{name}=4, or unset it")
+    return count
 
 
 def archs(text: str) -> list[str]:
@@ -82,6 +85,21 @@ def interpreter(path: str, option: str = "--python") -> str:
     return str(p.absolute())
 
 
+def python(path: str, version: str, option: str = "--python") -> str:
+    """An interpreter of the given major.minor Python (a venv made from another could not take the lock's wheels)."""
+    path = interpreter(path, option)
+    try:
+        out = subprocess.run([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
+                             text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    if not re.fullmatch(r"\d+\.\d+", out):
+        raise UserError(f"{option} {path}: not a Python interpreter (it does not run `python -c`); give Python {version}")
+    if out != version:
+        raise UserError(f"{option} {path}: Python {out}; the stack needs Python {version}")
+    return path
+
+
 def writable_file(path: Path, option: str) -> Path:
     """A file path we can create or replace: not a directory, in a folder that exists or can be made and
     takes new files (probed by making one there, as the real write will)."""
@@ -110,8 +128,10 @@ def new_or_dir(path: Path, option: str) -> Path:
     folder = _first_existing(path)
     if not folder.is_dir():
         raise UserError(f"{option} {path}: {folder} is not a directory; give a new or existing folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UserError(f"{option} {path}: {folder} is not writable (permission denied)")
+    try:
+        tempfile.TemporaryDirectory(dir=folder, prefix=".verlenv-probe-").cleanup()
+    except OSError as e:
+        raise UserError(f"{option} {path}: cannot create anything in {folder} ({e.strerror}); give a writable place") from None
     return path
 
 

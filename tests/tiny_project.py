@@ -106,6 +106,11 @@ def differences(root: Path, prefix: Path) -> list[str]:
                 if not path.is_file() or path.read_bytes() != z.read(info):
                     problems.append(f"{path}: {'missing' if not path.is_file() else 'differs from ' + wheel.name}")
     for name in PACKAGES:
-        if not (prefix / "bin" / f"{name}-cli").is_file():
-            problems.append(f"bin/{name}-cli missing")
+        script = prefix / "bin" / f"{name}-cli"
+        try:
+            ran = subprocess.run([str(script)], capture_output=True, text=True).stdout.strip()
+        except OSError as e:
+            ran = e.strerror
+        if ran != name:
+            problems.append(f"bin/{name}-cli does not run {name} ({ran})")
     return problems

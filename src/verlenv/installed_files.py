@@ -37,15 +37,18 @@ def _record_rows(dist) -> list[tuple[str, str, str]] | None:
     return rows
 
 
-def _file_problem(path: str, digest: str, size: str) -> str | None:
-    """'missing' / 'changed' / None for one RECORD row."""
+def _file_problem(path: str, rows: list[tuple[str, str, str]]) -> str | None:
+    """'missing' / 'changed' / None for one installed file; `rows` are (name, digest, size) of each distribution
+    whose RECORD lists it: two locked distributions may ship the same file, and either's content is right."""
+    digests = {digest for _, digest, _ in rows if digest}
+    sizes = {int(size) for _, _, size in rows if size.isdigit()}
     try:
-        if size and os.stat(path).st_size != int(size):
+        if sizes and len(sizes) == len(rows) and os.stat(path).st_size not in sizes:
             return "changed"  # a size that differs needs no hashing
-        if not digest:
+        if not digests:
             os.stat(path)
             return None
-        algo, _, want = digest.partition("=")
+        algo = next(iter(digests)).partition("=")[0]
         h = hashlib.new(algo)
         with open(path, "rb") as f:
             while chunk := f.read(CHUNK):
@@ -55,7 +58,7 @@ def _file_problem(path: str, digest: str, size: str) -> str | None:
     except (OSError, ValueError):
         return "changed"  # unreadable, or a RECORD row that is not a hash
     have = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
-    return None if have == want else "changed"
+    return None if f"{algo}={have}" in digests else "changed"
 
 
 def scan(names: list[str]) -> dict:
@@ -64,11 +67,11 @@ def scan(names: list[str]) -> dict:
     wanted = {_canon(n) for n in names}
     dists = [d for d in metadata.distributions() if d.metadata["Name"] and _canon(d.metadata["Name"]) in wanted]
     out: dict = {}
-    jobs = []
+    owners: dict[str, list[tuple[str, str, str]]] = {}
     for dist in dists:
         name = _canon(dist.metadata["Name"])
-        entry = out.setdefault(name, {"version": dist.version, "files": 0, "bytes": 0, "missing": [], "changed": [],
-                                      "no_record": False})
+        entry = out.setdefault(name, {"version": dist.version, "files": 0, "bytes": 0, "shared": 0, "missing": [],
+                                      "changed": [], "no_record": False})
         rows = _record_rows(dist)
         if rows is None:
             entry["no_record"] = True
@@ -78,12 +81,16 @@ def scan(names: list[str]) -> dict:
                 continue  # RECORD lists itself without a hash
             entry["files"] += 1
             entry["bytes"] += int(size) if size.isdigit() else 0
-            jobs.append((name, path, digest, size))
-    # hashlib releases the GIL on large buffers: threads read and hash files side by side.
+            owners.setdefault(path, []).append((name, digest, size))
+    paths = sorted(owners)
+    # hashlib releases the GIL on large buffers: threads read and hash files side by side; each file once.
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for (name, path, _, _), problem in zip(jobs, pool.map(lambda j: _file_problem(*j[1:]), jobs, chunksize=64)):
-            if problem:
-                out[name][problem].append(path)
+        for path, problem in zip(paths, pool.map(lambda p: _file_problem(p, owners[p]), paths, chunksize=64)):
+            names_here = {name for name, _, _ in owners[path]}
+            for name in names_here:
+                out[name]["shared"] += len(names_here) > 1
+                if problem:
+                    out[name][problem].append(path)
     for entry in out.values():
         for kind in ("missing", "changed"):
             entry[f"{kind}_count"] = len(entry[kind])

@@ -197,7 +197,8 @@ def lock_problems(cat: catalog.Catalog, variant: catalog.Variant, platform: str 
     base_text = base_lock.read_text() if base_lock and base_lock.is_file() else None
     expected = lock_inputs(variant, base_text, platform)
     if record.get("inputs_sha256") != inputs_digest(expected):
-        problems.append(f"{rel}: stale, {_what_changed(record.get('inputs') or {}, expected)}; {fix}")
+        recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+        problems.append(f"{rel}: stale, {_what_changed(recorded, expected)}; {fix}")
     return problems
 
 

@@ -60,7 +60,7 @@ def parse_lock(text: str, source: str = "<lock>") -> dict[str, LockedPin]:
         try:
             req = Requirement(req_text.strip())
         except InvalidRequirement as e:
-            raise UserError(f"{source}:{lineno}: not a requirement: {req_text.strip()!r} ({e})") from None
+            raise UserError(f"{source}:{lineno}: not a requirement: {req_text.strip()!r} ({str(e).splitlines()[0]})") from None
         specs = list(req.specifier)
         if req.url or len(specs) != 1 or specs[0].operator not in ("==", "==="):
             raise UserError(f"{source}:{lineno}: {req_text.strip()!r} is not an exact '==' pin")

@@ -72,6 +72,9 @@ def load(root: Path, package: str) -> Recipe:
     try:
         build = data["build"]
         source = data["source"]
+        for key, table in (("build", build), ("source", source)):
+            if not isinstance(table, dict):
+                raise UserError(f"{path}: {key} must be a table ([{key}])")
         recipe = Recipe(
             path=path,
             package=data["package"],
@@ -94,6 +97,10 @@ def load(root: Path, package: str) -> Recipe:
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        # A value of another type than the recipe format's (a table for a string, a word for a number).
+        raise UserError(f"{path}: malformed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                        f"compare it with recipes/flash-attn/recipe.toml") from None
     if recipe.gpu_code and not recipe.arch_variable:
         raise UserError(f"{path}: missing key build.arch_variable (or set build.gpu_code = false)")
     if recipe.arch_format not in ARCH_FORMATS:

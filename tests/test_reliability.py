@@ -121,6 +121,9 @@ CASES = [
     Case("verify-only-unknown", ("verify", "--python", PY, "--only", "tensorflow"), ("--only tensorflow", "valid:")),
     # doctor
     Case("doctor-log-missing", ("doctor", "{tmp}/none.log"), ("{tmp}/none.log", "no such file")),
+    Case("doctor-lock-binary", ("doctor", "--lock", "{tmp}/binary.bin", "--only", "lock-drift"),
+         ("--lock {tmp}/binary.bin", "not UTF-8")),
+    Case("doctor-python-missing", ("doctor", "--python", "{tmp}/python9"), ("--python {tmp}/python9", "no such")),
     Case("doctor-log-with-probe-option", ("doctor", "{tmp}/file.txt", "--python", PY), ("--python", "without LOG")),
     # the command itself
     Case("unknown-command", ("deploy",), ("'deploy'", "choose from")),

@@ -82,7 +82,10 @@ def render(rows: list[dict], cost: dict | None, command: str, rc: int) -> str:
                 "| distributions | files | GB | check (s) | GB/s | `sha256sum` of the same files (s) | cores | load (1 min) |",
                 "|---|---|---|---|---|---|---|---|",
                 f"| {cost['distributions']} | {cost['files']} | {gb:.2f} | {cost['seconds']} | {gb / cost['seconds']:.2f} | "
-                f"{cost['sha256sum_seconds']} | {cost['cores']} | {cost['load_average_1min']} |", ""]
+                f"{cost['sha256sum_seconds']} | {cost['cores']} | {cost['load_average_1min']} |", "",
+                "The check hashes with one thread per core (hashlib releases the GIL), each file once, after a size "
+                "comparison; `sha256sum` is one process over the same file list, run right after it. A load above the "
+                "core count means other work shared the machine: both figures are slower than on an idle one.", ""]
         if cost["damaged"]:
             out += [f"Distributions found to differ: {', '.join(cost['damaged'])}.", ""]
     else:

@@ -130,6 +130,10 @@ CASES = [
 ]
 
 
+PROJECTS = {"repo": "", "tiny": "", "edited": " (its lock edited after `verlenv lock` wrote it)",
+            "unrecorded": " (its lock's inputs record missing)"}
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
     """The bad inputs: a folder, binary and latin-1 files, a plain file, a non-env folder, and offline projects
@@ -185,7 +189,8 @@ def test_bad_input_is_one_line_exit_2(case: Case, inputs: Path):
     shown = line.replace(str(inputs), "{tmp}")
     ok = (r.returncode == 2 and "\n" not in line and "Traceback" not in r.stderr
           and all(e.replace("{tmp}", str(inputs)) in line for e in case.expect))
-    record("bad input", f"`verlenv {' '.join(case.argv)}`" + "".join(f" with {k}={v}" for k, v in case.env.items()),
+    record("bad input", f"`verlenv {' '.join(case.argv)}`" + "".join(f" with {k}={v}" for k, v in case.env.items())
+           + PROJECTS[case.project],
            f"exit {r.returncode}: {shown}", ok)
     assert r.returncode == 2, r.stderr
     assert "\n" not in line and "Traceback" not in r.stderr, r.stderr

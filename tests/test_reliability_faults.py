@@ -58,14 +58,18 @@ def test_sigkill_at_random_points_then_rerun_equals_lock(project: Path, tmp_path
         p = install(project, prefix, "--python", sys.executable)
         time.sleep(at)
         killed = p.poll() is None
+        # Mostly the whole process group (a node lost, the OOM killer's cgroup); every third run verlenv alone,
+        # its uv left running as an orphan while the re-run starts.
+        whole = i % 3 != 2
         if killed:
-            os.killpg(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, signal.SIGKILL) if whole else os.kill(p.pid, signal.SIGKILL)
         p.communicate()
         state = "new env" if i % 2 == 0 else "existing env, a file deleted"
         rc, err = finish(install(project, prefix, "--python", sys.executable))
         problems = tiny_project.differences(project, prefix)
         ok = rc == 0 and not problems
-        record("fault", f"install ({state}) SIGKILLed with its process group {at:.2f} s in (run {full:.2f} s, seed {SEED})"
+        who = "with its process group" if whole else "alone (its uv child lives on)"
+        record("fault", f"install ({state}) SIGKILLed {who} {at:.2f} s in (run {full:.2f} s, seed {SEED})"
                + ("" if killed else "; it had already finished"),
                "re-run: exit 0, env equals the lock" if ok else f"re-run: exit {rc}, {problems[:3]}", ok)
         assert rc == 0, f"seed {SEED}, kill {i} at {at:.2f} s: {err}"

@@ -96,7 +96,8 @@ def create_venv(prefix: Path, python: str, seed: bool = False) -> None:
 def prefix_lock(prefix: Path, conda: bool):
     """One installer per prefix: a second one waits, saying for whom. A venv's lock lies beside it (the venv
     itself may be removed and made again); a conda env, which verlenv never removes, holds its own."""
-    path = prefix / LOCK_NAME if conda else prefix.parent / f".{prefix.name}{LOCK_SUFFIX}"
+    hidden = prefix.name if prefix.name.startswith(".") else f".{prefix.name}"
+    path = prefix / LOCK_NAME if conda else prefix.parent / f"{hidden}{LOCK_SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         try:

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from verlenv import validate
 from verlenv.errors import UserError
 
 TARGET_TRIPLE = "x86_64-linux"
@@ -244,8 +245,6 @@ def register(sub) -> None:
 
 
 def _main(args) -> int:
-    from verlenv import validate
-
     info, tc = resolve(validate.interpreter(args.python), args.cache_dir.resolve())
     if args.json:
         print(json.dumps({"torch": asdict(info), "toolchain": asdict(tc)}, indent=2))

@@ -212,3 +212,24 @@ def test_install_refuses_an_edited_lock_before_touching_the_env(project: Path, t
            f"exit {p.returncode}: {line.replace(str(edited), '<project>')}; the env untouched" if ok else f"exit {p.returncode}: {line}",
            ok)
     assert ok, p.stderr
+
+
+@pytest.mark.network  # `uv venv --seed` takes pip from PyPI
+def test_pip_installer_repairs_damaged_files_too(project: Path, tmp_path: Path):
+    env = {k: v for k, v in tiny_project.env(project).items() if k != "UV_NO_INDEX"}
+    env |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(project / "wheelhouse")}
+    prefix = tmp_path / "env"
+    cmd = tiny_project.verlenv_cmd("install", "--prefix", str(prefix), "--installer", "pip")
+    first = subprocess.run([*cmd, "--python", sys.executable], env=env, cwd=project, capture_output=True, text=True, timeout=300)
+    assert "with pip in" in first.stderr, first.stderr
+    (site_packages(prefix) / "tiny1" / "data.bin").write_bytes(b"short")
+    r = subprocess.run(cmd, env=env, cwd=project, capture_output=True, text=True, timeout=300)
+    # The seeded pip (and what uv seeds with it) is not in this lock, so the drift check names it: expected here.
+    drift = [line for line in r.stderr.splitlines() if line.startswith("drift check") and ": fail: " in line]
+    seeded_only = all("not in the lock" in line and "tiny" not in line for line in drift)
+    problems = [p for p in tiny_project.differences(project, prefix) if "installed [" not in p]
+    ok = "repaired tiny1" in r.stderr and seeded_only and not problems
+    record("fault", "env installed with `--installer pip`, a data file overwritten, then `verlenv install --installer pip`",
+           "tiny1 reinstalled from its locked line; every locked file equals its wheel" if ok else f"exit {r.returncode}: {problems}",
+           ok)
+    assert ok, r.stderr

@@ -65,6 +65,9 @@ CASES = [
          ("--python /bin/true", "not a Python interpreter"), project="tiny"),
     Case("install-python-wrong-version", ("install", "--prefix", "{tmp}/env", "--python", "{tmp}/python-other"),
          ("--python {tmp}/python-other", "the stack needs Python 3.12")),
+    Case("install-conda-none-active", ("install", "--conda"), ("--conda", "no conda env is active"), project="tiny"),
+    Case("install-conda-prefix-missing", ("install", "--conda"), ("CONDA_PREFIX={tmp}/conda", "no conda env there"),
+         env={"CONDA_PREFIX": "{tmp}/conda"}, project="tiny"),
     Case("install-unknown-variant", ("install", "--variant", "deepspeed"), ("'deepspeed'", "valid: fsdp, megatron")),
     Case("install-unknown-installer", ("install", "--installer", "conda"), ("'conda'", "choose from")),
     # toolchain

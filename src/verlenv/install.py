@@ -246,6 +246,8 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
         if not os.environ.get("CONDA_PREFIX"):
             raise UserError("--conda given but no conda env is active; `conda activate` one or drop --conda")
         prefix = Path(os.environ["CONDA_PREFIX"])
+        if not env_python(prefix).exists():
+            raise UserError(f"CONDA_PREFIX={prefix}: no conda env there (no bin/python); `conda activate` an env or drop --conda")
     else:
         prefix = validate.new_or_dir(prefix or root / f".venv-{variant.key}", "--prefix").absolute()
         python = validate.python(python, variant.stack.python) if python else None

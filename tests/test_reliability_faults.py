@@ -233,3 +233,24 @@ def test_pip_installer_repairs_damaged_files_too(project: Path, tmp_path: Path):
            "tiny1 reinstalled from its locked line; every locked file equals its wheel" if ok else f"exit {r.returncode}: {problems}",
            ok)
     assert ok, r.stderr
+
+
+def test_a_file_two_locked_distributions_ship_is_not_damage(tmp_path: Path):
+    """Two locked wheels may install the same file (the default stack has two such pairs: flashinfer-python and
+    torch-c-dlpack-ext both ship build_backend.py); whichever came last is right, and no re-run flip-flops."""
+    project = tiny_project.make(tmp_path / "project", data_mib=0, packages={
+        "tinya": {"shared_backend.py": b"A = 1\n"}, "tinyb": {"shared_backend.py": b"B = 2\n"}})
+    prefix = tmp_path / "env"
+    assert finish(install(project, prefix, "--python", sys.executable))[0] == 0
+    runs = [finish(install(project, prefix)) for _ in range(2)]
+    from verlenv import installed_files
+
+    scan = installed_files.check(str(prefix / "bin" / "python"), ["tinya", "tinyb"])
+    ok = all(rc == 0 and "all as installed" in err for rc, err in runs) and scan["dists"]["tinya"]["shared"] == 1
+    record("fault", "two locked wheels ship the same file; `verlenv install` run twice more",
+           "exit 0 both times, all as installed (no reinstall back and forth)" if ok else f"{runs}", ok)
+    assert ok, runs
+    # A file changed by neither wheel is still damage.
+    (site_packages(prefix) / "shared_backend.py").write_text("C = 3\n")
+    scan = installed_files.check(str(prefix / "bin" / "python"), ["tinya", "tinyb"])
+    assert all(e["changed_count"] == 1 for e in scan["dists"].values())

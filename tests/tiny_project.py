@@ -36,7 +36,8 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def build_wheel(dest: Path, name: str, version: str = "1.0", data_mib: int = 2, seed: int = 0) -> Path:
+def build_wheel(dest: Path, name: str, version: str = "1.0", data_mib: int = 2, seed: int = 0,
+                extra: dict[str, bytes] | None = None) -> Path:
     """A real wheel: a module, a data file of random bytes (so installs take long enough to be cut), a console
     script, and a RECORD with each file's hash."""
     rng = random.Random(f"{name}-{seed}")
@@ -47,6 +48,7 @@ def build_wheel(dest: Path, name: str, version: str = "1.0", data_mib: int = 2, 
         f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tiny_project\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{name}-{version}.dist-info/entry_points.txt": f"[console_scripts]\n{name}-cli = {name}:main\n".encode(),
     }
+    files |= extra or {}
     record = f"{name}-{version}.dist-info/RECORD"
     lines = [f"{path},{_record_hash(data)},{len(data)}" for path, data in files.items()] + [f"{record},,"]
     wheel = dest / f"{name}-{version}-py3-none-any.whl"
@@ -57,14 +59,16 @@ def build_wheel(dest: Path, name: str, version: str = "1.0", data_mib: int = 2, 
     return wheel
 
 
-def make(root: Path, data_mib: int = 2) -> Path:
-    """A project root holding stacks.toml, wheelhouse/ and a fresh lock with its inputs record."""
+def make(root: Path, data_mib: int = 2, packages: dict[str, dict[str, bytes]] | None = None) -> Path:
+    """A project root holding stacks.toml, wheelhouse/ and a fresh lock with its inputs record; `packages`:
+    other wheels than PACKAGES, each with extra files."""
     root.mkdir(parents=True, exist_ok=True)
     wheelhouse = root / "wheelhouse"
     wheelhouse.mkdir()
-    for name in PACKAGES:
-        build_wheel(wheelhouse, name, data_mib=data_mib)
-    reqs = [f"{name}==1.0" for name in PACKAGES]
+    packages = packages if packages is not None else {name: {} for name in PACKAGES}
+    for name, extra in packages.items():
+        build_wheel(wheelhouse, name, data_mib=data_mib, extra=extra)
+    reqs = [f"{name}==1.0" for name in packages]
     (root / "stacks.toml").write_text(CATALOG.format(python=PY, requirements=", ".join(f'"{r}"' for r in reqs)))
     (root / "in.txt").write_text("\n".join(reqs) + "\n")
     out = root / "resolved.txt"

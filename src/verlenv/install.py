@@ -2,6 +2,9 @@
 
 `uv pip sync --require-hashes` installs the lock and nothing else: no resolution happens, every file
 is checked against its pinned hash before the env is touched, and packages not in the lock are removed.
+Before anything is touched the lock must be the one `verlenv lock` wrote; one installer works on a prefix at a
+time; after the sync every file of every locked distribution is checked against its RECORD, and each
+distribution that differs is installed again from its locked wheel, so a re-run repairs a torn env.
 """
 
 import contextlib

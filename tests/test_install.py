@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import catalog, install
+from verlenv import catalog, install, lock
 from verlenv.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +46,11 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "locks").mkdir()
     reqs = tmp_path / "in.txt"
     reqs.write_text("six==1.16.0\n")
-    subprocess.run(["uv", "pip", "compile", "--no-config", "--generate-hashes", "--quiet", str(reqs),
-                    "-o", str(tmp_path / "locks" / "tiny-fsdp.linux-64.txt")], check=True)
+    out = tmp_path / "resolved.txt"
+    subprocess.run(["uv", "pip", "compile", "--no-config", "--generate-hashes", "--quiet", str(reqs), "-o", str(out)],
+                   check=True)
+    variant = catalog.load(tmp_path / "stacks.toml").variant(None, "fsdp")
+    lock.write_lock(tmp_path, variant, "linux-64", out.read_text(), None, "uv (test)")  # with the record install checks
     return tmp_path
 
 
@@ -103,13 +106,16 @@ def test_install_exact_then_drift_check_passes(project: Path):
 
 @pytest.mark.network
 def test_hash_mismatch_refuses_and_leaves_no_env(project: Path):
-    lock = project / "locks" / "tiny-fsdp.linux-64.txt"
-    text = lock.read_text()
+    """A lock recorded as written by `verlenv lock` whose hashes no published file has: uv refuses it."""
+    path = project / "locks" / "tiny-fsdp.linux-64.txt"
+    text = path.read_text()
     first_hash = text.split("--hash=sha256:")[1][:64]
-    lock.write_text(text.replace(first_hash, "0" * 64))
+    text = text.replace(first_hash, "0" * 64)
     second = text.split("--hash=sha256:")[2][:64] if text.count("--hash=") > 1 else None
     if second:
-        lock.write_text(lock.read_text().replace(second, "1" * 64))
+        text = text.replace(second, "1" * 64)
+    variant = catalog.load(project / "stacks.toml").variant(None, "fsdp")
+    lock.write_lock(project, variant, "linux-64", text, None, "uv (test)")
     prefix = project / "env"
     r = _verlenv(project, "install", "--prefix", str(prefix), "--python", PY)
     assert r.returncode == 1

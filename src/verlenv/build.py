@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv import catalog, cubins, gpus, recipes, sources, toolchain, wheelcache
+from verlenv import catalog, cubins, gpus, recipes, sources, toolchain, validate, wheelcache
 from verlenv.errors import UserError
 from verlenv.install import default_python
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
@@ -471,8 +471,7 @@ def extension_split(recipe: recipes.Recipe, jobs: int, jobs_given: bool, memory_
 
 
 def _env_int(name: str | None) -> int | None:
-    value = os.environ.get(name or "")
-    return int(value) if value and value.isdigit() else None
+    return validate.env_count(name)
 
 
 def register(sub) -> None:
@@ -485,8 +484,8 @@ def register(sub) -> None:
     p.add_argument("--archs", help="explicit archs, e.g. '8.0;9.0' (overrides --gpu)")
     p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
                    help="wheel cache; a shared disk lets a cluster build once")
-    p.add_argument("--jobs", type=int, help="override MAX_JOBS")
-    p.add_argument("--threads", type=int, help="override nvcc threads per job")
+    p.add_argument("--jobs", type=validate.positive_int("--jobs"), help="override MAX_JOBS")
+    p.add_argument("--threads", type=validate.positive_int("--threads"), help="override nvcc threads per job")
     p.add_argument("--source", type=Path, help="local source: the sdist file, or a git clone for git recipes")
     p.add_argument("--if-gpu", action="store_true",
                    help="with --gpu auto: build only when a GPU is visible, else say so and exit 0")
@@ -499,12 +498,13 @@ def register(sub) -> None:
 def _main(args) -> int:
     cat = catalog.load()
     variant = cat.variant(args.stack, args.variant)
-    python = os.path.abspath(args.python or default_python(variant, cat.root, "build in"))
-    if args.if_gpu and not args.archs and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
+    python = validate.interpreter(args.python) if args.python else os.path.abspath(default_python(variant, cat.root, "build in"))
+    packages = args.packages or [b.name for b in variant.source_builds]
+    _check_inputs(args, [recipes.load(cat.root, package) for package in packages])
+    if args.if_gpu and args.archs is None and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
         print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
         return 0
-    archs = [a.strip() for a in args.archs.split(";")] if args.archs else gpus.archs_for(args.gpu or ["auto"])
-    packages = args.packages or [b.name for b in variant.source_builds]
+    archs = validate.archs(args.archs) if args.archs is not None else gpus.archs_for(args.gpu or ["auto"])
     work = (cat.root / ".verlenv").resolve()
     results = []
     for package in packages:
@@ -519,3 +519,22 @@ def _main(args) -> int:
         write_atomic(args.json, json.dumps([{"package": r.package, "wheel": str(r.wheel), "fingerprint": r.fingerprint,
                                              "cached": r.cached, "record": r.record} for r in results], indent=2) + "\n")
     return 0
+
+
+def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
+    """Every knob and path of the command, before a toolchain is looked for or a source unpacked."""
+    if args.archs is not None:
+        validate.archs(args.archs)
+    validate.env_count("MAX_JOBS")
+    toolchain.check_explicit_cuda_home(dict(os.environ))
+    for recipe in wanted:
+        validate.env_count(recipe.threads_variable)
+        validate.env_count(recipe.concurrent_extensions_variable)
+        if args.source is not None:
+            if recipe.source["kind"] == "git":
+                validate.existing_dir(args.source, "--source")
+            elif recipe.source["kind"] == "pypi-sdist":
+                validate.existing_file(args.source, "--source")
+    validate.new_or_dir(args.wheelhouse, "--wheelhouse")
+    if args.json:
+        validate.writable_file(args.json, "--json")

@@ -9,6 +9,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import UserError
+from verlenv.fsutil import read_text
 
 CATALOG_NAME = "stacks.toml"
 VARIANTS = ("fsdp", "megatron")
@@ -130,12 +131,20 @@ def find_root(start: Path | None = None) -> Path:
 def load(path: Path | None = None) -> Catalog:
     path = Path(path) if path else find_root() / CATALOG_NAME
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
-    return _parse(path, data)
+    return parse(path, data)
+
+
+def parse(path: Path, data: dict) -> Catalog:
+    """The catalog a decoded stacks.toml describes, or one line saying what in it is wrong."""
+    try:
+        return _parse(path, data)
+    except (TypeError, ValueError, AttributeError) as e:
+        # A value of a type no check above foresaw: still one line naming the file.
+        raise UserError(f"{path}: malformed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                        f"compare it with the project's stacks.toml") from None
 
 
 def _get(table: dict, key: str, kind: type, where: str, path: Path, default=None):
@@ -188,7 +197,7 @@ def _requirement(text: str, where: str, path: Path) -> Requirement:
     try:
         return Requirement(text)
     except InvalidRequirement as e:
-        raise UserError(f"{path}: {where}: invalid requirement {text!r}: {e}") from None
+        raise UserError(f"{path}: {where}: invalid requirement {text!r}: {str(e).splitlines()[0]}") from None
 
 
 def _parse(path: Path, data: dict) -> Catalog:
@@ -239,6 +248,10 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     if name not in raw:
         raise UserError(f"{path}: {where}: no such variant (named by extends)")
     table = raw[name]
+    if not isinstance(table, dict):
+        raise UserError(f"{path}: {where} must be a table")
+    if not isinstance(table.get("extends", ""), str):
+        raise UserError(f"{path}: {where}.extends must be a variant's name (a string)")
     requirements = list(_strings(table, "requirements", where, path))
     builds = list(_strings(table, "source_builds", where, path, default=[]))
     overrides = list(_strings(table, "overrides", where, path, default=[]))

@@ -21,8 +21,15 @@ STAGE_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line like every other bad input (exit 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
+    p = _Parser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in STAGE_MODULES:
         importlib.import_module(name).register(sub)
@@ -42,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"verlenv {args.command}: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:
+        if e.filename is None:
+            raise  # not about a path the user gave: a bug, keep its traceback
+        # A path that could not be read or written and was not checked up front: still one line, no traceback.
+        print(f"verlenv {args.command}: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"verlenv {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -1,8 +1,11 @@
-"""Atomic file writes: a reader sees the old file or the complete new one, never half of it."""
+"""Atomic file writes (a reader sees the old file or the complete new one, never half of it), and text reads
+that fail in one line."""
 
 import os
 import tempfile
 from pathlib import Path
+
+from verlenv.errors import UserError
 
 
 def _umask() -> int:
@@ -25,3 +28,21 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_text(path: Path, what: str = "") -> str:
+    """A text file's content, or one line saying why it cannot be read (missing, a folder, binary, no permission)."""
+    path = Path(path)
+    shown = f"{what} {path}" if what else str(path)
+    try:
+        return path.read_bytes().decode()
+    except FileNotFoundError:
+        raise UserError(f"{shown}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{shown}: a directory; give a file") from None
+    except PermissionError:
+        raise UserError(f"{shown}: not readable (permission denied)") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{shown}: not UTF-8 text (byte {e.start}); give a text file") from None
+    except OSError as e:
+        raise UserError(f"{shown}: cannot be read ({e.strerror})") from None

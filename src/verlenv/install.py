@@ -2,8 +2,13 @@
 
 `uv pip sync --require-hashes` installs the lock and nothing else: no resolution happens, every file
 is checked against its pinned hash before the env is touched, and packages not in the lock are removed.
+Before anything is touched the lock must be the one `verlenv lock` wrote; one installer works on a prefix at a
+time; after the sync every file of every locked distribution is checked against its RECORD, and each
+distribution that differs is installed again from its locked wheel, so a re-run repairs a torn env.
 """
 
+import contextlib
+import fcntl
 import glob
 import json
 import os
@@ -14,12 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from verlenv import catalog, pins, runtime_env
+from verlenv import catalog, installed_files, pins, runtime_env, validate
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.sources import sha256_file
 
 MARKER = "verlenv-env.json"
+# Present while verlenv makes a new env: a later install finding it knows the env was cut short and remakes it.
+CREATING = ".verlenv-creating"
+LOCK_NAME = ".verlenv-install.lock"
+LOCK_SUFFIX = ".verlenv-install.lock"
 
 
 def lock_path(root: Path, variant: catalog.Variant) -> Path:
@@ -78,8 +87,91 @@ def installer_env() -> dict[str, str]:
 
 
 def create_venv(prefix: Path, python: str, seed: bool = False) -> None:
-    cmd = ["uv", "venv", "--python", python, str(prefix)] + (["--seed"] if seed else [])
-    subprocess.run(cmd, check=True, env=installer_env(), capture_output=True)
+    # --allow-existing: the folder already holds the CREATING mark (and maybe a cut-short attempt's files).
+    cmd = ["uv", "venv", "--allow-existing", "--python", python, str(prefix)] + (["--seed"] if seed else [])
+    r = subprocess.run(cmd, env=installer_env(), capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"cannot create a venv at {prefix} with {python}: {last.removeprefix('error: ')}")
+
+
+@contextlib.contextmanager
+def prefix_lock(prefix: Path, conda: bool):
+    """One installer per prefix: a second one waits, saying for whom. A venv's lock lies beside it (the venv
+    itself may be removed and made again); a conda env, which verlenv never removes, holds its own."""
+    hidden = prefix.name if prefix.name.startswith(".") else f".{prefix.name}"
+    path = prefix / LOCK_NAME if conda else prefix.parent / f"{hidden}{LOCK_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            print(f"verlenv install: {prefix} is being installed by {holder}; waiting for it to finish",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(f"verlenv install (pid {os.getpid()})\n")
+        f.flush()
+        yield
+
+
+def refuse_unfresh_lock(root: Path, variant: catalog.Variant) -> None:
+    """The lock must be what `verlenv lock` wrote from today's stacks.toml (`lock --check`'s test), else
+    installing it would give an env nobody resolved."""
+    from verlenv import lock as lock_mod
+
+    # lock_problems reads only the catalog's root from it.
+    cat = catalog.Catalog(Path(root) / catalog.CATALOG_NAME, variant.stack.name, {variant.stack.name: variant.stack})
+    problems = lock_mod.lock_problems(cat, variant, pins.machine_platform())
+    if problems:
+        raise UserError(f"refusing to install: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+
+
+def locked_lines(pins_: dict, names: list[str]) -> str:
+    """Requirement lines, with their hashes, of some of a lock's pins."""
+    return "".join(f"{pins_[n].requirement} " + " ".join(f"--hash={h}" for h in pins_[n].hashes) + "\n" for n in names)
+
+
+def _clean_uv_cache(names: list[str]) -> None:
+    """uv hard-links installed files to its cache, so a file changed in place is changed there too: drop
+    those packages from the cache (the reinstall then reads the locked wheels afresh)."""
+    try:
+        r = subprocess.run(["uv", "cache", "clean", *names], env=installer_env(), capture_output=True, text=True, timeout=60)
+        ok = r.returncode == 0
+    except subprocess.TimeoutExpired:
+        ok = False
+    if not ok:
+        print(f"  note: could not clean {', '.join(names)} from uv's cache; `uv cache clean {' '.join(names)}` does it",
+              file=sys.stderr)
+
+
+def repair(python: Path, lock: Path, installer: str, keep: list[str]) -> dict:
+    """Check every locked distribution's files against its RECORD; reinstall each that differs from its
+    locked, hash-checked file. Returns the figures of the check."""
+    locked = pins.read_lock(lock)
+    scan = installed_files.check(str(python), sorted(locked))
+    damaged = {name: why for name, entry in scan["dists"].items() if (why := installed_files.damaged(entry))}
+    print(f"checked {len(scan['dists'])} locked distributions, {scan['files']} files "
+          f"({scan['bytes'] / 1e9:.2f} GB) against their RECORDs in {scan['seconds']:.1f} s"
+          + (f": {len(damaged)} differ" if damaged else ": all as installed"), file=sys.stderr)
+    if not damaged:
+        return {**scan, "repaired": []}
+    for name, why in sorted(damaged.items()):
+        print(f"  {name}: {why}; reinstalling it from the lock", file=sys.stderr)
+    if installer == "uv":
+        _clean_uv_cache(sorted(damaged))
+    sync(python, lock, installer, keep, reinstall=sorted(damaged), pins_=locked)
+    again = installed_files.check(str(python), sorted(damaged))
+    still = {name: why for name, entry in again["dists"].items() if (why := installed_files.damaged(entry))}
+    if still:
+        name, why = next(iter(sorted(still.items())))
+        raise UserError(f"{name} still differs from its RECORD after reinstalling it ({why}); "
+                        f"remove {python.parent.parent} and install again", exit_code=1)
+    print(f"repaired {', '.join(sorted(damaged))}", file=sys.stderr)
+    return {**scan, "repaired": sorted(damaged)}
 
 
 # Run in the env: for each named distribution installed from a local wheel file, that file's URL.
@@ -120,8 +212,10 @@ def kept_source_builds(python: Path, variant: catalog.Variant) -> list[str]:
     return lines
 
 
-def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = ()) -> None:
-    """Install exactly the lock (plus `keep` lines) into the env of `python`."""
+def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = (), reinstall: list[str] = (),
+         pins_: dict | None = None) -> None:
+    """Install exactly the lock (plus `keep` lines) into the env of `python`; `reinstall`: distributions to
+    install again from their locked files even though they are installed."""
     with tempfile.TemporaryDirectory() as tmp:
         requirements = lock
         if keep:
@@ -129,6 +223,14 @@ def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = ()) 
             requirements.write_text(lock.read_text() + "\n" + "\n".join(keep) + "\n")
         if installer == "uv":
             cmd = ["uv", "pip", "sync", "--python", str(python), "--require-hashes", "--strict", str(requirements)]
+            # The cache may hold the damaged files themselves (hard links): reinstall from the wheels, not from it.
+            cmd += [arg for name in reinstall for arg in ("--reinstall-package", name)] + (["--no-cache"] if reinstall else [])
+        elif reinstall:
+            # pip reinstalls only what it is given: the damaged distributions' locked lines, hashes included.
+            requirements = Path(tmp) / "reinstall.txt"
+            requirements.write_text(locked_lines(pins_ or pins.read_lock(lock), reinstall))
+            cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input", "--force-reinstall",
+                   "--disable-pip-version-check", "-r", str(requirements)]
         else:
             # The same lock through plain pip: --no-deps keeps pip from resolving anything itself.
             cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
@@ -140,20 +242,44 @@ def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = ()) 
 
 def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bool, python: str | None,
             installer: str = "uv") -> Path:
+    # Every input is checked before anything is touched.
     lock = lock_path(root, variant)
+    refuse_unfresh_lock(root, variant)
     if conda:
         if not os.environ.get("CONDA_PREFIX"):
             raise UserError("--conda given but no conda env is active; `conda activate` one or drop --conda")
-        prefix, created = Path(os.environ["CONDA_PREFIX"]), False
+        prefix = Path(os.environ["CONDA_PREFIX"])
+        if not env_python(prefix).exists():
+            raise UserError(f"CONDA_PREFIX={prefix}: no conda env there (no bin/python); `conda activate` an env or drop --conda")
     else:
-        prefix = (prefix or root / f".venv-{variant.key}").absolute()
-        created = not env_python(prefix).exists()
-        if created:
-            create_venv(prefix, python or find_python(variant.stack.python), seed=installer == "pip")
+        prefix = validate.new_or_dir(prefix or root / f".venv-{variant.key}", "--prefix").absolute()
+        python = validate.python(python, variant.stack.python) if python else None
+        if prefix.is_dir() and not env_python(prefix).exists() and not (prefix / CREATING).exists() and any(prefix.iterdir()):
+            raise UserError(f"--prefix {prefix}: a folder that is neither empty nor an env (no bin/python); "
+                            f"give a new or empty folder, or an existing env")
+    with prefix_lock(prefix, conda):
+        return _install_locked(root, variant, lock, prefix, conda, python, installer)
+
+
+def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Path, conda: bool, python: str | None,
+                    installer: str) -> Path:
+    creating = prefix / CREATING
+    created = not conda and (creating.exists() or not env_python(prefix).exists())
+    if created:
+        if creating.exists():
+            print(f"{prefix}: an earlier install was cut short while making it; making it again", file=sys.stderr)
+            shutil.rmtree(prefix)
+        base_python = python or find_python(variant.stack.python)
+        prefix.mkdir(parents=True, exist_ok=True)
+        write_atomic(creating, "verlenv install is making this env; until it finishes, the next install remakes it\n")
     (prefix / MARKER).unlink(missing_ok=True)
     started = time.monotonic()
     try:
-        sync(env_python(prefix), lock, installer, keep=[] if created else kept_source_builds(env_python(prefix), variant))
+        if created:
+            create_venv(prefix, base_python, seed=installer == "pip")
+        keep = [] if created else kept_source_builds(env_python(prefix), variant)
+        sync(env_python(prefix), lock, installer, keep=keep)
+        files = repair(env_python(prefix), lock, installer, keep)
     except BaseException:
         if created:
             shutil.rmtree(prefix, ignore_errors=True)  # a half-made env must not look usable
@@ -162,7 +288,11 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
     runtime_env.apply(env_python(prefix), root / "stacks.toml", variant)
     write_atomic(prefix / MARKER, json.dumps({"stack": variant.stack.name, "variant": variant.name,
                                               "lock": str(lock.relative_to(root)), "installer": installer,
-                                              "install_seconds": round(seconds, 1)}, indent=2) + "\n")
+                                              "install_seconds": round(seconds, 1),
+                                              "files_check": {"distributions": len(files["dists"]), "files": files["files"],
+                                                              "bytes": files["bytes"], "seconds": files["seconds"],
+                                                              "repaired": files["repaired"]}}, indent=2) + "\n")
+    creating.unlink(missing_ok=True)
     print(f"installed {lock.name} into {prefix} with {installer} in {seconds:.1f} s", file=sys.stderr)
     return prefix
 

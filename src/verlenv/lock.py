@@ -22,7 +22,7 @@ from pathlib import Path
 
 from verlenv import catalog, pins, render
 from verlenv.errors import UserError
-from verlenv.fsutil import write_atomic
+from verlenv.fsutil import read_text, write_atomic
 
 # Conda's platform name -> uv's --python-platform.
 PYTHON_PLATFORMS = {"linux-64": "x86_64-manylinux_2_28", "linux-aarch64": "aarch64-manylinux_2_28"}
@@ -179,16 +179,21 @@ def lock_problems(cat: catalog.Catalog, variant: catalog.Variant, platform: str 
     rel, fix = _rel(cat, lock), f"run `verlenv lock --stack {variant.stack.name} --variant {variant.name}`"
     if not lock.is_file():
         return [f"{rel}: missing; {fix}"]
-    text = lock.read_text()
+    try:
+        text = read_text(lock)
+    except UserError as e:
+        return [f"{e}; {fix}"]
     problems = []
     try:
         pins.parse_lock(text, rel)
     except UserError as e:
         problems.append(str(e))
-    try:
-        record = json.loads(side.read_text())
-    except FileNotFoundError:
+    if not side.exists():
         return problems + [f"{_rel(cat, side)}: missing (it records the lock's inputs); {fix}"]
+    try:
+        record = json.loads(read_text(side))
+    except UserError as e:
+        return problems + [f"{e}; {fix}"]
     except json.JSONDecodeError as e:
         return problems + [f"{_rel(cat, side)}: not valid JSON ({e}); {fix}"]
     if not isinstance(record, dict):
@@ -200,7 +205,8 @@ def lock_problems(cat: catalog.Catalog, variant: catalog.Variant, platform: str 
     base_text = base_lock.read_text() if base_lock and base_lock.is_file() else None
     expected = lock_inputs(variant, base_text, platform)
     if record.get("inputs_sha256") != inputs_digest(expected):
-        problems.append(f"{rel}: stale, {_what_changed(record.get('inputs') or {}, expected)}; {fix}")
+        recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+        problems.append(f"{rel}: stale, {_what_changed(recorded, expected)}; {fix}")
     return problems
 
 
@@ -273,14 +279,20 @@ def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.
                                 f"({'; '.join(diffs[:5])}); no lock was written", exit_code=1)
     for v in plan:
         for platform in v.platforms:
-            inputs = lock_inputs(v, base_text(v, platform), platform)
-            # linux-64's record keeps the fields it had when it was the only platform.
-            named = {} if platform == pins.LOCK_PLATFORM else {"platform": platform}
-            record = {"variant": v.key, **named, "resolver": uv_version, "inputs": inputs,
-                      "inputs_sha256": inputs_digest(inputs), "lock_sha256": _sha256(texts[v.key, platform])}
-            write_atomic(pins.lock_path(cat.root, v, platform), texts[v.key, platform])
-            write_atomic(inputs_path(cat.root, v, platform), json.dumps(record, indent=2) + "\n")
+            write_lock(cat.root, v, platform, texts[v.key, platform], base_text(v, platform), uv_version)
     return plan
+
+
+def write_lock(root: Path, variant: catalog.Variant, platform: str, text: str, base_text: str | None,
+               resolver: str) -> None:
+    """The lock and the record of its inputs, which `lock --check` and `install` test it against."""
+    inputs = lock_inputs(variant, base_text, platform)
+    # linux-64's record keeps the fields it had when it was the only platform.
+    named = {} if platform == pins.LOCK_PLATFORM else {"platform": platform}
+    record = {"variant": variant.key, **named, "resolver": resolver, "inputs": inputs,
+              "inputs_sha256": inputs_digest(inputs), "lock_sha256": _sha256(text)}
+    write_atomic(pins.lock_path(root, variant, platform), text)
+    write_atomic(inputs_path(root, variant, platform), json.dumps(record, indent=2) + "\n")
 
 
 def env_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]:
@@ -299,7 +311,7 @@ def env_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]
         if not path.is_file():
             problems.append(f"{rel}: missing; run `verlenv render`")
             continue
-        have = path.read_text()
+        have = path.read_text(errors="replace")
         if have == text:
             continue
         pin_diff = _pin_diff(_pip_list(have), _pip_list(text))

@@ -9,6 +9,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import UserError
+from verlenv.fsutil import read_text
 
 LOCK_DIR = "locks"
 # The platform every variant is locked for, in conda's spelling; others are listed in stacks.toml.
@@ -45,10 +46,9 @@ def machine_platform() -> str:
 def read_lock(path: Path) -> dict[str, LockedPin]:
     """{canonical name: LockedPin} for every package the lock installs."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such lock; run `verlenv lock`") from None
+    if not path.exists():
+        raise UserError(f"{path}: no such lock; run `verlenv lock`")
+    text = read_text(path, "lock")
     return parse_lock(text, str(path))
 
 
@@ -60,7 +60,7 @@ def parse_lock(text: str, source: str = "<lock>") -> dict[str, LockedPin]:
         try:
             req = Requirement(req_text.strip())
         except InvalidRequirement as e:
-            raise UserError(f"{source}:{lineno}: not a requirement: {req_text.strip()!r} ({e})") from None
+            raise UserError(f"{source}:{lineno}: not a requirement: {req_text.strip()!r} ({str(e).splitlines()[0]})") from None
         specs = list(req.specifier)
         if req.url or len(specs) != 1 or specs[0].operator not in ("==", "==="):
             raise UserError(f"{source}:{lineno}: {req_text.strip()!r} is not an exact '==' pin")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlenv.errors import UserError
+from verlenv.fsutil import read_text
 
 ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TORCH_CUDA_ARCH_LIST)
 SOURCE_KINDS = ("pypi-sdist", "git", "local-dir")  # local-dir: a folder beside the recipe, pinned by tree digest
@@ -65,12 +66,15 @@ def load(root: Path, package: str) -> Recipe:
     if not path.is_file():
         raise UserError(f"no recipe for {package!r}; recipes: {', '.join(available(root)) or 'none'}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
     try:
         build = data["build"]
         source = data["source"]
+        for key, table in (("build", build), ("source", source)):
+            if not isinstance(table, dict):
+                raise UserError(f"{path}: {key} must be a table ([{key}])")
         recipe = Recipe(
             path=path,
             package=data["package"],
@@ -93,6 +97,10 @@ def load(root: Path, package: str) -> Recipe:
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        # A value of another type than the recipe format's (a table for a string, a word for a number).
+        raise UserError(f"{path}: malformed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                        f"compare it with recipes/flash-attn/recipe.toml") from None
     if recipe.gpu_code and not recipe.arch_variable:
         raise UserError(f"{path}: missing key build.arch_variable (or set build.gpu_code = false)")
     if recipe.arch_format not in ARCH_FORMATS:

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from verlenv import validate
 from verlenv.errors import UserError
 
 TARGET_TRIPLE = "x86_64-linux"
@@ -178,9 +179,21 @@ def check_host_compiler(cuda: str, cxx: str, version: str) -> None:
         )
 
 
+def check_explicit_cuda_home(env: dict[str, str]) -> None:
+    """A CUDA_HOME the user set is used or refused, never silently replaced by another toolkit."""
+    home = env.get("CUDA_HOME")
+    if not home:
+        return
+    if not Path(home).is_dir():
+        raise UserError(f"CUDA_HOME={home}: no such directory; point it at a CUDA toolkit (with bin/nvcc) or unset it")
+    if not (Path(home) / "bin" / "nvcc").is_file():
+        raise UserError(f"CUDA_HOME={home}: has no bin/nvcc; point it at a CUDA toolkit (with bin/nvcc) or unset it")
+
+
 def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None) -> tuple[TorchInfo, Toolchain]:
     """Find or make a CUDA_HOME for the env of `python`; refuse with one line when nothing matches."""
     env = dict(os.environ if env is None else env)
+    check_explicit_cuda_home(env)
     info = torch_info(python)
     if not info.cuda:
         raise UserError(f"torch {info.torch} in {python} is a CPU build; a CUDA build of torch is needed")
@@ -232,7 +245,7 @@ def register(sub) -> None:
 
 
 def _main(args) -> int:
-    info, tc = resolve(args.python, args.cache_dir.resolve())
+    info, tc = resolve(validate.interpreter(args.python), args.cache_dir.resolve())
     if args.json:
         print(json.dumps({"torch": asdict(info), "toolchain": asdict(tc)}, indent=2))
     elif args.shell:

@@ -59,10 +59,15 @@ def _signature(raw, where: str, path: Path) -> Signature:
 def parse(data: dict, path: Path) -> tuple[Failure, ...]:
     failures = []
     seen = set()
-    for i, entry in enumerate(data.get("failure", [])):
+    entries = data.get("failure", [])
+    if not isinstance(entries, list):
+        raise UserError(f"{path}: failure must be an array of tables ([[failure]])")
+    for i, entry in enumerate(entries):
         where = f"failure[{i}]"
         try:
             fid = entry["id"]
+            if not isinstance(fid, str):
+                raise UserError(f"{path}: {where}.id must be a string")
             failure = Failure(
                 id=fid,
                 title=entry["title"],
@@ -76,6 +81,8 @@ def parse(data: dict, path: Path) -> tuple[Failure, ...]:
             )
         except KeyError as e:
             raise UserError(f"{path}: {where}: missing key {e.args[0]!r}") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            raise UserError(f"{path}: {where}: malformed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
         if fid in seen:
             raise UserError(f"{path}: {where}: duplicate id {fid!r}")
         seen.add(fid)

@@ -23,6 +23,7 @@ from verlenv import pins
 from verlenv.doctor import knowledge, symbols
 from verlenv.doctor.facts import EnvFacts
 from verlenv.errors import UserError
+from verlenv.fsutil import read_text
 
 # Test double: tests set this to stand in for the driver version of a GPU host this machine cannot be.
 TEST_DRIVER_ENV = "VERLENV_TEST_DRIVER_VERSION"
@@ -321,10 +322,7 @@ def probe_cuda_libraries(facts: EnvFacts) -> ProbeResult:
 
 def read_lock(path: Path) -> dict[str, str]:
     """name -> version pins of a `uv pip compile` lock (`name==version \\` lines, hashes ignored)."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise UserError(f"--lock {path}: no such file") from None
+    text = read_text(Path(path), "--lock")
     pins = {}
     for line in text.splitlines():
         if m := LOCK_LINE.match(line.strip()):

@@ -4,14 +4,16 @@ import importlib
 import os
 import subprocess
 import sys
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, gpus, pins
+from verlenv import catalog, gpus, pins, validate
 from verlenv.install import default_python
 from verlenv.errors import UserError
+from verlenv.fsutil import write_atomic
 
 GPU_CHOICES = "auto|" + "|".join(gpus.profiles())
 
@@ -22,7 +24,7 @@ def register(sub) -> None:
         help="check an env against its lock and run GPU kernel checks; write a JSON report",
         description="Static checks (lock, pip check, apex, torch symbols of extensions, cubins, driver, libcuda) run "
         "everywhere; kernel checks run on a GPU matching the profile. Exit 0: every required check passed; "
-        "1: a required check failed; 2: bad input.",
+        "1: a required check failed; 2: bad input, or a report written to the temp folder (printed) because its path failed.",
     )
     p.add_argument("--gpu", default="auto", metavar=GPU_CHOICES,
                    help="GPU profile; auto = the visible GPU, or the static checks only when there is none")
@@ -128,6 +130,12 @@ def handle(args) -> int:
     profile = gpus.select_profile(args.gpu, visible, args.force)
     python = check_python(args.python or default_python(variant, cat.root, "verify"))
     lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
+    # The report's paths are checked before the checks run: their results must have somewhere to go.
+    path = args.report or report.default_path(cat.root, variant.stack.name, variant.name,
+                                              profile.key if profile else "cpu", started)
+    validate.writable_file(path, "--report")
+    if args.markdown:
+        validate.writable_file(args.markdown, "--markdown")
 
     _drop_tool_paths(os.environ)
     where = f"{profile.title} (sm {profile.arch})" if profile else "no GPU: static checks only"
@@ -137,13 +145,24 @@ def handle(args) -> int:
                                only=only, kernels_dir=kernels_dir, timeout=args.timeout, forced=args.force)
     run = runner.verify(settings, lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     data = report.build(run, command_line(args), started)
-    path = args.report or report.default_path(cat.root, variant.stack.name, variant.name,
-                                              profile.key if profile else "cpu", started)
-    report.write_json(path, data)
+    written = [_write_or_fallback(path, report.json_text(data), "--report", started)]
     if args.markdown:
-        from verlenv.fsutil import write_atomic
-
-        write_atomic(args.markdown, report.markdown(data))
+        written.append(_write_or_fallback(args.markdown, report.markdown(data), "--markdown", started))
     report.print_table(data)
-    print(f"report: {path}" + (f", {args.markdown}" if args.markdown else ""), file=sys.stderr)
-    return run.exit_code
+    print(f"report: {', '.join(map(str, written))}", file=sys.stderr)
+    lost = written != [path, *([args.markdown] if args.markdown else [])]
+    return 2 if lost else run.exit_code
+
+
+def _write_or_fallback(path: Path, text: str, option: str, started: datetime) -> Path:
+    """Write the report where asked; if that fails after all (disk full, a folder gone), write it to the temp
+    folder and say where: a finished run's results are never lost."""
+    try:
+        write_atomic(path, text)
+        return path
+    except OSError as e:
+        fallback = Path(tempfile.gettempdir()) / f"verlenv-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}-{Path(path).name}"
+        write_atomic(fallback, text)
+        print(f"verlenv verify: {option} {path}: cannot write it ({e.strerror}); the report is at {fallback}",
+              file=sys.stderr)
+        return fallback

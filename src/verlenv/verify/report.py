@@ -127,8 +127,12 @@ def default_path(root: Path, stack: str, variant: str, gpu: str, started: dateti
     return root / "reports" / f"verify-{stack}-{variant}-{gpu}-{stamp}.json"
 
 
+def json_text(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"
+
+
 def write_json(path: Path, report: dict) -> None:
-    write_atomic(path, json.dumps(report, indent=2) + "\n")
+    write_atomic(path, json_text(report))
 
 
 def _cell(text: str, limit: int = 180) -> str:

@@ -149,6 +149,8 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     object_dists = [d for p in static.PACKAGES.values() if scope.wants(p.name) for d, _ in p.objects]
     probe = static.probe_files(s.python, protected, object_dists)
     results += _protected_results(protected, probe, pins, scope)
+    if whole_env and pins:
+        results.append(static.check_locked_files(s.python, sorted(pins)))
     if pip_check is not None:
         results.append(pip_check.result())
     pool.shutdown()

@@ -202,6 +202,23 @@ def check_protected(name: str, package: str, probe: dict | None, pin_version: st
                         numbers=numbers)
 
 
+def check_locked_files(python: str, names: list[str]) -> CheckResult:
+    """Every file of every locked distribution has the size and sha256 its RECORD holds."""
+    from verlenv import installed_files
+
+    scan = installed_files.check(python, names)
+    damaged = {n: why for n, e in sorted(scan["dists"].items()) if (why := installed_files.damaged(e))}
+    numbers = {"distributions": len(scan["dists"]), "files": scan["files"], "bytes": scan["bytes"],
+               "damaged": damaged}
+    if damaged:
+        reason = (f"{len(damaged)} of {len(scan['dists'])} locked distributions differ from their RECORD ("
+                  + _listed(f"{n}: {why}" for n, why in damaged.items()) + "); `verlenv install` reinstalls them")
+        return CheckResult("intact/locked-files", "env", "static", "fail", reason, True, numbers, scan["seconds"])
+    return CheckResult("intact/locked-files", "env", "static", "pass",
+                       f"{scan['files']} files of {len(scan['dists'])} locked distributions as installed", True,
+                       numbers, scan["seconds"])
+
+
 # --- pip check ----------------------------------------------------------------------------------------
 
 def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:

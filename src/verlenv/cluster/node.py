@@ -1,0 +1,66 @@
+"""What runs on each node, inside a Ray worker of the node's own env: verify's checks and the fingerprint."""
+
+import os
+import platform
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlenv import catalog, gpus
+from verlenv.cluster import fingerprint
+from verlenv.errors import UserError
+from verlenv.verify import runner
+
+
+@dataclass
+class Request:
+    """What every node checks against: the driver's catalog and lock, shipped to nodes that have neither."""
+
+    catalog: catalog.Catalog
+    stack: str | None
+    variant: str
+    lock_name: str | None
+    lock_text: str | None
+    gpu: str = "auto"
+    force: bool = False
+    skipped: frozenset[str] = frozenset()
+    only: str | None = None
+    timeout: float = 150.0
+
+
+def check(request: Request) -> dict:
+    """Verify the env this worker runs in (its own interpreter) on this node; never raises for a failed check."""
+    start = time.monotonic()
+    visible = gpus.gpu_details()
+    node = {"hostname": socket.gethostname(), "ip": _ip(), "pid": os.getpid(), "python": sys.executable,
+            "platform": platform.platform(), "gpus": [g.name for g in visible]}
+    variant = request.catalog.variant(request.stack, request.variant)
+    try:
+        profile = gpus.select_profile(request.gpu, visible, request.force)
+    except UserError as e:
+        return {"node": node, "error": str(e), "fingerprint": fingerprint.compute(visible), "results": [],
+                "seconds": round(time.monotonic() - start, 2)}
+    with tempfile.TemporaryDirectory(prefix="verlenv-cluster-") as tmp:
+        lock = None
+        if request.lock_text is not None:
+            lock = Path(tmp) / (request.lock_name or "lock.txt")
+            lock.write_text(request.lock_text)
+        settings = runner.Settings(python=sys.executable, catalog=request.catalog, variant=variant, profile=profile,
+                                   gpus=visible, lock=lock, no_lock=request.lock_text is None,
+                                   skipped=request.skipped, only=request.only, timeout=request.timeout)
+        run = runner.verify(settings)
+    return {"node": node, "profile": profile.key if profile else None, "driver": run.driver,
+            "fingerprint": fingerprint.compute(visible), "results": [r.to_dict() for r in run.results],
+            "exit_code": run.exit_code, "seconds": round(time.monotonic() - start, 2)}
+
+
+def _ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (tests of this function): the host's name is all there is
+        return socket.gethostname()

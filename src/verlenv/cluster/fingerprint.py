@@ -53,11 +53,12 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def packages() -> dict[str, str]:
-    """package:NAME -> version (several installs of one name: all of them, sorted), record:NAME -> RECORD digest."""
+def packages(path: list[str] | None = None) -> dict[str, str]:
+    """package:NAME -> version (several installs of one name: all of them, sorted), record:NAME -> RECORD digest;
+    of the running interpreter, or of the distributions under `path`."""
     found: dict[str, list[str]] = {}
     records: dict[str, list[str]] = {}
-    for d in metadata.distributions():
+    for d in metadata.distributions(**({} if path is None else {"path": path})):
         name = d.metadata["Name"]
         if not name:
             continue
@@ -70,14 +71,15 @@ def packages() -> dict[str, str]:
     return out
 
 
-def abi_fingerprints() -> dict[str, str]:
+def abi_fingerprints(path: list[str] | None = None) -> dict[str, str]:
     """abi:NAME: the wheel cache folder (`<package>/<fingerprint>/<wheel>`) a source-built wheel was installed from."""
     out = {}
     for name in SOURCE_BUILDS:
-        try:
-            text = metadata.distribution(name).read_text("direct_url.json")
-        except metadata.PackageNotFoundError:
+        found = [d for d in metadata.distributions(**({} if path is None else {"path": path}))
+                 if canon(d.metadata["Name"] or "") == name]
+        if not found:
             continue
+        text = found[0].read_text("direct_url.json")
         url = json.loads(text).get("url", "") if text else ""
         parts = url.rstrip("/").split("/")
         out[f"abi:{name}"] = parts[-2] if len(parts) >= 3 and canon(parts[-3]) == name else f"not from the wheel cache: {url or 'no direct_url'}"

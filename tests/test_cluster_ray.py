@@ -1,0 +1,117 @@
+"""`verlenv verify --ray` on a real four-node Ray cluster on this machine (tests/ray_nodes.py): one node from a
+second venv whose torch RECORD was changed and whose Ray workers see another NCCL_CUMEM_ENABLE, one node killed
+mid-check. Needs the default env (`nox -s env`, or VERLENV_CLUSTER_ENV=<its python>) and its packages in uv's
+cache (the second venv is made offline from it)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import ray_nodes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "locks" / "verl-0.9-fsdp.linux-64.txt"
+VERLENV = Path(sys.executable).with_name("verlenv")
+RUN_TIMEOUT_S = 600
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+@pytest.fixture(scope="module")
+def env_python() -> str:
+    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
+    if not python.exists():
+        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
+    return str(python)
+
+
+@pytest.fixture(scope="module")
+def odd_python(env_python, tmp_path_factory) -> str:
+    """A second venv of the same lock whose torch RECORD lists one file more than was installed."""
+    from uv import find_uv_bin
+
+    venv = tmp_path_factory.mktemp("odd") / "venv"
+    uv = find_uv_bin()
+    subprocess.run([uv, "venv", "-q", str(venv), "--python", env_python], check=True, timeout=120)
+    sync = subprocess.run([uv, "pip", "sync", "-q", "--offline", "--python", str(venv / "bin" / "python"), str(LOCK)],
+                          capture_output=True, text=True, timeout=600)
+    if sync.returncode != 0:
+        pytest.skip(f"the lock's packages are not all in uv's cache (run `nox -s env` first): {sync.stderr[-300:]}")
+    record = next(venv.glob("lib/python*/site-packages/torch-*.dist-info/RECORD"))
+    # A new file, not an edit in place: installed files are hard links into uv's cache.
+    text = record.read_text() + "torch/lib/libtorch_extra.so,sha256=AAAA,1024\n"
+    record.unlink()
+    record.write_text(text)
+    return str(venv / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
+def cluster(env_python, odd_python):
+    c = ray_nodes.start(env_python, [(env_python, {}), (odd_python, {"NCCL_CUMEM_ENABLE": "0"}), (env_python, {})])
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _run_killing(cluster, doomed: str, report: Path) -> tuple[int, float, str]:
+    """verify --ray with node `doomed` killed once the checks are under way: (exit code, seconds, stderr)."""
+    cmd = [str(VERLENV), "verify", "--ray", cluster.address, "--allreduce", "gloo", "--node-timeout", "300",
+           "--report", str(report)]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT)
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "alive node(s)" in line:
+                time.sleep(3)  # the tasks are submitted: the node dies under its check
+                assert cluster.kill_node(doomed), f"no process of node {doomed} found"
+                break
+        lines += proc.stderr.read().splitlines(keepends=True)
+        code = proc.wait(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return code, time.monotonic() - start, "".join(lines)
+
+
+def test_odd_node_named_and_dead_node_reported(cluster, odd_python, tmp_path):
+    same, odd, doomed = cluster.workers
+    code, seconds, err = _run_killing(cluster, doomed, tmp_path / "cluster.json")
+    assert code == 1, err
+    data = json.loads((tmp_path / "cluster.json").read_text())
+    rows = {row["address"]: row for row in data["nodes"]}
+    assert len(rows) == 4 and set(cluster.workers) < set(rows), err
+    head = next(ip for ip in rows if ip not in cluster.workers)
+    assert rows[doomed]["state"] in ("died", "error"), rows[doomed]
+    assert seconds < 300, "a dead node must be reported before --node-timeout"
+
+    for ip in (head, same, odd):
+        assert rows[ip]["state"] == "checked", rows[ip]
+        assert rows[ip]["node"]["python"] == (odd_python if ip == odd else rows[head]["node"]["python"])
+    failed = {ip: [r["name"] for r in rows[ip]["results"] if r["required"] and r["status"] == "fail"]
+              for ip in (head, same, odd)}
+    assert failed[head] == [] and failed[same] == [], failed
+    assert "intact/torch" in failed[odd], failed
+
+    odd_name = rows[odd]["name"]
+    by_fact = {d["fact"]: d for d in data["differences"]}
+    assert by_fact["record:torch"]["odd_nodes"] == [odd_name]
+    assert by_fact["env:NCCL_CUMEM_ENABLE"]["odd_nodes"] == [odd_name]
+    assert by_fact["env:NCCL_CUMEM_ENABLE"]["values"][odd_name] == "0"
+    assert by_fact["env:NCCL_CUMEM_ENABLE"]["values"][rows[head]["name"]] is None
+    # Everything else is equal: the same lock, the same packages, the same torch as torch reports it.
+    assert all(d["odd_nodes"] == [odd_name] for d in data["differences"]), data["differences"]
+    assert not any(f.startswith(("package:", "torch:")) for f in by_fact), sorted(by_fact)
+    assert "record:torch" in err and odd_name in err  # the table names them too
+
+    reduce = data["allreduce"]
+    assert reduce["ok"] and reduce["wrong_elements"] == 0 and reduce["world"] == 3 and reduce["nodes"] == 3, reduce
+    assert all(r["busbw_gbps"] > 0 for r in reduce["rows"])

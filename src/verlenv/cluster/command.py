@@ -41,7 +41,16 @@ def run_driver(python: str, spec: dict, timeout: float) -> dict:
 def node_problems(row: dict) -> list[str]:
     if row["state"] != "checked":
         return [f"{row['state']}: {row.get('error', '')}"]
+    if "probes" in row:  # the doctor's
+        return [f"{p['probe']}: {p['summary']}" for p in row["probes"] if p["status"] == "problem"]
     return [f"{r['name']}: {r['reason']}" for r in row["results"] if r["required"] and r["status"] == "fail"]
+
+
+def statuses(row: dict) -> dict[str, str]:
+    """check (or probe) -> its status on this node."""
+    if "probes" in row:
+        return {p["probe"]: p["status"] for p in row["probes"]}
+    return {r["name"]: r["status"] for r in row.get("results", [])}
 
 
 def exit_code(data: dict) -> int:
@@ -76,6 +85,38 @@ def verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python:
     return data["exit_code"]
 
 
+def doctor_cluster(args) -> int:
+    """`verlenv doctor --ray`: the doctor's probes on every node, and the fingerprint differences."""
+    if args.node_timeout <= 0:
+        raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
+    from verlenv.doctor import probes
+    from verlenv.install import default_python
+    from verlenv.verify import check_python
+
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    unknown = [n for n in only or [] if n not in probes.PROBES]
+    if unknown:
+        raise UserError(f"unknown probe {', '.join(unknown)}; valid: {', '.join(probes.PROBES)}")
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant or "fsdp")
+    python = check_python(args.python or default_python(variant, cat.root, "doctor"))
+    from verlenv import pins
+
+    lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
+    if not lock.is_file():
+        raise UserError(f"--lock {lock}: no such file")
+    spec = {"what": "doctor", "address": args.ray, "catalog": str(cat.root / "stacks.toml"),
+            "stack": variant.stack.name, "variant": variant.name, "lock": str(lock.absolute()), "probes": only,
+            "node_timeout": args.node_timeout, "allreduce": "off"}
+    data = run_driver(python, spec, args.node_timeout + CONNECT_S)
+    data["exit_code"] = exit_code(data)
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print_report(data)
+    return data["exit_code"]
+
+
 def print_report(data: dict, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -87,13 +128,12 @@ def print_report(data: dict, console=None) -> None:
     for n in nodes:
         table.add_column(n["name"])
     table.add_row("node", *[n["state"] for n in nodes])
-    checks = sorted({r["name"] for n in nodes for r in n.get("results", [])})
-    status = {(n["name"], r["name"]): r["status"] for n in nodes for r in n.get("results", [])}
-    for check in checks:
-        cells = [status.get((n["name"], check), "-") for n in nodes]
-        if set(cells) != {"pass"}:  # a row of passes on every node says nothing; the count below does
+    status = {n["name"]: statuses(n) for n in nodes}
+    for check in sorted({c for s in status.values() for c in s}):
+        cells = [status[n["name"]].get(check, "-") for n in nodes]
+        if not set(cells) <= {"pass", "ok"}:  # a row of passes on every node says nothing; the count below does
             table.add_row(check, *cells)
-    table.add_row("passed", *[str(sum(r["status"] == "pass" for r in n.get("results", []))) for n in nodes])
+    table.add_row("passed", *[str(sum(v in ("pass", "ok") for v in status[n["name"]].values())) for n in nodes])
     console.print(table)
     for n in nodes:
         for line in node_problems(n)[:10]:

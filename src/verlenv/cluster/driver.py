@@ -37,9 +37,10 @@ def labels(nodes: dict[str, dict]) -> dict[str, str]:
     return {i: f"{v}/{i[:8]}" if v in shared else v for i, v in names.items()}
 
 
-def check_nodes(request: node.Request, nodes: dict[str, dict], node_timeout: float) -> dict[str, dict]:
-    """node id -> node.check's result, or {"state": "died"|"hung"|"error", "error": why} for a node without one."""
-    task = ray.remote(node.check)
+def check_nodes(request: node.Request, nodes: dict[str, dict], node_timeout: float, what=node.check) -> dict[str, dict]:
+    """node id -> what(request) as that node ran it, or {"state": "died"|"hung"|"error", "error": why} for a node
+    without an answer."""
+    task = ray.remote(what)
     refs = {}
     for node_id, info in nodes.items():
         gpus = int(info.get("Resources", {}).get("GPU", 0))
@@ -104,8 +105,10 @@ def main(argv: list[str]) -> int:
     lock = Path(spec["lock"]) if spec.get("lock") else None
     request = node.Request(catalog=cat, stack=spec.get("stack"), variant=spec["variant"],
                            lock_name=lock.name if lock else None, lock_text=lock.read_text() if lock else None,
-                           gpu=spec["gpu"], force=spec["force"], skipped=frozenset(spec["skipped"]),
-                           only=spec.get("only"), timeout=spec["timeout"])
+                           gpu=spec.get("gpu", "auto"), force=spec.get("force", False),
+                           skipped=frozenset(spec.get("skipped", [])), only=spec.get("only"),
+                           timeout=spec.get("timeout", 150.0), probes=spec.get("probes"))
+    doctor = spec.get("what") == "doctor"
     start = time.monotonic()
     warnings.filterwarnings("ignore", message=".*RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO")  # about a future default
     # verlenv travels to every node through Ray's own runtime_env, as verl's code does; the nodes' envs are untouched.
@@ -115,9 +118,9 @@ def main(argv: list[str]) -> int:
         nodes = alive_nodes()
         names = labels(nodes)
         progress(f"{len(nodes)} alive node(s): {', '.join(sorted(names.values()))}")
-        checked = check_nodes(request, nodes, spec["node_timeout"])
+        checked = check_nodes(request, nodes, spec["node_timeout"], node.doctor if doctor else node.check)
         answered = {i: r for i, r in checked.items() if r["state"] == "checked"}
-        reduce = cross_node_allreduce(answered, nodes, spec["allreduce"])
+        reduce = None if doctor else cross_node_allreduce(answered, nodes, spec["allreduce"])
     finally:
         ray.shutdown()
     rows = []

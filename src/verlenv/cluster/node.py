@@ -29,6 +29,7 @@ class Request:
     skipped: frozenset[str] = frozenset()
     only: str | None = None
     timeout: float = 150.0
+    probes: list[str] | None = None  # doctor: only these probes
 
 
 def check(request: Request) -> dict:
@@ -55,6 +56,24 @@ def check(request: Request) -> dict:
     return {"node": node, "profile": profile.key if profile else None, "driver": run.driver,
             "fingerprint": fingerprint.compute(visible), "results": [r.to_dict() for r in run.results],
             "exit_code": run.exit_code, "seconds": round(time.monotonic() - start, 2)}
+
+
+def doctor(request: Request) -> dict:
+    """`verlenv doctor`'s probes of the env this worker runs in, on this node, and the fingerprint."""
+    from verlenv.doctor import facts, probes
+
+    start = time.monotonic()
+    visible = gpus.gpu_details()
+    node = {"hostname": socket.gethostname(), "ip": _ip(), "pid": os.getpid(), "python": sys.executable,
+            "platform": platform.platform(), "gpus": [g.name for g in visible]}
+    with tempfile.TemporaryDirectory(prefix="verlenv-cluster-") as tmp:
+        lock = None
+        if request.lock_text is not None:
+            lock = Path(tmp) / (request.lock_name or "lock.txt")
+            lock.write_text(request.lock_text)
+        results = probes.run_all(facts.gather(sys.executable), lock=lock, only=request.probes)
+    return {"node": node, "fingerprint": fingerprint.compute(visible), "probes": [r.to_dict() for r in results],
+            "seconds": round(time.monotonic() - start, 2)}
 
 
 def _ip() -> str:

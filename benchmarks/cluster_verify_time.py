@@ -43,6 +43,7 @@ def main() -> int:
     verlenv = str(Path(sys.executable).with_name("verlenv"))
     python = str(Path(args.python).absolute())
 
+    load_start = round(os.getloadavg()[0], 2)  # the machine is shared: how busy it was says what the times mean
     plain_s, plain_code, _ = timed([verlenv, "verify", "--python", python])
     runs = []
     for count in args.nodes:
@@ -60,7 +61,8 @@ def main() -> int:
                      "node_check_seconds": node_s, "driver_seconds": (report or {}).get("seconds")})
         print(json.dumps(runs[-1]), file=sys.stderr)
     data = {"command": ["python", *sys.argv], "date": time.strftime("%Y-%m-%d"),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                        "load_average_1min_at_start_and_end": [load_start, round(os.getloadavg()[0], 2)]},
             "plain_verify_seconds": plain_s, "plain_verify_exit_code": plain_code, "runs": runs,
             "ray_overhead_one_node_seconds": next((round(r["verify_ray_seconds"] - plain_s, 1)
                                                    for r in runs if r["nodes"] == 1), None)}

@@ -60,8 +60,11 @@ class LocalCluster:
         """This cluster's processes (their command lines name its session folder, and `ip` when given), with every
         process they started (Ray's agents and workers)."""
         procs = _processes()
-        roots = {pid for pid, (_, cmd) in procs.items() if self.temp_dir in cmd and (ip is None or f"{ip} " in cmd
-                                                                                     or f"{ip}:" in cmd or cmd.endswith(ip))}
+        # Ray's client server names only the head's address, not the session folder.
+        ours = (self.temp_dir, f":{self.port} ")  # command lines end with a space (NULs made spaces)
+        roots = {pid for pid, (_, cmd) in procs.items() if any(o in cmd for o in ours)
+                 and ("ray" in cmd or "gcs_server" in cmd)
+                 and (ip is None or f"{ip} " in cmd or f"{ip}:" in cmd or cmd.endswith(ip))}
         return _with_descendants(roots, procs) - {os.getpid()}
 
     def kill_node(self, ip: str) -> set[int]:

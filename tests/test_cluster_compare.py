@@ -13,6 +13,7 @@ from rich.console import Console
 from verlenv.cluster import command, compare, fingerprint
 
 VERLENV = Path(sys.executable).with_name("verlenv")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def dist_info(site: Path, name: str, version: str, record: str, direct_url: str | None = None) -> Path:
@@ -129,8 +130,20 @@ def test_table_names_nodes_checks_and_differences():
     assert "record:torch" in text and "10.0.0.2 *" in text and "result: FAIL" in text
 
 
-def test_bad_node_timeout_is_one_line_and_exit_2():
-    proc = subprocess.run([str(VERLENV), "verify", "--ray", "--node-timeout", "0", "--no-lock",
-                           "--python", sys.executable], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("extra, message", [
+    (["--node-timeout", "0"], "--node-timeout 0: must be a positive number of seconds"),
+    (["--markdown", "{tmp}/x.md"], "--markdown: not with --ray (its report is the JSON and the tables)"),
+])
+def test_bad_input_is_one_line_and_exit_2(extra, message, tmp_path):
+    extra = [a.format(tmp=tmp_path) for a in extra]
+    proc = subprocess.run([str(VERLENV), "verify", "--ray", *extra, "--no-lock", "--python", sys.executable],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].endswith("--node-timeout 0: must be a positive number of seconds")
+    assert proc.stderr.strip().splitlines()[-1].endswith(message)
+    assert not (tmp_path / "x.md").exists()
+
+
+def test_doctor_bad_probe_is_one_line_and_exit_2():
+    proc = subprocess.run([str(VERLENV), "doctor", "--ray", "--only", "nope"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "unknown probe nope; valid: " in proc.stderr.strip().splitlines()[-1]

@@ -115,3 +115,21 @@ def test_odd_node_named_and_dead_node_reported(cluster, odd_python, tmp_path):
     reduce = data["allreduce"]
     assert reduce["ok"] and reduce["wrong_elements"] == 0 and reduce["world"] == 3 and reduce["nodes"] == 3, reduce
     assert all(r["busbw_gbps"] > 0 for r in reduce["rows"])
+
+
+def test_doctor_probes_every_alive_node(cluster, tmp_path):
+    """After the test above one node is dead: the doctor probes the three alive ones and names the odd one."""
+    same, odd, doomed = cluster.workers
+    proc = subprocess.run([str(VERLENV), "doctor", "--ray", cluster.address, "--json", "--node-timeout", "300"],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    rows = {row["address"]: row for row in data["nodes"]}
+    # Ray may not have declared the killed node dead yet: then it is reported dead by the doctor itself.
+    assert rows.pop(doomed, {"state": "died"})["state"] == "died"
+    assert len(rows) == 3 and same in rows and odd in rows, sorted(rows)
+    assert all(row["state"] == "checked" and row["probes"] for row in rows.values()), rows
+    probed = {p["probe"] for p in rows[same]["probes"]}
+    assert {"lock-drift", "torch-extensions", "cuda-libraries"} <= probed
+    by_fact = {d["fact"]: d for d in data["differences"]}
+    assert by_fact["record:torch"]["odd_nodes"] == [rows[odd]["name"]]

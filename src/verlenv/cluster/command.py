@@ -66,6 +66,8 @@ def verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python:
         raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
     if args.kernels_dir:
         raise UserError("--kernels-dir: not with --ray (every node runs the packaged checks)")
+    if args.markdown:
+        raise UserError("--markdown: not with --ray (its report is the JSON and the tables)")
     spec = {"address": args.ray, "catalog": str(cat.root / "stacks.toml"), "stack": variant.stack.name,
             "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": args.gpu,
             "force": args.force, "skipped": sorted(args.skip_package), "only": args.only, "timeout": args.timeout,

@@ -147,3 +147,18 @@ def test_doctor_bad_probe_is_one_line_and_exit_2():
     proc = subprocess.run([str(VERLENV), "doctor", "--ray", "--only", "nope"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "unknown probe nope; valid: " in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(bool(__import__("verlenv.gpus", fromlist=["x"]).gpu_details()), reason="needs a machine without GPU")
+def test_node_check_without_gpu_runs_the_static_checks_even_for_a_named_profile():
+    """What each Ray task runs, here in this interpreter: a GPU-less node (a CPU head) is not an error."""
+    from verlenv import catalog
+    from verlenv.cluster import node
+
+    cat = catalog.load(ROOT / "stacks.toml")
+    out = node.check(node.Request(catalog=cat, stack=None, variant="fsdp", lock_name=None, lock_text=None, gpu="h100"))
+    assert "error" not in out and out["profile"] is None, out.get("error")
+    assert out["node"]["python"] == sys.executable and out["fingerprint"]["python:executable"] == sys.executable
+    results = {r["name"]: r["status"] for r in out["results"]}
+    assert results["lock/match"] == "skip" and results["torch/kernels"] == "skip"
+    assert out["fingerprint"]["package:pytest"] == __import__("importlib.metadata").metadata.version("pytest")

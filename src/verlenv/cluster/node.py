@@ -39,8 +39,10 @@ def check(request: Request) -> dict:
     node = {"hostname": socket.gethostname(), "ip": _ip(), "pid": os.getpid(), "python": sys.executable,
             "platform": platform.platform(), "gpus": [g.name for g in visible]}
     variant = request.catalog.variant(request.stack, request.variant)
+    # A node without GPUs (often the head) gets the static checks, as `--gpu auto` would give it, unless forced.
+    requested = request.gpu if visible or request.force else "auto"
     try:
-        profile = gpus.select_profile(request.gpu, visible, request.force)
+        profile = gpus.select_profile(requested, visible, request.force)
     except UserError as e:
         return {"node": node, "error": str(e), "fingerprint": fingerprint.compute(visible), "results": [],
                 "seconds": round(time.monotonic() - start, 2)}

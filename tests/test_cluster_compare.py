@@ -12,6 +12,8 @@ from rich.console import Console
 
 from verlenv.cluster import command, compare, fingerprint
 
+sys.path.insert(0, str(Path(__file__).parent))
+
 VERLENV = Path(sys.executable).with_name("verlenv")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,3 +164,19 @@ def test_node_check_without_gpu_runs_the_static_checks_even_for_a_named_profile(
     results = {r["name"]: r["status"] for r in out["results"]}
     assert results["lock/match"] == "skip" and results["torch/kernels"] == "skip"
     assert out["fingerprint"]["package:pytest"] == __import__("importlib.metadata").metadata.version("pytest")
+
+
+def test_an_address_where_nothing_listens_is_one_line_and_exit_2():
+    """The driver checks the address before ray.init, which would retry it for minutes."""
+    import os
+
+    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
+    if not python.exists():
+        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
+    from ray_nodes import free_port
+
+    port = free_port()
+    proc = subprocess.run([str(VERLENV), "verify", "--ray", f"127.0.0.1:{port}", "--python", str(python)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr[-1000:]
+    assert f":{port} (Connection refused); is the Ray head running there" in proc.stderr.strip().splitlines()[-1]

@@ -7,6 +7,7 @@ GPUs of the nodes that answered, compares fingerprints, and writes one JSON docu
 
 import json
 import os
+import socket
 import sys
 import time
 import warnings
@@ -19,6 +20,8 @@ import verlenv
 from verlenv import catalog
 from verlenv.cluster import allreduce, compare, node
 
+CONNECT_S = 10.0
+UNREACHABLE = 3  # exit code: the cluster's address does not answer
 POLL_S = 2.0  # how often pending nodes are looked at: a dead one is named within this plus Ray's own detection
 
 
@@ -98,6 +101,31 @@ def cross_node_allreduce(answered: dict[str, dict], nodes: dict[str, dict], back
     return allreduce.run(places, backend)
 
 
+class Unreachable(Exception):
+    pass
+
+
+def reachable(address: str, timeout: float = CONNECT_S) -> str:
+    """The cluster's address, checked to answer: ray.init retries an address where nothing listens for minutes."""
+    if address.startswith("ray://"):
+        target = address[len("ray://"):]
+    else:
+        try:
+            target = ray._private.services.canonicalize_bootstrap_address(address)
+        except ConnectionError:  # `auto` and no cluster started on this machine
+            target = None
+        if target is None:
+            raise Unreachable(f"--ray {address}: no Ray cluster found on this machine (start one with `ray start`, "
+                              "or give HOST:PORT)")
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as e:
+        raise Unreachable(f"--ray {address}: nothing answers at {target} ({e.strerror or e}); "
+                          "is the Ray head running there (`ray status`)?") from None
+    return address
+
+
 def main(argv: list[str]) -> int:
     request_path, out_path = map(Path, argv)
     spec = json.loads(request_path.read_text())
@@ -112,6 +140,11 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     warnings.filterwarnings("ignore", message=".*RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO")  # about a future default
     # verlenv travels to every node through Ray's own runtime_env, as verl's code does; the nodes' envs are untouched.
+    try:
+        reachable(spec["address"])
+    except Unreachable as e:
+        print(e)  # the tool shows this line as the error
+        return UNREACHABLE
     ray.init(address=spec["address"], runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]},
              logging_level="WARNING", log_to_driver=False)
     try:

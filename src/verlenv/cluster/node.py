@@ -6,6 +6,7 @@ import socket
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,9 @@ def check(request: Request) -> dict:
     except UserError as e:
         return {"node": node, "error": str(e), "fingerprint": fingerprint.compute(visible), "results": [],
                 "seconds": round(time.monotonic() - start, 2)}
-    with tempfile.TemporaryDirectory(prefix="verlenv-cluster-") as tmp:
+    # The fingerprint mostly waits on torch importing in its own process: it runs beside the checks.
+    with tempfile.TemporaryDirectory(prefix="verlenv-cluster-") as tmp, ThreadPoolExecutor(max_workers=1) as pool:
+        facts = pool.submit(_timed, fingerprint.compute, visible)
         lock = None
         if request.lock_text is not None:
             lock = Path(tmp) / (request.lock_name or "lock.txt")
@@ -55,9 +58,16 @@ def check(request: Request) -> dict:
                                    gpus=visible, lock=lock, no_lock=request.lock_text is None,
                                    skipped=request.skipped, only=request.only, timeout=request.timeout)
         run = runner.verify(settings)
-    return {"node": node, "profile": profile.key if profile else None, "driver": run.driver,
-            "fingerprint": fingerprint.compute(visible), "results": [r.to_dict() for r in run.results],
-            "exit_code": run.exit_code, "seconds": round(time.monotonic() - start, 2)}
+        fp, fp_seconds = facts.result()
+    return {"node": node, "profile": profile.key if profile else None, "driver": run.driver, "fingerprint": fp,
+            "results": [r.to_dict() for r in run.results], "exit_code": run.exit_code,
+            "verify_seconds": run.seconds, "fingerprint_seconds": fp_seconds,
+            "seconds": round(time.monotonic() - start, 2)}
+
+
+def _timed(fn, *args):
+    start = time.monotonic()
+    return fn(*args), round(time.monotonic() - start, 2)
 
 
 def doctor(request: Request) -> dict:

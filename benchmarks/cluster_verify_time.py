@@ -55,10 +55,14 @@ def main() -> int:
                                            "--allreduce", "off"])
         finally:
             cluster.stop()
-        node_s = sorted(n.get("seconds", 0) for n in (report or {}).get("nodes", []))
+        nodes = (report or {}).get("nodes", [])
         runs.append({"nodes": count, "cluster_start_seconds": start_s, "verify_ray_seconds": seconds,
-                     "exit_code": code, "answered": sum(n["state"] == "checked" for n in (report or {}).get("nodes", [])),
-                     "node_check_seconds": node_s, "driver_seconds": (report or {}).get("seconds")})
+                     "exit_code": code, "answered": sum(n["state"] == "checked" for n in nodes),
+                     "driver_seconds": (report or {}).get("seconds"),
+                     # per node: the whole task, verify's checks in it, the fingerprint beside them
+                     "node_task_seconds": sorted(n.get("seconds", 0) for n in nodes),
+                     "node_verify_seconds": sorted(n.get("verify_seconds", 0) for n in nodes),
+                     "node_fingerprint_seconds": sorted(n.get("fingerprint_seconds", 0) for n in nodes)})
         print(json.dumps(runs[-1]), file=sys.stderr)
     data = {"command": ["python", *sys.argv], "date": time.strftime("%Y-%m-%d"),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

@@ -135,8 +135,13 @@ def test_table_names_nodes_checks_and_differences():
 @pytest.mark.parametrize("extra, message", [
     (["--node-timeout", "0"], "--node-timeout 0: must be a positive number of seconds"),
     (["--markdown", "{tmp}/x.md"], "--markdown: not with --ray (its report is the JSON and the tables)"),
+    (["--runtime-env", "{tmp}/none.json"], "none.json: No such file or directory"),
+    (["--runtime-env", "{tmp}/list.json"], 'list.json: must be a JSON object (a Ray runtime_env, e.g. {"env_vars": {...}})'),
+    (["--runtime-env", "{tmp}/bad.json"], "bad.json: not JSON (Expecting value: line 1 column 1 (char 0))"),
 ])
 def test_bad_input_is_one_line_and_exit_2(extra, message, tmp_path):
+    (tmp_path / "list.json").write_text('["env_vars"]')
+    (tmp_path / "bad.json").write_text("env_vars: {}")
     extra = [a.format(tmp=tmp_path) for a in extra]
     proc = subprocess.run([str(VERLENV), "verify", "--ray", *extra, "--no-lock", "--python", sys.executable],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

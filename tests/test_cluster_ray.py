@@ -62,8 +62,10 @@ def cluster(env_python, odd_python):
 
 def _run_killing(cluster, doomed: str, report: Path) -> tuple[int, float, str]:
     """verify --ray with node `doomed` killed once the checks are under way: (exit code, seconds, stderr)."""
+    runtime_env = report.with_name("runtime-env.json")  # as verl's trainer gives its workers variables
+    runtime_env.write_text(json.dumps({"env_vars": {"VERL_CLUSTER_CHECK": "on"}}))
     cmd = [str(VERLENV), "verify", "--ray", cluster.address, "--allreduce", "gloo", "--node-timeout", "300",
-           "--report", str(report)]
+           "--runtime-env", str(runtime_env), "--report", str(report)]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT)
     lines = []
@@ -95,6 +97,7 @@ def test_odd_node_named_and_dead_node_reported(cluster, odd_python, tmp_path):
 
     for ip in (head, same, odd):
         assert rows[ip]["state"] == "checked", rows[ip]
+        assert rows[ip]["fingerprint"]["env:VERL_CLUSTER_CHECK"] == "on"  # the checks ran under the job's runtime_env
         assert rows[ip]["node"]["python"] == (odd_python if ip == odd else rows[head]["node"]["python"])
     failed = {ip: [r["name"] for r in rows[ip]["results"] if r["required"] and r["status"] == "fail"]
               for ip in (head, same, odd)}

@@ -63,6 +63,20 @@ def exit_code(data: dict) -> int:
     return 1 if bad else 0
 
 
+def runtime_env(path: Path | None) -> dict:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise UserError(f"--runtime-env {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UserError(f"--runtime-env {path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--runtime-env {path}: must be a JSON object (a Ray runtime_env, e.g. {{\"env_vars\": {{...}}}})")
+    return data
+
+
 def verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None) -> int:
     started = datetime.now(timezone.utc)
     if args.node_timeout <= 0:
@@ -71,7 +85,8 @@ def verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python:
         raise UserError("--kernels-dir: not with --ray (every node runs the packaged checks)")
     if args.markdown:
         raise UserError("--markdown: not with --ray (its report is the JSON and the tables)")
-    spec = {"address": args.ray, "catalog": str(cat.root / "stacks.toml"), "stack": variant.stack.name,
+    spec = {"address": args.ray, "runtime_env": runtime_env(args.runtime_env), "catalog": str(cat.root / "stacks.toml"),
+            "stack": variant.stack.name,
             "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": args.gpu,
             "force": args.force, "skipped": sorted(args.skip_package), "only": args.only, "timeout": args.timeout,
             "node_timeout": args.node_timeout, "allreduce": args.allreduce}

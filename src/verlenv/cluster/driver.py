@@ -139,13 +139,16 @@ def main(argv: list[str]) -> int:
     doctor = spec.get("what") == "doctor"
     start = time.monotonic()
     warnings.filterwarnings("ignore", message=".*RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO")  # about a future default
-    # verlenv travels to every node through Ray's own runtime_env, as verl's code does; the nodes' envs are untouched.
+    # verlenv travels to every node through Ray's own runtime_env, beside the job's own (--runtime-env), as verl's
+    # code does; the nodes' envs are untouched.
     try:
         reachable(spec["address"])
     except Unreachable as e:
         print(e)  # the tool shows this line as the error
         return UNREACHABLE
-    ray.init(address=spec["address"], runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]},
+    runtime_env = dict(spec.get("runtime_env") or {})
+    runtime_env["py_modules"] = [*runtime_env.get("py_modules", []), os.path.dirname(verlenv.__file__)]
+    ray.init(address=spec["address"], runtime_env=runtime_env,
              logging_level="WARNING", log_to_driver=False)
     try:
         nodes = alive_nodes()

@@ -47,6 +47,8 @@ def register(sub) -> None:
                      help="seconds a node may take before it is reported as hung (default 1800)")
     ray.add_argument("--allreduce", choices=("nccl", "gloo", "off"), default="nccl",
                      help="the cross-node all-reduce: over every GPU (nccl), one rank per node on CPU (gloo), or none")
+    ray.add_argument("--runtime-env", type=Path, metavar="FILE",
+                     help="JSON file of the Ray runtime_env the job's workers get (e.g. verl's env_vars): checks run under it")
     p.set_defaults(func=handle)
 
 

@@ -17,8 +17,8 @@ from verlenv.sources import sha256_file
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONNECT_S = 120  # joining the cluster and shipping verlenv to it, beyond the nodes' own time
-ALLREDUCE_S = 420
-UNREACHABLE = 3  # the driver's exit code when the cluster's address does not answer  # allreduce.run's own bound (300 s per step) plus starting its actors
+ALLREDUCE_S = 420  # allreduce.run's own bound (300 s per step) plus starting its actors
+UNREACHABLE = 3  # the driver's exit code when the cluster's address does not answer
 
 
 def run_driver(python: str, spec: dict, timeout: float) -> dict:
@@ -32,7 +32,7 @@ def run_driver(python: str, spec: dict, timeout: float) -> dict:
             proc = subprocess.run([python, "-m", "verlenv.cluster.driver", str(request), str(out)], env=env,
                                   stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise UserError(f"verify --ray: the Ray driver did not finish within {timeout:.0f} s") from None
+            raise UserError(f"--ray: the Ray driver did not finish within {timeout:.0f} s") from None
         if proc.returncode == UNREACHABLE and proc.stdout.strip():
             raise UserError(proc.stdout.strip().splitlines()[-1])
         if proc.returncode != 0 or not out.exists():

@@ -98,6 +98,13 @@ def verify_h100(session: nox.Session) -> None:
     _verify(session, "h100")
 
 
+@nox.session(name="verify-cluster", python=TOOL_PYTHON)
+def verify_cluster(session: nox.Session) -> None:
+    """Verify every node of the running Ray cluster and compare them (`-- --ray HOST:PORT` for another address)."""
+    _tool(session)
+    session.run("verlenv", "verify", "--ray", "auto", *session.posargs)  # a later --ray in posargs wins
+
+
 @nox.session(python=TOOL_PYTHON)
 def doctor(session: nox.Session) -> None:
     """Diagnose the env (no args) or a log file (`nox -s doctor -- build.log`)."""

@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--lock", type=Path, help="lock file (uv pip compile format) to compare installed versions with")
     p.add_argument("--only", metavar="PROBE[,PROBE]", help=f"run only these probes ({', '.join(probes.PROBES)})")
     p.add_argument("--json", action="store_true", help="print JSON for tools")
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="probe every alive node of a Ray cluster (auto, HOST:PORT or ray://...) and compare them")
+    p.add_argument("--node-timeout", type=float, default=600.0, help="with --ray: seconds before a node is reported as hung")
     p.set_defaults(func=handle)
 
 
@@ -36,6 +39,10 @@ def handle(args) -> int:
         if given:
             raise UserError(f"{', '.join(given)} apply to environment probes; run `verlenv doctor` without LOG for those")
         return _diagnose_log(args.log, args.json)
+    if args.ray is not None:  # each node probes its own env
+        from verlenv.cluster.command import doctor_cluster
+
+        return doctor_cluster(args)
     return _probe(args)
 
 

@@ -43,6 +43,15 @@ def register(sub) -> None:
     p.add_argument("--report", type=Path,
                    help="JSON report path (default: reports/verify-<stack>-<variant>-<gpu>-<timestamp>.json)")
     p.add_argument("--markdown", type=Path, help="also write a markdown summary of the report here")
+    ray = p.add_argument_group("many nodes")
+    ray.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                     help="verify every alive node of a Ray cluster (auto, HOST:PORT or ray://...) and compare them")
+    ray.add_argument("--node-timeout", type=float, default=1800.0,
+                     help="seconds a node may take before it is reported as hung (default 1800)")
+    ray.add_argument("--allreduce", choices=("nccl", "gloo", "off"), default="nccl",
+                     help="the cross-node all-reduce: over every GPU (nccl), one rank per node on CPU (gloo), or none")
+    ray.add_argument("--runtime-env", type=Path, metavar="FILE",
+                     help="JSON file of the Ray runtime_env the job's workers get (e.g. verl's env_vars): checks run under it")
     p.set_defaults(func=handle)
 
 
@@ -126,6 +135,12 @@ def handle(args) -> int:
         raise UserError(f"--lock {args.lock}: no such file")
     if args.timeout <= 0:
         raise UserError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+    if args.ray is not None:  # each node checks its own GPUs and env; this machine only drives
+        from verlenv.cluster.command import verify_cluster
+
+        python = check_python(args.python or default_python(variant, cat.root, "verify"))
+        lock = None if args.no_lock else args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
+        return verify_cluster(args, cat, variant, python, lock)
     visible = gpus.gpu_details()
     profile = gpus.select_profile(args.gpu, visible, args.force)
     python = check_python(args.python or default_python(variant, cat.root, "verify"))

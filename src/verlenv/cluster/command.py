@@ -1,0 +1,179 @@
+"""`verlenv verify --ray`: the tool's side. It hands the work to the env's interpreter (the Ray driver), then
+reports: a node x check table, the fingerprint differences, the cross-node all-reduce; JSON with `nodes`."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from verlenv import catalog
+from verlenv.cluster import compare
+from verlenv.errors import UserError
+from verlenv.fsutil import write_atomic
+from verlenv.sources import sha256_file
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+CONNECT_S = 120  # joining the cluster and shipping verlenv to it, beyond the nodes' own time
+ALLREDUCE_S = 420  # allreduce.run's own bound (300 s per step) plus starting its actors
+UNREACHABLE = 3  # the driver's exit code when the cluster's address does not answer
+
+
+def run_driver(python: str, spec: dict, timeout: float) -> dict:
+    """Run the driver in the env's interpreter with only the verlenv package added to its path."""
+    with tempfile.TemporaryDirectory(prefix="verlenv-ray-") as tmp:
+        (Path(tmp) / "verlenv").symlink_to(PACKAGE_DIR)
+        request, out = Path(tmp) / "request.json", Path(tmp) / "cluster.json"
+        request.write_text(json.dumps(spec))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        try:
+            proc = subprocess.run([python, "-m", "verlenv.cluster.driver", str(request), str(out)], env=env,
+                                  stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"--ray: the Ray driver did not finish within {timeout:.0f} s") from None
+        if proc.returncode == UNREACHABLE and proc.stdout.strip():
+            raise UserError(proc.stdout.strip().splitlines()[-1])
+        if proc.returncode != 0 or not out.exists():
+            raise UserError(f"--ray: the Ray driver failed (exit {proc.returncode}) on "
+                            f"{spec['address']!r}; is a Ray cluster of this env running there (`ray status`)?")
+        return json.loads(out.read_text())
+
+
+def node_problems(row: dict) -> list[str]:
+    if row["state"] != "checked":
+        return [f"{row['state']}: {row.get('error', '')}"]
+    if "probes" in row:  # the doctor's
+        return [f"{p['probe']}: {p['summary']}" for p in row["probes"] if p["status"] == "problem"]
+    return [f"{r['name']}: {r['reason']}" for r in row["results"] if r["required"] and r["status"] == "fail"]
+
+
+def statuses(row: dict) -> dict[str, str]:
+    """check (or probe) -> its status on this node."""
+    if "probes" in row:
+        return {p["probe"]: p["status"] for p in row["probes"]}
+    return {r["name"]: r["status"] for r in row.get("results", [])}
+
+
+def exit_code(data: dict) -> int:
+    reduce = data.get("allreduce")
+    bad = (any(node_problems(n) for n in data["nodes"]) or data["differences"]
+           or (reduce is not None and not reduce["ok"]) or not data["nodes"])
+    return 1 if bad else 0
+
+
+def runtime_env(path: Path | None) -> dict:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise UserError(f"--runtime-env {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UserError(f"--runtime-env {path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--runtime-env {path}: must be a JSON object (a Ray runtime_env, e.g. {{\"env_vars\": {{...}}}})")
+    return data
+
+
+def verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None) -> int:
+    started = datetime.now(timezone.utc)
+    if args.node_timeout <= 0:
+        raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
+    if args.kernels_dir:
+        raise UserError("--kernels-dir: not with --ray (every node runs the packaged checks)")
+    if args.markdown:
+        raise UserError("--markdown: not with --ray (its report is the JSON and the tables)")
+    spec = {"address": args.ray, "runtime_env": runtime_env(args.runtime_env), "catalog": str(cat.root / "stacks.toml"),
+            "stack": variant.stack.name,
+            "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": args.gpu,
+            "force": args.force, "skipped": sorted(args.skip_package), "only": args.only, "timeout": args.timeout,
+            "node_timeout": args.node_timeout, "allreduce": args.allreduce}
+    print(f"verlenv verify --ray {args.ray}: {variant.key}, driver {python}", file=sys.stderr, flush=True)
+    data = run_driver(python, spec, args.node_timeout + CONNECT_S + ALLREDUCE_S)
+    data = {"schema_version": 1, "command": ["verlenv", *sys.argv[1:]],
+            "timestamp": started.isoformat(timespec="seconds"), "stack": variant.stack.name, "variant": variant.name,
+            "lock": {"path": str(lock), "sha256": sha256_file(lock)} if lock else None, **data}
+    data["exit_code"] = exit_code(data)
+    data["result"] = "pass" if data["exit_code"] == 0 else "fail"
+    data["wall_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 2)
+    path = args.report or cat.root / "reports" / f"verify-cluster-{variant.key}-{started:%Y%m%dT%H%M%SZ}.json"
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
+    print_report(data)
+    print(f"report: {path}", file=sys.stderr)
+    return data["exit_code"]
+
+
+def doctor_cluster(args) -> int:
+    """`verlenv doctor --ray`: the doctor's probes on every node, and the fingerprint differences."""
+    if args.node_timeout <= 0:
+        raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
+    from verlenv.doctor import probes
+    from verlenv.install import default_python
+    from verlenv.verify import check_python
+
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    unknown = [n for n in only or [] if n not in probes.PROBES]
+    if unknown:
+        raise UserError(f"unknown probe {', '.join(unknown)}; valid: {', '.join(probes.PROBES)}")
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant or "fsdp")
+    python = check_python(args.python or default_python(variant, cat.root, "doctor"))
+    from verlenv import pins
+
+    lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
+    if not lock.is_file():
+        raise UserError(f"--lock {lock}: no such file")
+    spec = {"what": "doctor", "address": args.ray, "catalog": str(cat.root / "stacks.toml"),
+            "stack": variant.stack.name, "variant": variant.name, "lock": str(lock.absolute()), "probes": only,
+            "node_timeout": args.node_timeout, "allreduce": "off"}
+    data = run_driver(python, spec, args.node_timeout + CONNECT_S)
+    data["exit_code"] = exit_code(data)
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print_report(data)
+    return data["exit_code"]
+
+
+def print_report(data: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(stderr=True)
+    nodes = data["nodes"]
+    table = Table(title=f"{len(nodes)} node(s): checks", show_lines=False)
+    table.add_column("check")
+    for n in nodes:
+        table.add_column(n["name"])
+    table.add_row("node", *[n["state"] for n in nodes])
+    status = {n["name"]: statuses(n) for n in nodes}
+    for check in sorted({c for s in status.values() for c in s}):
+        cells = [status[n["name"]].get(check, "-") for n in nodes]
+        if not set(cells) <= {"pass", "ok"}:  # a row of passes on every node says nothing; the count below does
+            table.add_row(check, *cells)
+    table.add_row("passed", *[str(sum(v in ("pass", "ok") for v in status[n["name"]].values())) for n in nodes])
+    console.print(table)
+    for n in nodes:
+        for line in node_problems(n)[:10]:
+            console.print(f"[red]{n['name']}[/red] {line}", markup=True, highlight=False)
+    if data["differences"]:
+        diff = Table(title=f"{len(data['differences'])} fingerprint difference(s)")
+        for col in ("fact", "node", "value"):
+            diff.add_column(col, overflow="fold")
+        for d in data["differences"]:
+            for i, (name, value) in enumerate(d["values"].items()):
+                mark = " *" if name in d["odd_nodes"] else ""
+                diff.add_row(d["fact"] if i == 0 else "", name + mark, compare.shown(value))
+        console.print(diff)
+    else:
+        console.print("fingerprints: identical on every node that answered")
+    reduce = data.get("allreduce")
+    if reduce and reduce.get("rows"):
+        sizes = ", ".join(f"{r['bytes'] >> 20} MiB {r['busbw_gbps']:.1f} GB/s" for r in reduce["rows"])
+        console.print(f"all-reduce ({reduce['backend']}, {reduce['world']} ranks on {reduce['nodes']} node(s)): "
+                      f"{'exact sums' if reduce['ok'] else reduce.get('error')}; bus bandwidth {sizes}")
+    elif reduce:
+        console.print(f"all-reduce: {reduce.get('skipped') or reduce.get('error')}")
+    console.print(f"result: {'pass' if data['exit_code'] == 0 else 'FAIL'}")

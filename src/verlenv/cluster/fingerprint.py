@@ -1,0 +1,175 @@
+"""A node's environment fingerprint, computed inside a Ray worker: what must be equal on every node of a job.
+
+Flat {fact: value} so nodes compare key by key. Facts start with what they are about: `package:NAME` (installed
+version), `record:NAME` (sha256 of the distribution's RECORD: its every file's hash), `abi:NAME` (the wheel
+cache's ABI fingerprint of a source-built wheel), `torch:*` (as torch reports them), `gpu:*`, `env:NAME` (as the
+Ray worker sees it), `nccl-net-plugin`, `jit-cache:NAME`.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+# Distributions whose exact files matter: one changed file in them is a different build.
+RECORDED = re.compile(r"^(torch|nvidia-cudnn-cu\d+|nvidia-nccl-cu\d+|flash-attn|transformer-engine(-torch|-cu\d+)?"
+                      r"|apex)$")
+# Variables verl, vLLM, NCCL and Ray read: a value differing on one node changes how the job runs there.
+ENV_NAMES = ("NCCL_CUMEM_ENABLE", "VLLM_WORKER_MULTIPROC_METHOD", "FLASHINFER_WORKSPACE_BASE",
+             "RAY_ENABLE_UV_RUN_RUNTIME_ENV", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "PYTHONPATH",
+             "PYTORCH_CUDA_ALLOC_CONF", "TOKENIZERS_PARALLELISM", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+             "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_CACHE_ROOT",
+             "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH",
+             "CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN")
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "VLLM_", "VERL_")
+SOURCE_BUILDS = ("flash-attn", "transformer-engine-torch", "apex")
+TORCH_SCRIPT = r"""
+import json, torch
+def call(fn):
+    try:
+        return fn()
+    except Exception as e:
+        return None
+nccl = call(torch.cuda.nccl.version)
+print(json.dumps({
+    "version": torch.__version__, "cuda": torch.version.cuda,
+    "cudnn": call(torch.backends.cudnn.version),
+    "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
+    "cxx11_abi": call(lambda: torch.compiled_with_cxx11_abi()),
+}))
+"""
+
+
+def canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def packages(path: list[str] | None = None) -> dict[str, str]:
+    """package:NAME -> version (several installs of one name: all of them, sorted), record:NAME -> RECORD digest;
+    of the running interpreter, or of the distributions under `path`."""
+    found: dict[str, list[str]] = {}
+    records: dict[str, list[str]] = {}
+    for d in metadata.distributions(**({} if path is None else {"path": path})):
+        name = d.metadata["Name"]
+        if not name:
+            continue
+        found.setdefault(canon(name), []).append(d.version)
+        if RECORDED.match(canon(name)):
+            records.setdefault(canon(name), []).append(_sha256(d.read_text("RECORD") or ""))
+    out = {f"package:{n}": ", ".join(sorted(v)) for n, v in found.items()}
+    out.update({f"record:{n}": ", ".join(sorted(v)) for n, v in records.items()})
+    out["installed-set"] = _sha256("\n".join(f"{k}=={v}" for k, v in sorted(out.items()) if k.startswith("package:")))
+    return out
+
+
+def abi_fingerprints(path: list[str] | None = None) -> dict[str, str]:
+    """abi:NAME: the wheel cache folder (`<package>/<fingerprint>/<wheel>`) a source-built wheel was installed from."""
+    out = {}
+    for name in SOURCE_BUILDS:
+        found = [d for d in metadata.distributions(**({} if path is None else {"path": path}))
+                 if canon(d.metadata["Name"] or "") == name]
+        if not found:
+            continue
+        text = found[0].read_text("direct_url.json")
+        url = json.loads(text).get("url", "") if text else ""
+        parts = url.rstrip("/").split("/")
+        out[f"abi:{name}"] = parts[-2] if len(parts) >= 3 and canon(parts[-3]) == name else f"not from the wheel cache: {url or 'no direct_url'}"
+    return out
+
+
+def torch_facts(timeout: float = 120) -> dict[str, str | None]:
+    """Versions as torch itself reports them, in a child process: the worker never imports torch or touches CUDA."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", TORCH_SCRIPT], capture_output=True, text=True, timeout=timeout)
+        data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        data = None
+    if data is None:
+        return {"torch:import": "fails"}
+    return {f"torch:{k}": None if v is None else str(v) for k, v in data.items()}
+
+
+def gpu_facts(gpus: list) -> dict[str, str | None]:
+    return {"gpu:model": ", ".join(sorted({g.name for g in gpus})) or None, "gpu:count": str(len(gpus)),
+            "gpu:driver": ", ".join(sorted({g.driver for g in gpus if g.driver})) or None}
+
+
+def env_vars(environ: dict) -> dict[str, str | None]:
+    names = set(ENV_NAMES) | {k for k in environ if k.startswith(ENV_PREFIXES)}
+    out = {f"env:{k}": environ.get(k) for k in sorted(names)}
+    if out["env:PYTHONPATH"] is not None:  # Ray's runtime_env adds its per-node folders: not the node's own setting
+        out["env:PYTHONPATH"] = ":".join(p for p in out["env:PYTHONPATH"].split(":")
+                                         if "/runtime_resources/" not in p) or None
+    return out
+
+
+def nccl_net_plugins(environ: dict) -> str:
+    """The NCCL net plugins the loader can find (NCCL dlopens libnccl-net[-NAME].so at init; a node without the
+    plugin the others use falls back to sockets, or hangs)."""
+    name = environ.get("NCCL_NET_PLUGIN")
+    pattern = f"libnccl-net-{name}.so*" if name and name != "none" else "libnccl-net*.so*"
+    dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    dirs += glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "nvidia", "nccl", "lib"))
+    found = {os.path.realpath(p) for d in dirs for p in glob.glob(os.path.join(d, pattern))}
+    try:
+        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        ldconfig = ""
+    found |= {line.rsplit("=>", 1)[1].strip() for line in ldconfig.splitlines() if "libnccl-net" in line and "=>" in line}
+    return ", ".join(sorted(found)) or "none"
+
+
+def jit_caches(environ: dict) -> dict[str, str]:
+    """Where each JIT compiler caches, and whether the worker can write there (a read-only cache recompiles, or fails)."""
+    home = os.path.expanduser("~")
+    xdg = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    user = environ.get("USER") or str(os.getuid())
+    dirs = {
+        "triton": environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
+        "torchinductor": environ.get("TORCHINDUCTOR_CACHE_DIR") or f"/tmp/torchinductor_{user}",
+        "vllm": environ.get("VLLM_CACHE_ROOT") or os.path.join(xdg, "vllm"),
+        "flashinfer": os.path.join(environ.get("FLASHINFER_WORKSPACE_BASE") or home, ".cache", "flashinfer"),
+        "torch-extensions": environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(xdg, "torch_extensions"),
+        "cuda": environ.get("CUDA_CACHE_PATH") or os.path.join(home, ".nv", "ComputeCache"),
+    }
+    return {f"jit-cache:{k}": f"{path} ({_writable(path)})" for k, path in dirs.items()}
+
+
+def _writable(path: str) -> str:
+    probe = path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    ok = os.access(probe, os.W_OK | os.X_OK)
+    if probe == path:
+        return "writable" if ok else "not writable"
+    return "can be created" if ok else "cannot be created"
+
+
+def compute(gpus: list, environ: dict | None = None) -> dict[str, str | None]:
+    environ = dict(os.environ) if environ is None else environ
+    out: dict[str, str | None] = {"python": platform.python_version(), "python:executable": sys.executable,
+                                  "platform": f"{platform.system()} {platform.machine()}"}
+    env_marker = os.path.join(sys.prefix, "verlenv-env.json")
+    try:
+        with open(env_marker) as f:
+            marker = json.load(f)
+        out["verlenv-env"] = f"{marker.get('stack')}-{marker.get('variant')} {marker.get('lock')}"
+    except (OSError, ValueError):
+        out["verlenv-env"] = None
+    out.update(packages())
+    out.update(abi_fingerprints())
+    out.update(torch_facts())
+    out.update(gpu_facts(gpus))
+    out.update(env_vars(environ))
+    out["nccl-net-plugin"] = nccl_net_plugins(environ)
+    out.update(jit_caches(environ))
+    return out

@@ -1,0 +1,127 @@
+"""A real multi-node Ray cluster on one machine, for the cluster tests and benchmarks: `ray start` per node, each
+node on its own loopback address (127.0.0.N), possibly from its own venv and environment, one CPU each, no
+dashboard; stopped by killing exactly the processes of this cluster (never `ray stop`, which stops every
+cluster of the machine)."""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT_S = 180
+OBJECT_STORE_BYTES = 100 * 1024 * 1024  # the plasma store's floor is 75 MiB; nothing big travels
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(entry.name)] = (ppid, cmd)
+    return out
+
+
+def _with_descendants(roots: set[int], procs: dict[int, tuple[int, str]]) -> set[int]:
+    found = set(roots)
+    while True:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in found and pid not in found}
+        if not more:
+            return found
+        found |= more
+
+
+@dataclass
+class LocalCluster:
+    temp_dir: str
+    port: int
+    workers: list[str] = field(default_factory=list)  # worker nodes' IPs (the head takes the machine's own address)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def pids(self, ip: str | None = None) -> set[int]:
+        """This cluster's processes (their command lines name its session folder, and `ip` when given), with every
+        process they started (Ray's agents and workers)."""
+        procs = _processes()
+        # Ray's client server names only the head's address, not the session folder.
+        ours = (self.temp_dir, f":{self.port} ")  # command lines end with a space (NULs made spaces)
+        roots = {pid for pid, (_, cmd) in procs.items() if any(o in cmd for o in ours)
+                 and ("ray" in cmd or "gcs_server" in cmd)
+                 and (ip is None or f"{ip} " in cmd or f"{ip}:" in cmd or cmd.endswith(ip))}
+        return _with_descendants(roots, procs) - {os.getpid()}
+
+    def kill_node(self, ip: str) -> set[int]:
+        """SIGKILL one worker node's raylet, its agents and workers: the machine died."""
+        pids = self.pids(ip)
+        _kill(pids)
+        return pids
+
+    def stop(self) -> None:
+        _kill(self.pids())
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _start(ray: str, args: list[str], env: dict) -> None:
+    proc = subprocess.run([ray, "start", *args], env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ray start {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def start(head_python: str, workers: list[tuple[str, dict]]) -> LocalCluster:
+    """A head from head_python's env, then one worker node per (python, extra environment) on 127.0.0.2, .3, ..."""
+    temp_dir = tempfile.mkdtemp(prefix="vray")  # short: Ray's socket paths must stay under 108 bytes
+    cluster = LocalCluster(temp_dir, free_port())
+    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+    common = ["--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats"]
+    try:
+        _start(str(Path(head_python).parent / "ray"),
+               ["--head", "--node-ip-address", "127.0.0.1", "--port", str(cluster.port), "--temp-dir", temp_dir,
+                "--include-dashboard", "false", "--dashboard-port", str(free_port()),
+                "--ray-client-server-port", str(free_port()), *common], base)
+        # One at a time: a raylet has 30 s to register, which parallel starts on a small machine exceed.
+        for i, (python, extra) in enumerate(workers, start=2):
+            _start(str(Path(python).parent / "ray"),
+                   ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *common], {**base, **extra})
+        cluster.workers += [f"127.0.0.{i}" for i in range(2, 2 + len(workers))]
+        _wait_alive(head_python, cluster.address, 1 + len(workers))
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_alive(python: str, address: str, count: int, timeout: float = 60) -> None:
+    code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+            "print(sum(n['Alive'] for n in ray.nodes()))")
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run([python, "-c", code, address], capture_output=True, text=True, timeout=timeout).stdout
+        if out.strip() == str(count):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {out.strip() or 0} of {count} Ray nodes alive after {timeout:.0f} s")
+        time.sleep(2)

@@ -17,7 +17,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
 from verlenv import catalog, pins, render
-from verlenv.conda_snapshot import CHANNEL_URL, SNAPSHOT_DIR
+from verlenv.conda_snapshot import CHANNEL_URL, SNAPSHOT_DIR  # noqa: F401 -- SNAPSHOT_DIR is part of this API
 from verlenv.errors import UserError
 
 # The index uv resolves against, through its JSON form (PEP 691): every file with its url and sha256.
@@ -219,3 +219,84 @@ def write(root: Path, stack: catalog.Stack, folder: Path, sources: list[Path], f
         write_conda_lock_file(content, path, metadata_choices=set())
         path.replace(final)
     return final
+
+
+def snapshot_problems(root: Path) -> list[str]:
+    """Every snapshot record has provenance with its own hashes, from enough repositories."""
+    from verlenv.conda_snapshot import MIN_SOURCES, name_of, read_config, subdir_of
+
+    path = Path(root) / SNAPSHOT_DIR / "provenance.json"
+    try:
+        provenance = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return [f"{path}: cannot read ({e}); run `verlenv conda-snapshot`"]
+    single = set(read_config(root).get("single_source", []))
+    problems = []
+    for platform in ARCHES:
+        for url, record in snapshot_records(root, platform).items():
+            if platform == "linux-aarch64" and "/noarch/" in url:
+                continue  # noarch is read with linux-64 already
+            known = provenance.get(url)
+            if known is None:
+                problems.append(f"{SNAPSHOT_DIR}: {url.rsplit('/', 1)[1]} has no provenance in provenance.json")
+            elif (known.get("sha256"), known.get("md5")) != (record.get("sha256"), record.get("md5")):
+                problems.append(f"{SNAPSHOT_DIR}: {url.rsplit('/', 1)[1]}'s hashes differ from those its sources "
+                                f"published (provenance.json); the snapshot was edited: run `verlenv conda-snapshot`")
+            elif len({s["repo"] for s in known.get("sources", [])}) < (
+                    1 if f"{subdir_of(url)}/{name_of(url)}" in single else MIN_SOURCES):
+                problems.append(f"{SNAPSHOT_DIR}: {url.rsplit('/', 1)[1]} has fewer independent sources than required")
+    return problems
+
+
+def lockfile_problems(root: Path, stack: catalog.Stack, locked, shown: str) -> list[str]:
+    """A parsed conda-lock.yml against the snapshot and the uv locks (offline)."""
+    problems = []
+    for platform in locked.metadata.platforms:
+        conda = [p for p in locked.package if p.platform == platform and p.manager == "conda"]
+        pip = [p for p in locked.package if p.platform == platform and p.manager == "pip"]
+        problems += _conda_problems(root, stack, conda, platform, shown)
+        problems += _pip_problems(root, stack, pip, platform, shown)
+    return problems
+
+
+def _conda_problems(root: Path, stack: catalog.Stack, conda: list, platform: str, shown: str) -> list[str]:
+    snapshot = snapshot_records(root, platform)
+    problems = []
+    for p in conda:
+        record = snapshot.get(p.url)
+        if record is None:
+            problems.append(f"{shown}: {platform} {p.name} {p.version} ({p.url}) is not in the {SNAPSHOT_DIR} snapshot")
+        elif (p.hash.sha256, p.hash.md5) != (record.get("sha256"), record.get("md5")):
+            problems.append(f"{shown}: {platform} {p.name} {p.version}: sha256/md5 differ from the snapshot record "
+                            f"(lock {p.hash.sha256}, snapshot {record.get('sha256')})")
+    if problems:
+        return problems
+    # Re-solve the locked records, each pinned exactly: a complete, consistent set comes back unchanged.
+    pinned = [f"{p.name} =={p.version} {p.url.rsplit('/', 1)[1].rsplit('-', 1)[1].split('.')[0]}" for p in conda]
+    try:
+        solved = {r.url for r in solve(root, pinned, platform, stack.cuda)}
+    except UserError as e:
+        return [f"{shown}: {platform}'s conda records do not satisfy each other ({e})"]
+    if extra := sorted(solved - {p.url for p in conda}):
+        names = ", ".join(u.rsplit("/", 1)[1] for u in extra)
+        problems.append(f"{shown}: {platform}'s conda records depend on packages the lock does not hold ({names})")
+    return problems
+
+
+def _pip_problems(root: Path, stack: catalog.Stack, pip: list, platform: str, shown: str) -> list[str]:
+    want = {(category, name): pin for category, lock in category_locks(root, stack, platform).items()
+            for name, pin in lock.items()}
+    have = {(category, p.name): p for p in pip for category in p.categories}
+    problems = []
+    for key in sorted(set(want) | set(have)):
+        category, name = key
+        if key not in have:
+            problems.append(f"{shown}: {platform} pip {name}=={want[key].version} ({category}) is in the uv lock, not here")
+        elif key not in want:
+            problems.append(f"{shown}: {platform} pip {name} ({category}) is not in the uv lock")
+        elif have[key].version != want[key].version:
+            problems.append(f"{shown}: {platform} pip {name} is {have[key].version}, the uv lock pins {want[key].version}")
+        elif f"sha256:{have[key].hash.sha256}" not in want[key].hashes:
+            problems.append(f"{shown}: {platform} pip {name}=={want[key].version}: sha256 {have[key].hash.sha256} "
+                            f"is not one of its uv lock line's hashes")
+    return problems

@@ -146,7 +146,7 @@ def write(root: Path, records: dict[str, dict], provenance: dict[str, list[Sourc
     for subdir in SUBDIRS:
         packages = {"packages": {}, "packages.conda": {}}
         for url, record in sorted(records.items()):
-            if record["subdir"] == subdir:
+            if subdir_of(url) == subdir:  # the file's address decides; a few old records say otherwise
                 fn = url.rsplit("/", 1)[1]
                 packages["packages.conda" if fn.endswith(".conda") else "packages"][fn] = record
         repodata = {"info": {"subdir": subdir}, **packages, "repodata_version": 1}

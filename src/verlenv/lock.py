@@ -376,7 +376,9 @@ def check(cat: catalog.Catalog, stack: str | None = None, variant: str | None = 
     stacks = list({v.stack.name: v.stack for v in variants}.values())
     problems = [p for v in variants for platform in v.platforms for p in lock_problems(cat, v, platform)]
     problems += [p for v in variants for p in platform_problems(cat, v)]
-    return problems + env_problems(cat, stacks) + conda_layer.snapshot_problems(cat.root) + conda_lock_problems(cat, stacks)
+    # A lock cannot be checked against a broken snapshot: its problems alone are reported then.
+    snapshot = conda_layer.snapshot_problems(cat.root)
+    return problems + env_problems(cat, stacks) + (snapshot or conda_lock_problems(cat, stacks))
 
 
 def conda_unreachable(url: str = CONDA_PROBE_URL, timeout: float = 5.0) -> str | None:

@@ -260,11 +260,12 @@ def test_real_resolution_reproduces_the_committed_lock(tmp_path, capsys):
     lock_file.write_text("stale\n")
     rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9", "--variant", "fsdp"])
     err = capsys.readouterr().err
-    assert rc == (0 if lock.conda_unreachable() is None else lock.EXIT_NO_CONDA), err
+    assert rc == 0, err
     committed = pins.read_lock(pins.lock_path(ROOT, fsdp))
     assert re.search(rf"resolved verl-0.9-fsdp: {len(committed)} pins in [0-9.]+ s", err)
-    if rc == lock.EXIT_NO_CONDA:
-        assert err.strip().splitlines()[-1].startswith("verlenv lock: conda channels unreachable")
+    if lock.conda_unreachable() is not None:
+        assert "solving the conda layer against locks/conda-forge" in err
+        assert (tmp_path / lock.CONDA_LOCK_FILE).read_text() == (ROOT / lock.CONDA_LOCK_FILE).read_text()
     assert lock_file.read_text() == pins.lock_path(ROOT, fsdp).read_text()
     assert lock.inputs_path(tmp_path, fsdp).read_text() == lock.inputs_path(ROOT, fsdp).read_text()
     assert run_check(path, capsys)[0] == 0

@@ -7,6 +7,7 @@ The virtual packages of the solve are conda-lock's defaults for the stack's CUDA
 """
 
 import asyncio
+import functools
 import json
 import tempfile
 import urllib.request
@@ -151,6 +152,7 @@ def pick_file(files: list[dict], pin: pins.LockedPin, platform: str) -> dict | N
     return best or sdist
 
 
+@functools.lru_cache(maxsize=None)  # one process locks several stacks and platforms over the same projects
 def pypi_files(name: str) -> list[dict]:
     """Every file of a project on PyPI ({filename, url, hashes})."""
     request = urllib.request.Request(SIMPLE_JSON.format(name=name),
@@ -163,7 +165,7 @@ def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, f
     """One conda-lock pip dependency per pin: the url and sha256 of the file pip takes for the platform."""
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with ThreadPoolExecutor(max_workers=16) as pool:
         files = dict(zip(lock, pool.map(fetch, lock)))
     entries = []
     for name, pin in sorted(lock.items()):

@@ -57,7 +57,7 @@ def main() -> int:
         specs = conda_layer.conda_specs(spec, plat)
         records = conda_layer.solve(root, specs, plat, stack.cuda)
         solves[plat] = {"specs": specs, "records": len(records),
-                        "seconds": timed(lambda: conda_layer.solve(root, specs, plat, stack.cuda), args.repeat)}
+                        "seconds": timed(lambda s=specs, p=plat: conda_layer.solve(root, s, p, stack.cuda), args.repeat)}
     lockfile = root / lock.CONDA_LOCK_FILE
     renders = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,7 +65,7 @@ def main() -> int:
             cmd = [sys.executable, "-m", "conda_lock", "render", "--kind", "explicit", "-p", plat,
                    *(a for e in extras for a in ("-e", e)), str(lockfile), "--filename-template", f"{tmp}/{{platform}}"]
             renders["+".join([plat, "main", *extras])] = timed(
-                lambda: subprocess.run(cmd, cwd=tmp, check=True, capture_output=True), args.repeat)
+                lambda c=cmd: subprocess.run(c, cwd=tmp, check=True, capture_output=True), args.repeat)
     check_cmd = [sys.executable, "-m", "verlenv", "lock", "--check", "--stack", stack.name]
     report = {
         "command": f"python benchmarks/conda_layer.py --out {args.out} --repeat {args.repeat}",

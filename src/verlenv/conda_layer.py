@@ -166,7 +166,7 @@ def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, f
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        files = dict(zip(lock, pool.map(fetch, lock)))
+        files = dict(zip(lock, pool.map(fetch, lock), strict=True))
     entries = []
     for name, pin in sorted(lock.items()):
         chosen = pick_file(files[name], pin, platform)

@@ -110,17 +110,17 @@ def agree(sightings: dict[str, list[tuple[Source, dict]]], min_sources: int = MI
         if len(hashes) > 1:
             refused.append((url, f"sources disagree on its hashes ({sorted(hashes)})"))
             continue
-        by_content: dict[str, dict[str, Source]] = defaultdict(dict)
+        # content -> (repo, path) -> the newest commit of that file carrying it (files are read newest first)
+        by_content: dict[str, dict[tuple[str, str], Source]] = defaultdict(dict)
         for source, record in seen:
-            newest = by_content[_content(record)].get(source.repo)
-            if newest is None:  # the first sighting per repository is its newest version
-                by_content[_content(record)][source.repo] = source
-        content, repos = max(by_content.items(), key=lambda item: (len(item[1]), item[0]))
+            by_content[_content(record)].setdefault((source.repo, source.path), source)
+        content, files = max(by_content.items(), key=lambda item: (len({r for r, _ in item[1]}), item[0]))
+        repos = {repo for repo, _ in files}
         if len(repos) < min_sources and f"{subdir_of(url)}/{name_of(url)}" not in single_source:
             refused.append((url, f"in {len(repos)} repository, fewer than {min_sources}"))
             continue
         records[url] = json.loads(content)
-        provenance[url] = sorted(repos.values())
+        provenance[url] = sorted(files.values())
     return records, provenance, refused
 
 
@@ -166,9 +166,10 @@ def read_config(root: Path) -> dict:
     path = Path(root) / SNAPSHOT_DIR / "sources.toml"
     try:
         config = tomllib.loads(path.read_text())
-        config["file"], config["roots"]  # noqa: B018 -- both are required
-    except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
+    except (OSError, tomllib.TOMLDecodeError) as e:
         raise UserError(f"{path}: cannot read the snapshot's sources ({type(e).__name__}: {e})") from None
+    if missing := [key for key in ("roots", "file") if key not in config]:
+        raise UserError(f"{path}: no {' or '.join(missing)}; it needs `roots = [...]` and `[[file]]` tables")
     return config
 
 

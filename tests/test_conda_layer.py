@@ -218,3 +218,19 @@ def test_lock_without_a_channel_rewrites_the_committed_file(tmp_path, monkeypatc
     assert cli.main(["lock", "--catalog", str(path), "--stack", STACK.name, "--conda-only"]) == 0
     assert (tmp_path / lock.CONDA_LOCK_FILE).read_text() == LOCKFILE.read_text()
     assert not list(tmp_path.glob(".conda-lock-*"))
+
+
+def test_pip_takes_the_best_wheel_pip_would_install_for_the_platform():
+    # File names as PyPI lists them; the hashes are test values, the same in the pin and the files.
+    names = ["demo-1.0-cp312-cp312-manylinux_2_34_x86_64.whl", "demo-1.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+             "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", "demo-1.0-cp312-cp312-manylinux_2_28_aarch64.whl",
+             "demo-1.0-py3-none-any.whl", "demo-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "demo-1.0.tar.gz"]
+    files = [{"filename": n, "url": f"https://files.example/{n}", "hashes": {"sha256": f"{i:064x}"}} for i, n in enumerate(names)]
+    pin = pins.LockedPin(name="demo", version="1.0", hashes=tuple(f"sha256:{i:064x}" for i in range(len(names))))
+    assert conda_layer.pick_file(files, pin, "linux-64")["filename"] == "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+    assert conda_layer.pick_file(files, pin, "linux-aarch64")["filename"] == "demo-1.0-cp312-cp312-manylinux_2_28_aarch64.whl"
+    # a file whose sha256 the lock line does not list is never taken
+    only_some = pins.LockedPin(name="demo", version="1.0", hashes=(f"sha256:{1:064x}", f"sha256:{6:064x}"))
+    assert conda_layer.pick_file(files, only_some, "linux-64")["filename"].endswith("manylinux2014_x86_64.whl")
+    assert conda_layer.pick_file(files, only_some, "linux-aarch64")["filename"] == "demo-1.0.tar.gz"
+    assert conda_layer.pick_file(files, pins.LockedPin("demo", "1.0", ()), "linux-64") is None

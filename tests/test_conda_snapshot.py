@@ -149,3 +149,14 @@ def test_a_missing_clone_is_one_line(tmp_path):
     with pytest.raises(UserError) as e:
         conda_snapshot.build(tmp_path, {})
     assert str(e.value) == "no clone given for test/one; pass --clone test/one=PATH"
+
+
+def test_prefix_dev_addresses_are_conda_forge_files(tmp_path):
+    import rattler
+
+    (record,) = real_records({"libffi"})
+    # How pixi writes a record fetched through prefix.dev: the same file, at the mirror's address.
+    mirror = "https://prefix.dev/conda-forge/"
+    at_mirror = rattler.RepoDataRecord(record, record.file_name, mirror + record.url[len(CHANNEL_URL):], mirror)
+    found = conda_snapshot.records_in_lock(pixi_lock(tmp_path / "pixi.lock", [at_mirror]))
+    assert list(found) == [record.url] and found[record.url]["sha256"] == record.sha256.hex()

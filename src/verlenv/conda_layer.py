@@ -122,22 +122,23 @@ def conda_entries(records: list, spec, platform: str) -> list:
     return list(planned.values())
 
 
-def wheel_tags(platform: str) -> list[Tag]:
-    """What pip on CPython 3.12 and glibc 2.28 accepts for the platform, most preferred first."""
-    arch = ARCHES[platform]
+def wheel_tags(platform: str, python: str = "3.12") -> list[Tag]:
+    """What pip on that CPython and glibc 2.28 accepts for the platform, most preferred first."""
+    arch, version = ARCHES[platform], tuple(int(part) for part in python.split("."))
+    interpreter = f"cp{version[0]}{version[1]}"
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
     platforms = []
     for minor in range(GLIBC_MINOR, 4, -1):
         platforms.append(f"manylinux_2_{minor}_{arch}")
         if minor in legacy:
             platforms.append(f"{legacy[minor]}_{arch}")
-    return [*cpython_tags((3, 12), platforms=platforms), *compatible_tags((3, 12), "cp312", platforms)]
+    return [*cpython_tags(version, platforms=platforms), *compatible_tags(version, interpreter, platforms)]
 
 
-def pick_file(files: list[dict], pin: pins.LockedPin, platform: str) -> dict | None:
+def pick_file(files: list[dict], pin: pins.LockedPin, platform: str, python: str = "3.12") -> dict | None:
     """The file pip would install for a pin: the best-tagged wheel whose sha256 the lock lists, else its sdist."""
     allowed = {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}
-    rank = {tag: i for i, tag in enumerate(wheel_tags(platform))}
+    rank = {tag: i for i, tag in enumerate(wheel_tags(platform, python))}
     best, best_rank, sdist = None, len(rank), None
     for f in files:
         if f.get("hashes", {}).get("sha256") not in allowed:
@@ -161,7 +162,7 @@ def pypi_files(name: str) -> list[dict]:
         return json.load(response)["files"]
 
 
-def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, fetch=pypi_files) -> list:
+def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, python: str, fetch=pypi_files) -> list:
     """One conda-lock pip dependency per pin: the url and sha256 of the file pip takes for the platform."""
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
@@ -169,7 +170,7 @@ def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, f
         files = dict(zip(lock, pool.map(fetch, lock), strict=True))
     entries = []
     for name, pin in sorted(lock.items()):
-        chosen = pick_file(files[name], pin, platform)
+        chosen = pick_file(files[name], pin, platform, python)
         if chosen is None:
             raise UserError(f"{name}=={pin.version}: PyPI lists no file with a sha256 of its lock line for {platform}",
                             exit_code=1)
@@ -203,7 +204,7 @@ def lockfile(root: Path, stack: catalog.Stack, sources: list[Path], fetch=pypi_f
         records = solve(root, conda_specs(spec, platform), platform, stack.cuda)
         packages += conda_entries(records, spec, platform)
         for category, lock in category_locks(root, stack, platform).items():
-            packages += pip_entries(lock, platform, category, fetch)
+            packages += pip_entries(lock, platform, category, stack.python, fetch)
     meta = LockMeta(content_hash=compute_content_hashes(spec, virtual_package_repo(stack.cuda)),
                     channels=list(spec.channels), platforms=spec.platforms,
                     sources=[s.name for s in sources])

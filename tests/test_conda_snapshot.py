@@ -160,3 +160,16 @@ def test_prefix_dev_addresses_are_conda_forge_files(tmp_path):
     at_mirror = rattler.RepoDataRecord(record, record.file_name, mirror + record.url[len(CHANNEL_URL):], mirror)
     found = conda_snapshot.records_in_lock(pixi_lock(tmp_path / "pixi.lock", [at_mirror]))
     assert list(found) == [record.url] and found[record.url]["sha256"] == record.sha256.hex()
+
+
+def test_roots_cover_every_conda_spec_of_the_env_files():
+    from verlenv import catalog, conda_layer, lock, render
+
+    cat = catalog.load(ROOT / "stacks.toml")
+    roots = conda_snapshot.roots_of(ROOT)
+    for stack in cat.stacks.values():
+        folder = ROOT / render.stack_dir(stack)
+        spec = conda_layer.lock_spec([folder / name for name in lock.env_files(stack)])
+        for platform in spec.platforms:
+            names = {s.split()[0] for s in conda_layer.conda_specs(spec, platform)}
+            assert names <= roots, f"{stack.name} {platform}: {sorted(names - roots)} not in sources.toml's roots"

@@ -73,14 +73,15 @@ def lock_versions(git_dir: Path, path: str, head: str) -> list[tuple[str, bytes]
         raise UserError(f"{git_dir}: cannot read the history of {path} at {head} ({log.stderr.strip()})")
     seen, versions = set(), []
     for commit in log.stdout.split():
-        blob = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", f"{commit}:{path}"],
+        blob = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "--verify", "-q", f"{commit}:{path}"],
                               capture_output=True, text=True, check=False).stdout.strip()
         if not blob or blob in seen:
             continue  # deleted in that commit, or the same text as a newer version
         seen.add(blob)
         text = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "blob", blob],
-                              capture_output=True, check=True).stdout
-        versions.append((commit, text))
+                              capture_output=True, check=False)
+        if text.returncode == 0:  # a shallow or partial clone may lack old blobs: those versions are not read
+            versions.append((commit, text.stdout))
     return versions
 
 

@@ -234,3 +234,12 @@ def test_pip_takes_the_best_wheel_pip_would_install_for_the_platform():
     assert conda_layer.pick_file(files, only_some, "linux-64")["filename"].endswith("manylinux2014_x86_64.whl")
     assert conda_layer.pick_file(files, only_some, "linux-aarch64")["filename"] == "demo-1.0.tar.gz"
     assert conda_layer.pick_file(files, pins.LockedPin("demo", "1.0", ()), "linux-64") is None
+
+
+def test_an_index_that_does_not_answer_is_one_line(monkeypatch):
+    monkeypatch.setattr(conda_layer, "SIMPLE_JSON", "https://127.0.0.1:9/simple/{name}/")  # nothing listens there
+    monkeypatch.setattr(conda_layer.time, "sleep", lambda seconds: None)
+    with pytest.raises(UserError) as e:
+        conda_layer.pypi_files.__wrapped__("torch")
+    assert str(e.value).startswith("PyPI's index did not answer for torch (")
+    assert str(e.value).endswith("); no conda-lock.yml was written") and len(str(e.value).splitlines()) == 1

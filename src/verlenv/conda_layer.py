@@ -10,6 +10,7 @@ import asyncio
 import functools
 import json
 import tempfile
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -154,12 +155,19 @@ def pick_file(files: list[dict], pin: pins.LockedPin, platform: str, python: str
 
 
 @functools.lru_cache(maxsize=None)  # one process locks several stacks and platforms over the same projects
-def pypi_files(name: str) -> list[dict]:
+def pypi_files(name: str, attempts: int = 3) -> list[dict]:
     """Every file of a project on PyPI ({filename, url, hashes})."""
     request = urllib.request.Request(SIMPLE_JSON.format(name=name),
                                      headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)["files"]
+    for attempt in range(1, attempts + 1):
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.load(response)["files"]
+        except (OSError, ValueError, KeyError) as e:  # URLError and HTTPError are OSErrors; a bad body, ValueError
+            if attempt == attempts:
+                raise UserError(f"PyPI's index did not answer for {name} ({e}); no conda-lock.yml was written",
+                                exit_code=1) from None
+            time.sleep(2 * attempt)  # a busy index (429, 503) answers after a pause
 
 
 def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, python: str, fetch=pypi_files) -> list:

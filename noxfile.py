@@ -30,7 +30,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=TOOL_PYTHON)
 def lock(session: nox.Session) -> None:
-    """Re-resolve the pip locks, re-render the env files, and conda-lock where channels are reachable."""
+    """Re-resolve the pip locks, re-render the env files, write conda-lock.yml (offline: against locks/conda-forge)."""
     _verlenv(session, "lock")
 
 

@@ -12,6 +12,7 @@ from verlenv.errors import Terminated, UserError
 STAGE_MODULES = (
     "verlenv.render",
     "verlenv.lock",
+    "verlenv.conda_snapshot",
     "verlenv.install",
     "verlenv.bundle.command",
     "verlenv.toolchain",

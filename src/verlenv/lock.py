@@ -5,7 +5,10 @@ rendered from them, and conda-lock where conda channels are reachable.
 `verlenv lock` from the inputs stacks.toml gives now (recorded in `locks/<key>.inputs.json`, and
 `locks/<key>.<platform>.inputs.json` for a platform other than linux-64), every platform's lock of a
 variant pins the versions of its linux-64 lock (the env files' one pip list serves all platforms), the
-environment files are what `verlenv render` writes, and a conda-lock.yml's content hash matches them.
+environment files are what `verlenv render` writes, and a conda-lock.yml's content hash matches them, its
+conda records are the vendored conda-forge snapshot's and satisfy each other, and its pip entries are the uv
+locks' pins (conda_layer.py). Where no conda channel answers, `verlenv lock` solves the conda layer against
+that snapshot instead of running conda-lock.
 """
 
 import hashlib
@@ -20,7 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from verlenv import catalog, pins, render
+from verlenv import catalog, conda_layer, pins, render
 from verlenv.errors import UserError
 from verlenv.fsutil import read_text, write_atomic
 
@@ -361,35 +364,33 @@ def conda_lock_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> li
             lockfile = cat.root / folder / CONDA_LOCK_FILE
             if lockfile.is_file():
                 sources = [cat.root / folder / name for name in env_files(stack)]
-                problems += conda_lock_file_problems(lockfile, sources, stack.cuda, _rel(cat, lockfile))
+                problems += conda_lock_file_problems(lockfile, sources, stack.cuda, _rel(cat, lockfile),
+                                                     lambda locked, shown, s=stack: conda_layer.lockfile_problems(cat.root, s, locked, shown))
     return problems
 
 
-def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, shown: str) -> list[str]:
+def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, shown: str, contents=None) -> list[str]:
+    """It parses, its content hash matches the env files, and (contents) what it holds passes the given check."""
+    import yaml
     from conda_lock.content_hash import backwards_compatible_content_hashes
     from conda_lock.lockfile import parse_conda_lock_file
-    from conda_lock.src_parser import make_lock_spec
-    from conda_lock.virtual_package import default_virtual_package_repodata
-    import yaml
 
     try:
         locked = parse_conda_lock_file(lockfile)
     # pydantic's ValidationError and conda-lock's version errors are ValueErrors; a non-mapping is a Type/AttributeError.
     except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
         return [f"{shown}: not a conda-lock file ({type(e).__name__}: {str(e).splitlines()[0]})"]
-    with tempfile.TemporaryDirectory(prefix="verlenv-mapping-") as tmp:
-        # An empty PyPI->conda name map keeps conda-lock offline; our specs need no renaming.
-        mapping = Path(tmp) / "pypi-to-conda.json"
-        mapping.write_text("{}")
-        spec = make_lock_spec(src_files=sources, mapping_url=str(mapping))
-        # The same virtual packages `verlenv lock` passes to conda-lock (--with-cuda).
-        packages = default_virtual_package_repodata(cuda_version=cuda)
-        problems = []
-        for platform in spec.platforms:
-            have = locked.metadata.content_hash.get(platform)
-            if have not in backwards_compatible_content_hashes(spec, packages, platform):
-                problems.append(f"{shown}: its {platform} content hash does not match "
-                                f"{', '.join(s.name for s in sources)}; run `verlenv lock` where conda channels are reachable")
+    spec = conda_layer.lock_spec(sources)
+    # The same virtual packages `verlenv lock` passes to conda-lock (--with-cuda) and to rattler.
+    packages = conda_layer.virtual_package_repo(cuda)
+    problems = []
+    for platform in spec.platforms:
+        have = locked.metadata.content_hash.get(platform)
+        if have not in backwards_compatible_content_hashes(spec, packages, platform):
+            problems.append(f"{shown}: its {platform} content hash does not match "
+                            f"{', '.join(s.name for s in sources)}; run `verlenv lock --conda-only`")
+    if contents is not None and not problems:
+        problems += contents(locked, shown)
     return problems
 
 
@@ -398,7 +399,9 @@ def check(cat: catalog.Catalog, stack: str | None = None, variant: str | None = 
     stacks = list({v.stack.name: v.stack for v in variants}.values())
     problems = [p for v in variants for platform in v.platforms for p in lock_problems(cat, v, platform)]
     problems += [p for v in variants for p in platform_problems(cat, v)]
-    return problems + env_problems(cat, stacks) + conda_lock_problems(cat, stacks)
+    # A lock cannot be checked against a broken snapshot: its problems alone are reported then.
+    snapshot = conda_layer.snapshot_problems(cat.root)
+    return problems + env_problems(cat, stacks) + (snapshot or conda_lock_problems(cat, stacks))
 
 
 def conda_unreachable(url: str = CONDA_PROBE_URL, timeout: float = 5.0) -> str | None:
@@ -438,12 +441,14 @@ def conda_lock(cat: catalog.Catalog, stack: catalog.Stack) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("lock", help="re-resolve the pip locks, re-render the env files, conda-lock; or --check them")
+    p = sub.add_parser("lock", help="re-resolve the pip locks, re-render the env files, write conda-lock.yml; or --check them")
     p.add_argument("--catalog", type=Path, default=None, help="stacks.toml to read (default: the project's)")
     p.add_argument("--stack", help="lock only this stack (default: all)")
     p.add_argument("--variant", help="lock only this variant (default: all); a stale base variant is relocked too")
     p.add_argument("--check", action="store_true",
                    help="offline: exit 1 if a lock, env file or conda-lock.yml is not what `verlenv lock` would write")
+    p.add_argument("--conda-only", action="store_true",
+                   help="only write conda-lock.yml from the committed pip locks and env files (no pip re-resolution)")
     p.set_defaults(func=_main)
 
 
@@ -460,14 +465,34 @@ def _main(args) -> int:
         print(f"verlenv lock --check: {len(wanted)} lock(s) and their environment files are fresh", file=sys.stderr)
         return 0
     unreachable = conda_unreachable()
-    locked = relock(cat, wanted)
-    for rel in render.write(cat):
-        print(f"wrote {rel}", file=sys.stderr)
-    stacks = list({v.stack.name: v.stack for v in locked}.values())
-    if unreachable:
-        raise UserError(f"conda channels unreachable ({CONDA_PROBE_URL}: {unreachable}); pip locks and environment "
-                        f"files are written, conda-lock.yml is not: rerun `verlenv lock` where conda-forge is reachable",
-                        exit_code=EXIT_NO_CONDA)
+    if args.conda_only:
+        stacks = list({v.stack.name: v.stack for v in wanted}.values())
+    else:
+        locked = relock(cat, wanted)
+        for rel in render.write(cat):
+            print(f"wrote {rel}", file=sys.stderr)
+        stacks = list({v.stack.name: v.stack for v in locked}.values())
+    if not unreachable:
+        for stack in stacks:
+            conda_lock(cat, stack)
+        return 0
+    print(f"conda channels unreachable ({CONDA_PROBE_URL}: {unreachable}); solving the conda layer against "
+          f"{conda_layer.SNAPSHOT_DIR}", file=sys.stderr)
+    failed = []
     for stack in stacks:
-        conda_lock(cat, stack)
+        try:
+            conda_lock_offline(cat, stack)
+        except UserError as e:
+            failed.append(f"{stack.name}: {e}")
+    if failed:
+        raise UserError("; ".join(failed) + "; no conda-lock.yml was written for " +
+                        ", ".join(f.split(":")[0] for f in failed), exit_code=EXIT_NO_CONDA)
     return 0
+
+
+def conda_lock_offline(cat: catalog.Catalog, stack: catalog.Stack) -> None:
+    """conda-lock.yml from the vendored snapshot: the default stack's at the top, the others' beside their env files."""
+    folder = Path(".") if stack.name == cat.default else render.stack_dir(stack)
+    started = time.monotonic()
+    path = conda_layer.write(cat.root, stack, folder, [cat.root / folder / name for name in env_files(stack)])
+    print(f"wrote {_rel(cat, path)} in {time.monotonic() - started:.1f} s", file=sys.stderr)

@@ -1,0 +1,245 @@
+"""The committed conda-lock.yml: conda-lock parses and renders it, `verlenv lock --check` proves it against the
+snapshot and the uv locks and names any tampering in one line, and the offline solve reproduces it."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from verlenv import catalog, cli, conda_layer, lock, pins, render
+from verlenv.errors import UserError
+from project_files import copy_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOG = catalog.load(ROOT / "stacks.toml")
+STACK = CATALOG.stack()
+LOCKFILE = ROOT / lock.CONDA_LOCK_FILE
+SOURCES = [ROOT / name for name in lock.env_files(STACK)]
+
+
+def parsed():
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    return parse_conda_lock_file(LOCKFILE)
+
+
+def project_copy(tmp_path: Path) -> Path:
+    """A temp copy of the project with the committed conda-lock.yml; returns its stacks.toml."""
+    path = copy_tree(tmp_path)
+    shutil.copy(LOCKFILE, tmp_path / lock.CONDA_LOCK_FILE)
+    return path
+
+
+def run_check(path: Path, capsys) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    rc = cli.main(["lock", "--check", "--catalog", str(path), "--stack", STACK.name])
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("filtered out line")]
+    return rc, err
+
+
+def replace_once(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) >= 1, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_committed_lock_is_fresh(capsys):
+    rc, err = run_check(ROOT / "stacks.toml", capsys)
+    assert rc == 0, err
+
+
+def test_lock_holds_the_solved_platforms_and_categories():
+    locked = parsed()
+    assert locked.metadata.platforms == STACK.all_platforms == ["linux-64", "linux-aarch64"]
+    conda = {(p.platform, p.name): p for p in locked.package if p.manager == "conda"}
+    assert conda["linux-64", "python"].version.startswith("3.12.")
+    assert conda["linux-64", "gxx"].version.startswith("13.")
+    assert conda["linux-aarch64", "gxx"].url.split("/")[-2] == "linux-aarch64"
+    assert {c for p in locked.package if p.manager == "conda" for c in p.categories} == {"main"}
+    for platform in locked.metadata.platforms:
+        want = conda_layer.category_locks(ROOT, STACK, platform)
+        pip = [p for p in locked.package if p.platform == platform and p.manager == "pip"]
+        for category, pins_ in want.items():
+            assert sorted(p.name for p in pip if category in p.categories) == sorted(pins_), (platform, category)
+    # The Megatron variant is x86_64 only: its extra pins are in linux-64's megatron category, nowhere else.
+    assert {p.platform for p in locked.package if "megatron" in p.categories} == {"linux-64"}
+
+
+def test_pip_urls_are_the_platforms_wheels():
+    locked = parsed()
+    torch = {p.platform: p.url for p in locked.package if p.manager == "pip" and p.name == "torch"}
+    assert torch["linux-64"].endswith("-cp312-cp312-manylinux_2_28_x86_64.whl")
+    assert torch["linux-aarch64"].endswith("-cp312-cp312-manylinux_2_28_aarch64.whl")
+
+
+@pytest.mark.parametrize("platform,extras", [("linux-64", []), ("linux-64", ["megatron"]), ("linux-aarch64", [])])
+def test_conda_lock_renders_each_platform_and_category(tmp_path, platform, extras):
+    extra_args = [arg for e in extras for arg in ("-e", e)]
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "conda_lock", "render", "--kind", "explicit", "-p", platform,
+                             *extra_args, str(LOCKFILE), "--filename-template", str(tmp_path / "{platform}.txt")],
+                            cwd=tmp_path, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    lines = (tmp_path / f"{platform}.txt").read_text().splitlines()
+    assert "@EXPLICIT" in lines
+    locked = [p for p in parsed().package if p.platform == platform]
+    conda = {f"{p.url}#{p.hash.md5}" for p in locked if p.manager == "conda"}
+    assert {line for line in lines if line.startswith("https://")} == conda
+    categories = {"main", *extras}
+    pip = {f"# pip {p.name} @ {p.url}#sha256={p.hash.sha256}" for p in locked
+           if p.manager == "pip" and p.categories & categories}
+    assert {line for line in lines if line.startswith("# pip ")} == pip
+    assert seconds < 60
+
+
+def test_offline_solve_reproduces_the_committed_conda_records():
+    spec = conda_layer.lock_spec(SOURCES)
+    for platform in spec.platforms:
+        records = conda_layer.solve(ROOT, conda_layer.conda_specs(spec, platform), platform, STACK.cuda)
+        committed = {p.url for p in parsed().package if p.platform == platform and p.manager == "conda"}
+        assert {r.url for r in records} == committed, platform
+
+
+def test_tampered_conda_sha256_in_the_lock_is_one_line(tmp_path, capsys):
+    path = project_copy(tmp_path)
+    python = next(p for p in parsed().package if p.manager == "conda" and p.name == "python")
+    replace_once(tmp_path / lock.CONDA_LOCK_FILE, python.hash.sha256, "e" * 64)
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    assert err[:-1] == [f"conda-lock.yml: linux-64 python {python.version}: sha256/md5 differ from the snapshot record "
+                        f"(lock {'e' * 64}, snapshot {python.hash.sha256})"]
+
+
+def test_tampered_sha256_in_the_snapshot_is_one_line(tmp_path, capsys):
+    path = project_copy(tmp_path)
+    python = next(p for p in parsed().package if p.manager == "conda" and p.name == "python")
+    replace_once(tmp_path / "locks/conda-forge/linux-64/repodata.json", python.hash.sha256, "1" * 64)
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    fn = python.url.rsplit("/", 1)[1]
+    assert err[:-1] == [f"locks/conda-forge: {fn}'s hashes differ from those its sources published (provenance.json); "
+                        f"the snapshot was edited: run `verlenv conda-snapshot`"]
+
+
+def test_record_without_provenance_is_one_line(tmp_path, capsys):
+    path = project_copy(tmp_path)
+    provenance = tmp_path / "locks/conda-forge/provenance.json"
+    table = json.loads(provenance.read_text())
+    gxx = next(p for p in parsed().package if p.manager == "conda" and p.name == "gxx" and p.platform == "linux-64")
+    del table[gxx.url]
+    provenance.write_text(json.dumps(table))
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    assert err[:-1] == [f"locks/conda-forge: {gxx.url.rsplit('/', 1)[1]} has no provenance in provenance.json"]
+
+
+def test_a_record_the_lock_lacks_is_named(tmp_path, capsys):
+    path = project_copy(tmp_path)
+    doc = yaml.safe_load((tmp_path / lock.CONDA_LOCK_FILE).read_text())
+    doc["package"] = [p for p in doc["package"] if not (p["name"] == "libffi" and p["platform"] == "linux-64")]
+    (tmp_path / lock.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    assert len(err) == 2
+    assert err[0].startswith("conda-lock.yml: linux-64's conda records depend on packages the lock does not hold (libffi-")
+
+
+@pytest.mark.parametrize("field", ["version", "sha256"])
+def test_pip_entry_that_differs_from_the_uv_lock_is_one_line(tmp_path, capsys, field):
+    path = project_copy(tmp_path)
+    doc = yaml.safe_load((tmp_path / lock.CONDA_LOCK_FILE).read_text())
+    entry = next(p for p in doc["package"] if p["manager"] == "pip" and p["name"] == "torch" and p["platform"] == "linux-64")
+    pin = pins.read_lock(pins.lock_path(ROOT, STACK.variant("fsdp")))["torch"]
+    if field == "version":
+        entry["version"] = "2.10.0"
+        want = f"conda-lock.yml: linux-64 pip torch is 2.10.0, the uv lock pins {pin.version}"
+    else:
+        entry["hash"]["sha256"] = "2" * 64
+        want = f"conda-lock.yml: linux-64 pip torch=={pin.version}: sha256 {'2' * 64} is not one of its uv lock line's hashes"
+    (tmp_path / lock.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    assert err[:-1] == [want]
+
+
+def test_a_pin_the_lock_lacks_is_named(tmp_path, capsys):
+    path = project_copy(tmp_path)
+    doc = yaml.safe_load((tmp_path / lock.CONDA_LOCK_FILE).read_text())
+    doc["package"] = [p for p in doc["package"] if not (p["name"] == "megatron-core" and p["manager"] == "pip")]
+    (tmp_path / lock.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    rc, err = run_check(path, capsys)
+    assert rc == lock.EXIT_STALE
+    pin = pins.read_lock(pins.lock_path(ROOT, STACK.variant("megatron")))["megatron-core"]
+    assert err[:-1] == [f"conda-lock.yml: linux-64 pip megatron-core=={pin.version} (megatron) is in the uv lock, not here"]
+
+
+def test_unsatisfiable_spec_names_the_missing_package():
+    with pytest.raises(UserError) as e:
+        conda_layer.solve(ROOT, ["python 3.12.*", "no-such-package-in-the-snapshot"], "linux-64", STACK.cuda)
+    assert str(e.value).splitlines() == [
+        "cannot solve the conda layer for linux-64: no record of no-such-package-in-the-snapshot in locks/conda-forge "
+        "for linux-64; add a public lock file that has it to locks/conda-forge/sources.toml and run `verlenv conda-snapshot`"]
+    # Present but not at that version: the solver's own reason, on one line.
+    with pytest.raises(UserError) as e:
+        conda_layer.solve(ROOT, ["python 2.7.*"], "linux-64", STACK.cuda)
+    assert len(str(e.value).splitlines()) == 1 and "python 2.7.*" in str(e.value)
+
+
+def test_lock_without_a_channel_writes_nothing_for_a_stack_it_cannot_solve(tmp_path, capsys, monkeypatch):
+    path = copy_tree(tmp_path)
+    # A stand-in for the network state of the machine: no conda channel answers.
+    monkeypatch.setattr(lock, "conda_unreachable", lambda: "test: no channel")
+    stack = CATALOG.stack("verl-0.7")
+    missing = [s.split()[0] for s in conda_layer.conda_specs(
+        conda_layer.lock_spec([tmp_path / render.stack_dir(stack) / n for n in lock.env_files(stack)]), "linux-64")
+        if not any(r["name"] == s.split()[0] for r in conda_layer.snapshot_records(ROOT, "linux-64").values())]
+    capsys.readouterr()
+    rc = cli.main(["lock", "--catalog", str(path), "--stack", stack.name, "--conda-only"])
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("filtered out line")]
+    assert rc == lock.EXIT_NO_CONDA
+    assert not (tmp_path / render.stack_dir(stack) / lock.CONDA_LOCK_FILE).exists()
+    assert err[-1].startswith(f"verlenv lock: verl-0.7: cannot solve the conda layer for linux-64: no record of "
+                              f"{', '.join(missing)} in locks/conda-forge")
+    assert missing  # the CUDA 12.8 toolkit records have no two public sources yet
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_lock_without_a_channel_rewrites_the_committed_file(tmp_path, monkeypatch):
+    path = project_copy(tmp_path)
+    monkeypatch.setattr(lock, "conda_unreachable", lambda: "test: no channel")
+    (tmp_path / lock.CONDA_LOCK_FILE).unlink()
+    assert cli.main(["lock", "--catalog", str(path), "--stack", STACK.name, "--conda-only"]) == 0
+    assert (tmp_path / lock.CONDA_LOCK_FILE).read_text() == LOCKFILE.read_text()
+    assert not list(tmp_path.glob(".conda-lock-*"))
+
+
+def test_pip_takes_the_best_wheel_pip_would_install_for_the_platform():
+    # File names as PyPI lists them; the hashes are test values, the same in the pin and the files.
+    names = ["demo-1.0-cp312-cp312-manylinux_2_34_x86_64.whl", "demo-1.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+             "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", "demo-1.0-cp312-cp312-manylinux_2_28_aarch64.whl",
+             "demo-1.0-py3-none-any.whl", "demo-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "demo-1.0.tar.gz"]
+    files = [{"filename": n, "url": f"https://files.example/{n}", "hashes": {"sha256": f"{i:064x}"}} for i, n in enumerate(names)]
+    pin = pins.LockedPin(name="demo", version="1.0", hashes=tuple(f"sha256:{i:064x}" for i in range(len(names))))
+    assert conda_layer.pick_file(files, pin, "linux-64")["filename"] == "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+    assert conda_layer.pick_file(files, pin, "linux-aarch64")["filename"] == "demo-1.0-cp312-cp312-manylinux_2_28_aarch64.whl"
+    # a file whose sha256 the lock line does not list is never taken
+    only_some = pins.LockedPin(name="demo", version="1.0", hashes=(f"sha256:{1:064x}", f"sha256:{6:064x}"))
+    assert conda_layer.pick_file(files, only_some, "linux-64")["filename"].endswith("manylinux2014_x86_64.whl")
+    assert conda_layer.pick_file(files, only_some, "linux-aarch64")["filename"] == "demo-1.0.tar.gz"
+    assert conda_layer.pick_file(files, pins.LockedPin("demo", "1.0", ()), "linux-64") is None
+
+
+def test_an_index_that_does_not_answer_is_one_line(monkeypatch):
+    monkeypatch.setattr(conda_layer, "SIMPLE_JSON", "https://127.0.0.1:9/simple/{name}/")  # nothing listens there
+    monkeypatch.setattr(conda_layer.time, "sleep", lambda seconds: None)
+    with pytest.raises(UserError) as e:
+        conda_layer.pypi_files.__wrapped__("torch")
+    assert str(e.value).startswith("PyPI's index did not answer for torch (")
+    assert str(e.value).endswith("); no conda-lock.yml was written") and len(str(e.value).splitlines()) == 1

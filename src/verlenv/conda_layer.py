@@ -31,8 +31,12 @@ ARCHES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 
 def lock_spec(sources: list[Path]):
     """conda-lock's own reading of the env files (an empty PyPI->conda name map keeps it offline)."""
+    import logging
+
     from conda_lock.src_parser import make_lock_spec
 
+    # The env files' `# [linux64]` selectors are deliberate: conda-lock's one warning per filtered line is noise here.
+    logging.getLogger("conda_lock.src_parser.selectors").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="verlenv-mapping-") as tmp:
         mapping = Path(tmp) / "pypi-to-conda.json"
         mapping.write_text("{}")

@@ -27,8 +27,9 @@ from verlenv.sources import sha256_file
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-# What `python -m verlenv install --bundle` imports beyond the standard library, and uv, which installs.
-TOOL_DISTS = ("uv", "packaging", "pyyaml", "pyelftools")
+# What `python -m verlenv install --bundle` and `verify` import beyond the standard library (rich for
+# verify's table), and uv, which installs.
+TOOL_DISTS = ("uv", "packaging", "pyyaml", "pyelftools", "rich", "markdown-it-py", "mdurl", "pygments")
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def test_bundle_holds_exactly_the_lock(project, bundle):
         assert f"sha256:{locked}" in pins[name].hashes
     antlr = env_files["antlr4-python3-runtime"]
     assert antlr["built_from"]["file"].endswith(".tar.gz") and antlr["file"].endswith("-py3-none-any.whl")
-    assert {e["distribution"] for e in manifest["files"] if e["origin"] == "tool"} == {"uv", "packaging", "pyyaml", "pyelftools"}
+    assert {e["distribution"] for e in manifest["files"] if e["origin"] == "tool"} == set(make.TOOL_DISTS)
     assert manifest["lock"]["sha256"] == make.sha256_file(project / "locks" / "tiny-fsdp.linux-64.txt")
     assert (bundle / "tiny-fsdp.linux-64.txt").read_text() == (project / "locks" / "tiny-fsdp.linux-64.txt").read_text()
 
@@ -259,6 +259,10 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
     assert "drift check lock/match: pass" in r.stderr  # the tool wheels did not leak into the target env
     listed = _run([UV, "pip", "list", "--python", str(prefix / "bin" / "python"), "--offline"]).stdout
     assert "antlr4-python3-runtime" in listed and "pyelftools" not in listed
+    tool = f"{ROOT / 'src'}:{tmp_path / 'parts' / 'bundle' / '.tool' / 'site'}"
+    r = _run([python, "-S", "-c", "from verlenv.verify.report import print_table; import rich.table, elftools, yaml"],
+             env={**env, "PYTHONPATH": tool})
+    assert r.returncode == 0, r.stderr  # verify runs on the node with the same tool wheels
 
 
 def test_parse_size():

@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from verlenv import wheelcache
+from verlenv import __version__, wheelcache
 from verlenv.bundle import fetch
 from verlenv.errors import UserError
 from verlenv.install import find_python
@@ -27,8 +27,9 @@ from verlenv.sources import sha256_file
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-# What `python -m verlenv install --bundle` imports beyond the standard library, and uv, which installs.
-TOOL_DISTS = ("uv", "packaging", "pyyaml", "pyelftools")
+# What `python -m verlenv install --bundle` and `verify` import beyond the standard library (rich for
+# verify's table), and uv, which installs.
+TOOL_DISTS = ("uv", "packaging", "pyyaml", "pyelftools", "rich", "markdown-it-py", "mdurl", "pygments")
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
             "glibc": {"allowed": glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
             "lock": {"file": lock.name, "sha256": sha256_file(lock)},
             "built": built_note, "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
-            "made": {"by": f"verlenv {metadata.version('verlenv')}", "command": command,
+            "made": {"by": f"verlenv {__version__}", "command": command,
                      "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                      "seconds": round(time.monotonic() - started, 1)},
             "files": files,

@@ -39,3 +39,26 @@ def test_the_block_is_real():
     """The same prelude does stop a module that imports pyyaml at the top."""
     proc = run_without_optional("import yaml\n")
     assert proc.returncode == 1 and "ModuleNotFoundError: import of yaml halted" in proc.stderr
+
+
+def test_each_command_names_the_module_that_registers_it():
+    """COMMAND_MODULES says which module a subcommand lives in; a wrong entry would hide the subcommand."""
+    import argparse
+    import importlib
+
+    from verlenv import cli
+
+    assert set(cli.COMMAND_MODULES.values()) == set(cli.STAGE_MODULES)
+    for command, module in cli.COMMAND_MODULES.items():
+        sub = argparse.ArgumentParser().add_subparsers(dest="command")
+        importlib.import_module(module).register(sub)
+        assert command in sub.choices, (command, module)
+
+
+def test_a_doctor_run_imports_only_the_doctor():
+    proc = subprocess.run([sys.executable, "-c", "import sys\nfrom verlenv import cli\ncli.parser(['doctor', '-'])\n"
+                           "print(sorted(m for m in ('conda_lock', 'rattler', 'verlenv.lock', 'verlenv.verify.runner',"
+                           " 'verlenv.bundle.command') if m in sys.modules))\n"],
+                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -29,10 +29,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
-def parser() -> argparse.ArgumentParser:
+# The subcommand each module registers: a run of one subcommand imports only its module (the doctor reading a
+# log should not pay for conda-lock, rattler and the verify machinery).
+COMMAND_MODULES = {"render": "verlenv.render", "lock": "verlenv.lock", "conda-snapshot": "verlenv.conda_snapshot",
+                   "install": "verlenv.install", "bundle": "verlenv.bundle.command", "toolchain": "verlenv.toolchain",
+                   "build": "verlenv.build", "verify": "verlenv.verify", "doctor": "verlenv.doctor"}
+
+
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in STAGE_MODULES:
+    args = sys.argv[1:] if argv is None else argv
+    first = args[0] if args else None
+    for name in [COMMAND_MODULES[first]] if first in COMMAND_MODULES else STAGE_MODULES:
         importlib.import_module(name).register(sub)
     return p
 
@@ -42,7 +51,7 @@ def _terminate(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser(argv).parse_args(argv)
     # SIGTERM unwinds like Ctrl-C: a build stops its compilers, temp folders are removed, nothing half-written stays.
     handler = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     try:

@@ -318,10 +318,10 @@ def test_a_failed_resolution_writes_nothing(tmp_path, capsys):
     path = copy_tree(tmp_path)
     edit(path, '"psutil",\n    # The CUDA 13.0', '"psutil",\n    "six",\n    # The CUDA 13.0')
     edit(path, '"megatron-core==0.18.2",', '"megatron-core==0.0.1",')
-    before = {p: p.read_bytes() for p in (tmp_path / "locks").iterdir()}
+    before = {p: p.read_bytes() for p in (tmp_path / "locks").rglob("*") if p.is_file()}
     rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "resolved verl-0.9-fsdp" in err
     assert "verlenv lock: uv could not resolve verl-0.9-megatron (exit 1, see above); no lock was written" in err
-    assert {p: p.read_bytes() for p in (tmp_path / "locks").iterdir()} == before
+    assert {p: p.read_bytes() for p in (tmp_path / "locks").rglob("*") if p.is_file()} == before

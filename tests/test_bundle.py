@@ -348,3 +348,69 @@ def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_pat
     assert entry["fingerprint"] == "f" * 24 and entry["file"] == "wheels/tinyext-0.1-py3-none-any.whl"
     python, _, _ = offline.install(out, prefix=tmp_path / "env", python=_python312())
     assert _run([python, "-c", "import tinyext; print(tinyext.VALUE)"]).stdout.strip() == "1"
+
+
+def _kernel_folder(dest: Path) -> Path:
+    """A small folder laid out like Triton's cache (one folder per kernel hash), holding real files of this
+    project as contents; a real cache needs a GPU run to fill."""
+    for i, source in enumerate(sorted(ROOT.glob("recipes/*/recipe.toml"))[:3]):
+        folder = dest / (f"{i:02x}" * 16)
+        folder.mkdir(parents=True)
+        shutil.copy(source, folder / f"kernel-{i}.json")
+    return dest
+
+
+def _files(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.network
+def test_kernel_cache_travels_with_its_sha256_and_unpacks_offline(project, cache, tmp_path):
+    kernels = _kernel_folder(tmp_path / "triton-cache")
+    out = tmp_path / "b"
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--out", str(out), "--kernel-cache", str(kernels))
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = next(e for e in manifest["files"] if e["origin"] == "kernel-cache")
+    assert entry["sha256"] == make.sha256_file(out / entry["file"]) and manifest["kernel_cache"]["files"] == 3
+    into = tmp_path / "node-cache"
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--prefix", str(tmp_path / "env"),
+                 "--kernel-cache-into", str(into), env=_no_network_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert _files(into) == _files(kernels)
+    # A changed cache tar is refused before anything is installed or unpacked.
+    tar = out / entry["file"]
+    tar.write_bytes(tar.read_bytes()[:-1] + b"\x01")
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--prefix", str(tmp_path / "env2"),
+                 "--kernel-cache-into", str(tmp_path / "other"), env=_no_network_env(tmp_path))
+    assert r.returncode == 1 and "kernel-cache.tar: sha256 differs from the manifest" in r.stderr
+    assert not (tmp_path / "env2").exists() and not (tmp_path / "other").exists()
+
+
+@pytest.mark.network
+def test_kernel_cache_into_needs_a_bundle_that_has_one(project, cache, bundle, tmp_path):
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(tmp_path / "env"),
+                 "--kernel-cache-into", str(tmp_path / "k"), env=_no_network_env(tmp_path))
+    assert r.returncode == 2 and "carries no kernel cache" in r.stderr
+    assert not (tmp_path / "env").exists()
+
+
+def test_kernel_cache_pack_is_reproducible_and_unpack_stays_inside(tmp_path):
+    from verlenv.bundle import kernel_cache
+
+    kernels = _kernel_folder(tmp_path / "cache")
+    kernel_cache.pack(kernels, tmp_path / "a.tar")
+    os.utime(next(kernels.rglob("*.json")), (0, 12345))
+    kernel_cache.pack(kernels, tmp_path / "b.tar")
+    assert make.sha256_file(tmp_path / "a.tar") == make.sha256_file(tmp_path / "b.tar")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="holds no files"):
+        kernel_cache.pack(tmp_path / "empty", tmp_path / "c.tar")
+    import tarfile
+
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as tar:
+        tar.add(next(kernels.rglob("*.json")), arcname="../escaped.json")
+    with pytest.raises(tarfile.TarError):
+        kernel_cache.unpack(evil, tmp_path / "into")
+    assert not (tmp_path / "escaped.json").exists() and not any((tmp_path / "into").rglob("*.json"))

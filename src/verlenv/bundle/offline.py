@@ -19,7 +19,7 @@ from verlenv.fsutil import write_atomic
 from verlenv.pins import read_lock
 from verlenv.sources import sha256_file
 
-_FOLDERS = ("wheels", "tool")
+_FOLDERS = ("wheels", "tool", "kernel-cache")
 
 # Run in the target: {name: installed version or None} for the names given.
 _VERSIONS = r"""

@@ -414,3 +414,21 @@ def test_kernel_cache_pack_is_reproducible_and_unpack_stays_inside(tmp_path):
     with pytest.raises(tarfile.TarError):
         kernel_cache.unpack(evil, tmp_path / "into")
     assert not (tmp_path / "escaped.json").exists() and not any((tmp_path / "into").rglob("*.json"))
+
+
+@pytest.mark.network
+def test_bundle_install_repairs_changed_files_offline(project, cache, bundle, tmp_path):
+    prefix = tmp_path / "env"
+    offline_env = _no_network_env(tmp_path)
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=offline_env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((prefix / install.MARKER).read_text())["files_check"]["repaired"] == []
+    six = next(prefix.glob("lib/python3.12/site-packages/six.py"))
+    original = six.read_bytes()
+    six.unlink()
+    six.write_bytes(original.replace(b"__version__", b"__broken__"))  # a new file, so uv's cache keeps the good one
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=offline_env)
+    assert r.returncode == 0, r.stderr
+    assert f"six: 1 changed, e.g. {six}; reinstalling it from the bundle" in r.stderr
+    assert six.read_bytes() == original
+    assert json.loads((prefix / install.MARKER).read_text())["files_check"]["repaired"] == ["six"]

@@ -432,3 +432,17 @@ def test_bundle_install_repairs_changed_files_offline(project, cache, bundle, tm
     assert f"six: 1 changed, e.g. {six}; reinstalling it from the bundle" in r.stderr
     assert six.read_bytes() == original
     assert json.loads((prefix / install.MARKER).read_text())["files_check"]["repaired"] == ["six"]
+
+
+@pytest.mark.network
+def test_bundle_install_waits_for_the_installer_holding_the_prefix(project, cache, bundle, tmp_path):
+    prefix = tmp_path / "env"
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom pathlib import Path\n"
+                               "from verlenv.install import prefix_lock\n"
+                               f"with prefix_lock(Path({str(prefix)!r}), False):\n"
+                               "    print('held', flush=True); time.sleep(3)"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=_no_network_env(tmp_path))
+    holder.wait()
+    assert r.returncode == 0, r.stderr
+    assert f"{prefix} is being installed by verlenv install (pid {holder.pid}); waiting" in r.stderr

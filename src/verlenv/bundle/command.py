@@ -1,5 +1,6 @@
 """`verlenv bundle`: the command line of bundle making, and install's `--bundle` path."""
 
+import contextlib
 import json
 import os
 import shlex
@@ -91,7 +92,7 @@ def _main(args) -> int:
 def install_main(args) -> int:
     """`verlenv install --bundle DIR`: offline install, then the same drift check as a plain install."""
     from verlenv.bundle import offline
-    from verlenv.install import kept_source_builds, env_python
+    from verlenv.install import env_python, kept_source_builds, prefix_lock
     from verlenv.verify.runner import lock_drift
 
     if args.installer != "uv":
@@ -112,13 +113,17 @@ def install_main(args) -> int:
     keep = []
     if manifest["built"] != "included" and not into and env_python(prefix.absolute()).exists():
         keep = kept_source_builds(env_python(prefix.absolute()), variant)
-    python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
-                                             python=None if into else args.python, into=into,
-                                             expected_lock=expected, keep=keep)
-    from verlenv import runtime_env
+    # One installer per env, as for a plain install; an interpreter's own env (--python) is the user's to guard.
+    held = (None if into else Path(os.environ["CONDA_PREFIX"]) if args.conda and os.environ.get("CONDA_PREFIX")
+            else None if args.conda else prefix.absolute())
+    with prefix_lock(held, args.conda) if held else contextlib.nullcontext():
+        python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
+                                                 python=None if into else args.python, into=into,
+                                                 expected_lock=expected, keep=keep)
+        from verlenv import runtime_env
 
-    # The stack's runtime defaults (.pth) are part of the env, whichever way it was installed.
-    runtime_env.apply(python, cat.root / "stacks.toml", variant)
+        # The stack's runtime defaults (.pth) are part of the env, whichever way it was installed.
+        runtime_env.apply(python, cat.root / "stacks.toml", variant)
     results = lock_drift(python, cat, variant, lock)
     for r in results:
         print(f"drift check {r.name}: {r.status}: {r.reason}", file=sys.stderr)

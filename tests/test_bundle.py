@@ -237,10 +237,13 @@ def test_base_subtraction_and_its_check(project, cache, bundle, tmp_path):
 @pytest.mark.network
 def test_dry_run_downloads_nothing(project, tmp_path):
     empty = tmp_path / "cache"
-    r = _verlenv(project, empty, "bundle", "--stack", "tiny", "--out", str(tmp_path / "b"), "--dry-run")
+    kernels = _kernel_folder(tmp_path / "kernels")
+    r = _verlenv(project, empty, "bundle", "--stack", "tiny", "--out", str(tmp_path / "b"), "--dry-run",
+                 "--kernel-cache", str(kernels))
     assert r.returncode == 0, r.stderr
     assert "antlr4-python3-runtime==4.9.3  antlr4-python3-runtime-4.9.3.tar.gz" in r.stdout
-    assert "MiB to fetch" in r.stdout.splitlines()[-1]
+    assert "MiB to fetch" in r.stdout.splitlines()[-2]
+    assert r.stdout.splitlines()[-1].startswith(f"kernel cache {kernels}: 3 files")
     assert not (tmp_path / "b").exists() and not list(empty.rglob("*.whl")) and not (empty / "files").exists()
 
 

@@ -41,6 +41,8 @@ def pack(folder: Path, dest: Path) -> int:
 def unpack(tar_path: Path, into: Path) -> int:
     """Extract the cache into `into` (made if missing; files already there with the same name are replaced).
     Extracted beside it first, so a failure leaves `into` as it was. The number of files placed."""
+    if not hasattr(tarfile, "data_filter"):
+        raise UserError("--kernel-cache-into needs Python >= 3.11.4 (tarfile's safe extraction); run it with the stack's Python")
     into = Path(into).absolute()
     if into.exists() and not into.is_dir():
         raise UserError(f"--kernel-cache-into {into}: exists and is not a folder")

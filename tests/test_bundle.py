@@ -1,5 +1,6 @@
 """verlenv bundle / install --bundle: a real small bundle from PyPI (a cp312 manylinux wheel, pure wheels, an
-sdist-only pin), installed with no network; tampering, parts, base subtraction, the source-built wheel choice."""
+sdist-only pin), installed with no network; tampering, parts, base subtraction, the source-built wheel choice,
+the RECORD repair and the installer lock of install --bundle, and a kernel cache carried in the bundle."""
 
 import json
 import os

@@ -135,6 +135,8 @@ CASES = [
          ("--kernel-cache {tmp}/file.txt", "no such folder"), project="tiny"),
     Case("install-kernel-cache-into-without-bundle", ("install", "--kernel-cache-into", "{tmp}/k"),
          ("--kernel-cache-into", "with --bundle"), project="tiny"),
+    Case("bundle-kernel-cache-empty", ("bundle", "--stack", "tiny", "--kernel-cache", "{tmp}/dir"),
+         ("--kernel-cache {tmp}/dir", "holds no files"), project="tiny"),
     # the command itself
     Case("unknown-command", ("deploy",), ("'deploy'", "choose from")),
 ]

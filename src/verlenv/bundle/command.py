@@ -68,8 +68,8 @@ def _main(args) -> int:
             size = parts.parse_size(args.split)
         except ValueError as e:
             raise UserError(f"--split: {e}") from None
-    if args.kernel_cache and not args.kernel_cache.is_dir():
-        raise UserError(f"--kernel-cache {args.kernel_cache}: no such folder; give the cache folder (e.g. ~/.triton/cache)")
+    if args.kernel_cache:
+        kernel_cache.files(args.kernel_cache)  # before any download: a folder that holds files
     if args.base and not args.base.is_file():
         raise UserError(f"--base {args.base}: no such file; give a `pip freeze` of the target")
     built, note = [], "left out (--no-built)"
@@ -114,8 +114,12 @@ def install_main(args) -> int:
     if manifest["built"] != "included" and not into and env_python(prefix.absolute()).exists():
         keep = kept_source_builds(env_python(prefix.absolute()), variant)
     # One installer per env, as for a plain install; an interpreter's own env (--python) is the user's to guard.
-    held = (None if into else Path(os.environ["CONDA_PREFIX"]) if args.conda and os.environ.get("CONDA_PREFIX")
-            else None if args.conda else prefix.absolute())
+    if into:
+        held = None
+    elif args.conda:
+        held = Path(os.environ["CONDA_PREFIX"]) if os.environ.get("CONDA_PREFIX") else None  # offline.install says so
+    else:
+        held = prefix.absolute()
     with prefix_lock(held, args.conda) if held else contextlib.nullcontext():
         python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
                                                  python=None if into else args.python, into=into,

@@ -21,21 +21,26 @@ def _reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def pack(folder: Path, dest: Path) -> int:
-    """Write `folder`'s regular files and subfolders into the tar `dest`; the number of files packed."""
+def files(folder: Path) -> list[Path]:
+    """The regular files of a cache folder, sorted; one line if it is no folder or holds none."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"--kernel-cache {folder}: no such folder; give the cache folder (e.g. ~/.triton/cache)")
-    paths = sorted(p for p in folder.rglob("*") if p.is_file() or p.is_dir())
-    if not any(p.is_file() for p in paths):
+    # A link may point outside the folder: only real files travel.
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    if not found:
         raise UserError(f"--kernel-cache {folder}: holds no files; run the workload once to fill it, or drop the option")
+    return found
+
+
+def pack(folder: Path, dest: Path) -> int:
+    """Write `folder`'s regular files into the tar `dest`; the number of files packed."""
+    found = files(folder)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
-        for p in paths:
-            if p.is_symlink():
-                continue  # a link may point outside the folder: only real files travel
+        for p in found:
             tar.add(p, arcname=str(p.relative_to(folder)), recursive=False, filter=_reset)
-    return sum(1 for p in paths if p.is_file() and not p.is_symlink())
+    return len(found)
 
 
 def unpack(tar_path: Path, into: Path) -> int:

@@ -198,7 +198,7 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
     if dry:
         dry_run(remote, tool_files, dropped)
         if kernel_cache:
-            found = [f for f in Path(kernel_cache).rglob("*") if f.is_file() and not f.is_symlink()]
+            found = kcache.files(kernel_cache)
             print(f"kernel cache {kernel_cache}: {len(found)} files, {sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
         return None
     have = fetch.fetch_all([*remote, *tool_files])

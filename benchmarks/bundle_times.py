@@ -4,6 +4,7 @@ split bundle (offline) against `verlenv install` from PyPI, on one machine in on
 Every phase gets fresh caches of its own (verlenv's file cache for the cold bundle, uv's cache for each
 install), so the install from PyPI downloads everything and the install from the bundle reads only the parts.
 Usage: python benchmarks/bundle_times.py --stack verl-0.9 --variant fsdp --out docs/benchmarks/bundle-verl-0.9-fsdp.json
+(--bundle-only: only the bundle's size and its cold and warm times, e.g. for the megatron variant)
 """
 
 import argparse
@@ -34,6 +35,7 @@ def main() -> int:
     p.add_argument("--variant", default="fsdp")
     p.add_argument("--split", default="56MiB")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--bundle-only", action="store_true", help="time only the bundle (cold, warm), no installs")
     p.add_argument("--workdir", type=Path, help="where caches, bundles and venvs go (default: a temp dir, removed after)")
     args = p.parse_args()
     root = Path(__file__).resolve().parent.parent
@@ -53,6 +55,9 @@ def main() -> int:
         results["bundle_bytes"] = folder_bytes(bundle)
         results["parts"] = len(list(parts.glob("bundle.tar.part*")))
         results["parts_bytes"] = folder_bytes(parts)
+        results["built"] = manifest["built"]  # the source-built wheels: "left out (--no-built)"
+        if args.bundle_only:
+            return write_report(args, results)
         # The parts folder is what reaches a node: install joins, checks and installs it with no index.
         offline_env = {**base_env, "UV_CACHE_DIR": str(work / "uv-bundle"), "UV_INDEX_URL": "http://index.invalid/simple",
                        "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
@@ -72,12 +77,17 @@ def main() -> int:
             root, pypi_env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return write_report(args, results)
+
+
+def write_report(args: argparse.Namespace, results: dict) -> int:
     report = {
         "command": " ".join(["python", "benchmarks/bundle_times.py", *sys.argv[1:]]),
         "stack": args.stack, "variant": args.variant, "split": args.split,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "note": "bundle without source-built wheels (--no-built); each install into a fresh venv with an empty uv cache",
+        "note": "bundle without source-built wheels (--no-built)"
+                + ("; no installs (--bundle-only)" if args.bundle_only else "; each install into a fresh venv with an empty uv cache"),
         "results": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

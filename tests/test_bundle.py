@@ -1,5 +1,6 @@
 """verlenv bundle / install --bundle: a real small bundle from PyPI (a cp312 manylinux wheel, pure wheels, an
-sdist-only pin), installed with no network; tampering, parts, base subtraction, the source-built wheel choice."""
+sdist-only pin), installed with no network; tampering, parts, base subtraction, the source-built wheel choice,
+the RECORD repair and the installer lock of install --bundle, and a kernel cache carried in the bundle."""
 
 import json
 import os
@@ -237,10 +238,13 @@ def test_base_subtraction_and_its_check(project, cache, bundle, tmp_path):
 @pytest.mark.network
 def test_dry_run_downloads_nothing(project, tmp_path):
     empty = tmp_path / "cache"
-    r = _verlenv(project, empty, "bundle", "--stack", "tiny", "--out", str(tmp_path / "b"), "--dry-run")
+    kernels = _kernel_folder(tmp_path / "kernels")
+    r = _verlenv(project, empty, "bundle", "--stack", "tiny", "--out", str(tmp_path / "b"), "--dry-run",
+                 "--kernel-cache", str(kernels))
     assert r.returncode == 0, r.stderr
     assert "antlr4-python3-runtime==4.9.3  antlr4-python3-runtime-4.9.3.tar.gz" in r.stdout
-    assert "MiB to fetch" in r.stdout.splitlines()[-1]
+    assert "MiB to fetch" in r.stdout.splitlines()[-2]
+    assert r.stdout.splitlines()[-1].startswith(f"kernel cache {kernels}: 3 files")
     assert not (tmp_path / "b").exists() and not list(empty.rglob("*.whl")) and not (empty / "files").exists()
 
 
@@ -348,3 +352,101 @@ def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_pat
     assert entry["fingerprint"] == "f" * 24 and entry["file"] == "wheels/tinyext-0.1-py3-none-any.whl"
     python, _, _ = offline.install(out, prefix=tmp_path / "env", python=_python312())
     assert _run([python, "-c", "import tinyext; print(tinyext.VALUE)"]).stdout.strip() == "1"
+
+
+def _kernel_folder(dest: Path) -> Path:
+    """A small folder laid out like Triton's cache (one folder per kernel hash), holding real files of this
+    project as contents; a real cache needs a GPU run to fill."""
+    for i, source in enumerate(sorted(ROOT.glob("recipes/*/recipe.toml"))[:3]):
+        folder = dest / (f"{i:02x}" * 16)
+        folder.mkdir(parents=True)
+        shutil.copy(source, folder / f"kernel-{i}.json")
+    return dest
+
+
+def _files(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.network
+def test_kernel_cache_travels_with_its_sha256_and_unpacks_offline(project, cache, tmp_path):
+    kernels = _kernel_folder(tmp_path / "triton-cache")
+    out = tmp_path / "b"
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--out", str(out), "--kernel-cache", str(kernels))
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = next(e for e in manifest["files"] if e["origin"] == "kernel-cache")
+    assert entry["sha256"] == make.sha256_file(out / entry["file"]) and manifest["kernel_cache"]["files"] == 3
+    into = tmp_path / "node-cache"
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--prefix", str(tmp_path / "env"),
+                 "--kernel-cache-into", str(into), env=_no_network_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert _files(into) == _files(kernels)
+    # A changed cache tar is refused before anything is installed or unpacked.
+    tar = out / entry["file"]
+    tar.write_bytes(tar.read_bytes()[:-1] + b"\x01")
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--prefix", str(tmp_path / "env2"),
+                 "--kernel-cache-into", str(tmp_path / "other"), env=_no_network_env(tmp_path))
+    assert r.returncode == 1 and "kernel-cache.tar: sha256 differs from the manifest" in r.stderr
+    assert not (tmp_path / "env2").exists() and not (tmp_path / "other").exists()
+
+
+@pytest.mark.network
+def test_kernel_cache_into_needs_a_bundle_that_has_one(project, cache, bundle, tmp_path):
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(tmp_path / "env"),
+                 "--kernel-cache-into", str(tmp_path / "k"), env=_no_network_env(tmp_path))
+    assert r.returncode == 2 and "carries no kernel cache" in r.stderr
+    assert not (tmp_path / "env").exists()
+
+
+def test_kernel_cache_pack_is_reproducible_and_unpack_stays_inside(tmp_path):
+    from verlenv.bundle import kernel_cache
+
+    kernels = _kernel_folder(tmp_path / "cache")
+    kernel_cache.pack(kernels, tmp_path / "a.tar")
+    os.utime(next(kernels.rglob("*.json")), (0, 12345))
+    kernel_cache.pack(kernels, tmp_path / "b.tar")
+    assert make.sha256_file(tmp_path / "a.tar") == make.sha256_file(tmp_path / "b.tar")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="holds no files"):
+        kernel_cache.pack(tmp_path / "empty", tmp_path / "c.tar")
+    import tarfile
+
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as tar:
+        tar.add(next(kernels.rglob("*.json")), arcname="../escaped.json")
+    with pytest.raises(tarfile.TarError):
+        kernel_cache.unpack(evil, tmp_path / "into")
+    assert not (tmp_path / "escaped.json").exists() and not any((tmp_path / "into").rglob("*.json"))
+
+
+@pytest.mark.network
+def test_bundle_install_repairs_changed_files_offline(project, cache, bundle, tmp_path):
+    prefix = tmp_path / "env"
+    offline_env = _no_network_env(tmp_path)
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=offline_env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((prefix / install.MARKER).read_text())["files_check"]["repaired"] == []
+    six = next(prefix.glob("lib/python3.12/site-packages/six.py"))
+    original = six.read_bytes()
+    six.unlink()
+    six.write_bytes(original.replace(b"__version__", b"__broken__"))  # a new file, so uv's cache keeps the good one
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=offline_env)
+    assert r.returncode == 0, r.stderr
+    assert f"six: 1 changed, e.g. {six}; reinstalling it from the bundle" in r.stderr
+    assert six.read_bytes() == original
+    assert json.loads((prefix / install.MARKER).read_text())["files_check"]["repaired"] == ["six"]
+
+
+@pytest.mark.network
+def test_bundle_install_waits_for_the_installer_holding_the_prefix(project, cache, bundle, tmp_path):
+    prefix = tmp_path / "env"
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom pathlib import Path\n"
+                               "from verlenv.install import prefix_lock\n"
+                               f"with prefix_lock(Path({str(prefix)!r}), False):\n"
+                               "    print('held', flush=True); time.sleep(3)"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=_no_network_env(tmp_path))
+    holder.wait()
+    assert r.returncode == 0, r.stderr
+    assert f"{prefix} is being installed by verlenv install (pid {holder.pid}); waiting" in r.stderr

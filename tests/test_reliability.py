@@ -128,6 +128,15 @@ CASES = [
          ("--lock {tmp}/binary.bin", "not UTF-8")),
     Case("doctor-python-missing", ("doctor", "--python", "{tmp}/python9"), ("--python {tmp}/python9", "no such")),
     Case("doctor-log-with-probe-option", ("doctor", "{tmp}/file.txt", "--python", PY), ("--python", "without LOG")),
+    # bundle / install --bundle: the kernel cache folder
+    Case("bundle-kernel-cache-missing", ("bundle", "--stack", "tiny", "--kernel-cache", "{tmp}/none"),
+         ("--kernel-cache {tmp}/none", "no such folder"), project="tiny"),
+    Case("bundle-kernel-cache-is-file", ("bundle", "--stack", "tiny", "--kernel-cache", "{tmp}/file.txt"),
+         ("--kernel-cache {tmp}/file.txt", "no such folder"), project="tiny"),
+    Case("install-kernel-cache-into-without-bundle", ("install", "--kernel-cache-into", "{tmp}/k"),
+         ("--kernel-cache-into", "with --bundle"), project="tiny"),
+    Case("bundle-kernel-cache-empty", ("bundle", "--stack", "tiny", "--kernel-cache", "{tmp}/dir"),
+         ("--kernel-cache {tmp}/dir", "holds no files"), project="tiny"),
     # the command itself
     Case("unknown-command", ("deploy",), ("'deploy'", "choose from")),
 ]

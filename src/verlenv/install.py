@@ -307,10 +307,14 @@ def register(sub) -> None:
     p.add_argument("--installer", choices=("uv", "pip"), default="uv", help="uv (default) or plain pip, on the same lock")
     p.add_argument("--bundle", type=Path, metavar="DIR",
                    help="install offline from a `verlenv bundle` folder (or its parts); with --python alone, into that interpreter's env")
+    p.add_argument("--kernel-cache-into", type=Path, metavar="DIR",
+                   help="with --bundle: unpack the bundle's kernel cache into DIR (e.g. ~/.triton/cache)")
     p.set_defaults(func=_main)
 
 
 def _main(args) -> int:
+    if args.kernel_cache_into and not args.bundle:
+        raise UserError("--kernel-cache-into goes with --bundle DIR (it unpacks a bundle's kernel cache)")
     if args.bundle:
         from verlenv.bundle.command import install_main
 

@@ -1,5 +1,6 @@
 """`verlenv bundle`: the command line of bundle making, and install's `--bundle` path."""
 
+import contextlib
 import json
 import os
 import shlex
@@ -7,7 +8,7 @@ import sys
 from pathlib import Path
 
 from verlenv import catalog, gpus, pins
-from verlenv.bundle import fetch, make, parts
+from verlenv.bundle import fetch, kernel_cache, make, parts
 from verlenv.errors import UserError
 
 
@@ -49,6 +50,8 @@ def register(sub) -> None:
     p.add_argument("--archs", help="source-built wheels must cover these archs, e.g. '8.0;9.0' (overrides --gpu)")
     p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
                    help="the wheel cache `verlenv build` fills")
+    p.add_argument("--kernel-cache", type=Path, metavar="DIR",
+                   help="also carry this prebuilt kernel cache folder (Triton's, FlashInfer's); install --kernel-cache-into unpacks it")
     p.add_argument("--build-python", help="interpreter that builds sdist-only pins (default: the stack's Python)")
     p.set_defaults(func=_main)
 
@@ -65,6 +68,8 @@ def _main(args) -> int:
             size = parts.parse_size(args.split)
         except ValueError as e:
             raise UserError(f"--split: {e}") from None
+    if args.kernel_cache:
+        kernel_cache.files(args.kernel_cache)  # before any download: a folder that holds files
     if args.base and not args.base.is_file():
         raise UserError(f"--base {args.base}: no such file; give a `pip freeze` of the target")
     built, note = [], "left out (--no-built)"
@@ -76,7 +81,7 @@ def _main(args) -> int:
     manifest = make.make(lock, out, args.platform, variant.stack.python, glibc=args.glibc, stack=variant.stack.name, variant=variant.name,
                          built=built, built_note=note if variant.source_builds else "none in this variant",
                          base=args.base, dry=args.dry_run, build_python=args.build_python or variant.stack.python,
-                         command=shlex.join(["verlenv", *sys.argv[1:]]))
+                         command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache)
     if manifest is not None and size:
         written = parts.split(out, out.with_name(out.name + ".parts"), size)
         print(f"parts: {len(written)} of at most {size / 1024**2:.1f} MiB in {out.with_name(out.name + '.parts')}",
@@ -87,7 +92,7 @@ def _main(args) -> int:
 def install_main(args) -> int:
     """`verlenv install --bundle DIR`: offline install, then the same drift check as a plain install."""
     from verlenv.bundle import offline
-    from verlenv.install import kept_source_builds, env_python
+    from verlenv.install import env_python, kept_source_builds, prefix_lock
     from verlenv.verify.runner import lock_drift
 
     if args.installer != "uv":
@@ -98,6 +103,9 @@ def install_main(args) -> int:
     bundle = offline.open_bundle(args.bundle)
     manifest = json.loads((bundle / make.MANIFEST).read_text())  # which variant; offline.install checks it all
     variant = variant or cat.variant(manifest["stack"], manifest["variant"])
+    kernels = next((e for e in manifest["files"] if e["origin"] == kernel_cache.ORIGIN), None)
+    if args.kernel_cache_into and kernels is None:
+        raise UserError(f"--kernel-cache-into: {bundle} carries no kernel cache (bundle it with --kernel-cache DIR)")
     if (variant.stack.name, variant.name) != (manifest["stack"], manifest["variant"]):
         raise UserError(f"the bundle holds {manifest['stack']}-{manifest['variant']}, not {variant.key}")
     expected = pins.lock_path(cat.root, variant, manifest["platform"])
@@ -105,17 +113,31 @@ def install_main(args) -> int:
     keep = []
     if manifest["built"] != "included" and not into and env_python(prefix.absolute()).exists():
         keep = kept_source_builds(env_python(prefix.absolute()), variant)
-    python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
-                                             python=None if into else args.python, into=into,
-                                             expected_lock=expected, keep=keep)
-    from verlenv import runtime_env
+    # One installer per env, as for a plain install; an interpreter's own env (--python) is the user's to guard.
+    if into:
+        held = None
+    elif args.conda:
+        held = Path(os.environ["CONDA_PREFIX"]) if os.environ.get("CONDA_PREFIX") else None  # offline.install says so
+    else:
+        held = prefix.absolute()
+    with prefix_lock(held, args.conda) if held else contextlib.nullcontext():
+        python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
+                                                 python=None if into else args.python, into=into,
+                                                 expected_lock=expected, keep=keep)
+        from verlenv import runtime_env
 
-    # The stack's runtime defaults (.pth) are part of the env, whichever way it was installed.
-    runtime_env.apply(python, cat.root / "stacks.toml", variant)
+        # The stack's runtime defaults (.pth) are part of the env, whichever way it was installed.
+        runtime_env.apply(python, cat.root / "stacks.toml", variant)
     results = lock_drift(python, cat, variant, lock)
     for r in results:
         print(f"drift check {r.name}: {r.status}: {r.reason}", file=sys.stderr)
     if any(r.status == "fail" for r in results):
         print(f"verlenv install: the env differs from {lock.name}", file=sys.stderr)
         return 1
+    if kernels and args.kernel_cache_into:
+        count = kernel_cache.unpack(bundle / kernels["file"], args.kernel_cache_into)
+        print(f"kernel cache: {count} files into {args.kernel_cache_into}", file=sys.stderr)
+    elif kernels:
+        print(f"note: the bundle carries a kernel cache ({kernels['file']}); --kernel-cache-into DIR unpacks it",
+              file=sys.stderr)
     return 0

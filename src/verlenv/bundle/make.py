@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from verlenv import __version__, wheelcache
-from verlenv.bundle import fetch
+from verlenv.bundle import fetch, kernel_cache as kcache
 from verlenv.errors import UserError
 from verlenv.install import find_python
 from verlenv.pins import LockedPin, read_lock
@@ -184,7 +184,8 @@ def dry_run(remote: list[fetch.RemoteFile], tools: list[fetch.RemoteFile], base:
 
 def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetch.GLIBC, stack: str = "", variant: str = "",
          built: list[Built] | None = None, built_note: str = "included", base: Path | None = None,
-         tools: bool = True, dry: bool = False, build_python: str | None = None, command: str = "") -> dict | None:
+         tools: bool = True, dry: bool = False, build_python: str | None = None, command: str = "",
+         kernel_cache: Path | None = None) -> dict | None:
     """Write the bundle for `lock` into `out` (published by one rename); the manifest, or None for a dry run."""
     started = time.monotonic()
     pins = read_lock(lock)
@@ -196,6 +197,9 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
     tool_files = resolve_tools(platform, python, glibc) if tools else []
     if dry:
         dry_run(remote, tool_files, dropped)
+        if kernel_cache:
+            found = kcache.files(kernel_cache)
+            print(f"kernel cache {kernel_cache}: {len(found)} files, {sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
         return None
     have = fetch.fetch_all([*remote, *tool_files])
     out = out.absolute()
@@ -221,6 +225,11 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
         for f in tool_files:
             _place(have[f.sha256], tmp / "tool" / f.filename)
             files.append(_entry(tmp / "tool" / f.filename, "tool", f.name, f.version, f.sha256))
+        kernel_note = None
+        if kernel_cache:
+            count = kcache.pack(kernel_cache, tmp / kcache.FILE)
+            files.append(_entry(tmp / kcache.FILE, kcache.ORIGIN, None, None, sha256_file(tmp / kcache.FILE)))
+            kernel_note = {"source": str(Path(kernel_cache).absolute()), "files": count}
         for pin in dropped:
             files.append({"file": None, "sha256": None, "size": 0, "distribution": pin.name, "version": pin.version,
                           "origin": "base"})
@@ -233,7 +242,7 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
             "format": FORMAT, "stack": stack, "variant": variant, "platform": platform, "python": python,
             "glibc": {"allowed": glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
             "lock": {"file": lock.name, "sha256": sha256_file(lock)},
-            "built": built_note, "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
+            "built": built_note, "kernel_cache": kernel_note, "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
             "made": {"by": f"verlenv {__version__}", "command": command,
                      "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                      "seconds": round(time.monotonic() - started, 1)},

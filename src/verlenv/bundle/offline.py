@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from verlenv import install as plain
+from verlenv import install as plain, installed_files
 from verlenv.bundle import parts
 from verlenv.bundle.make import FORMAT, MANIFEST
 from verlenv.errors import UserError
@@ -19,7 +19,7 @@ from verlenv.fsutil import write_atomic
 from verlenv.pins import read_lock
 from verlenv.sources import sha256_file
 
-_FOLDERS = ("wheels", "tool")
+_FOLDERS = ("wheels", "tool", "kernel-cache")
 
 # Run in the target: {name: installed version or None} for the names given.
 _VERSIONS = r"""
@@ -133,6 +133,28 @@ def installer_command(python: str, reqs: Path, wheels: Path, exact: bool, system
     return cmd + (["--break-system-packages"] if system else [])
 
 
+def repair(python: str, manifest: dict, install_cmd: list[str]) -> dict:
+    """Every bundled distribution's installed files against its RECORD, as a plain install checks them; one that
+    differs is installed again from the bundle's own wheels (not from uv's cache: it hard-links the same files)."""
+    names = sorted({e["distribution"] for e in manifest["files"] if e["file"] and e["origin"] in ("lock", "built")})
+    scan = installed_files.check(python, names)
+    damaged = {name: why for name, entry in scan["dists"].items() if (why := installed_files.damaged(entry))}
+    print(f"checked {len(scan['dists'])} distributions, {scan['files']} files against their RECORDs in {scan['seconds']:.1f} s"
+          + (f": {len(damaged)} differ" if damaged else ": all as installed"), file=sys.stderr)
+    if damaged:
+        for name, why in sorted(damaged.items()):
+            print(f"  {name}: {why}; reinstalling it from the bundle", file=sys.stderr)
+        cmd = [*install_cmd, "--no-cache", *(arg for name in sorted(damaged) for arg in ("--reinstall-package", name))]
+        if subprocess.run(cmd, env=plain.installer_env()).returncode != 0:
+            raise UserError(f"reinstalling {', '.join(sorted(damaged))} from the bundle failed", exit_code=1)
+        again = installed_files.check(python, sorted(damaged))
+        if still := {name: why for name, entry in again["dists"].items() if (why := installed_files.damaged(entry))}:
+            name, why = next(iter(sorted(still.items())))
+            raise UserError(f"{name} still differs from its RECORD after reinstalling it ({why}); "
+                            f"remove the env and install the bundle again", exit_code=1)
+    return {**scan, "repaired": sorted(damaged)}
+
+
 def install(folder: Path, prefix: Path | None = None, conda: bool = False, python: str | None = None,
             into: str | None = None, expected_lock: Path | None = None, keep=None) -> tuple[str, dict, Path]:
     """Install a bundle: into `into` (an existing interpreter's env), the active conda env, or a venv at
@@ -167,8 +189,9 @@ def install(folder: Path, prefix: Path | None = None, conda: bool = False, pytho
             reqs.write_text(requirements(bundle, manifest) + "".join(f"{line}\n" for line in (keep or [])))
             cmd = installer_command(target, reqs, bundle / "wheels", exact=not has_base, system=bool(into))
             r = subprocess.run(cmd, env=plain.installer_env())
-        if r.returncode != 0:
-            raise UserError(f"installing the bundle failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
+            if r.returncode != 0:
+                raise UserError(f"installing the bundle failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
+            files = repair(target, manifest, cmd)
     except BaseException:
         if created:
             shutil.rmtree(env_prefix, ignore_errors=True)  # a half-made env must not look usable
@@ -178,6 +201,8 @@ def install(folder: Path, prefix: Path | None = None, conda: bool = False, pytho
         write_atomic(env_prefix / plain.MARKER, json.dumps({
             "stack": manifest["stack"], "variant": manifest["variant"], "lock": manifest["lock"]["file"],
             "installer": "uv (bundle, offline)", "bundle": str(bundle.absolute()),
-            "install_seconds": round(seconds, 1)}, indent=2) + "\n")
+            "install_seconds": round(seconds, 1),
+            "files_check": {"distributions": len(files["dists"]), "files": files["files"], "bytes": files["bytes"],
+                            "seconds": files["seconds"], "repaired": files["repaired"]}}, indent=2) + "\n")
     print(f"installed the bundle {bundle} into {target} in {seconds:.1f} s, offline", file=sys.stderr)
     return target, manifest, bundle / manifest["lock"]["file"]

@@ -2,7 +2,7 @@
 conda-lock.yml's size, `conda-lock render` and `verlenv lock --check`.
 
 Offline: reads the committed snapshot and conda-lock.yml only; writes one JSON report.
-Usage: python benchmarks/conda_layer.py --out docs/benchmarks/conda-layer.json
+Usage: python benchmarks/conda_layer.py --out docs/benchmarks/conda-layer.json [--stack verl-0.7]
 """
 
 import argparse
@@ -15,6 +15,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from conda_lock.lockfile import parse_conda_lock_file
 
 from verlenv import catalog, conda_layer, lock
 from verlenv.conda_snapshot import SNAPSHOT_DIR, read_sources
@@ -47,10 +49,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--stack", default=None, help="the stack to measure (default: the default stack)")
     args = p.parse_args()
     cat = catalog.load(None)
-    root, stack = cat.root, cat.stack()
-    sources = [root / name for name in lock.env_files(stack)]
+    root, stack = cat.root, cat.stack(args.stack)
+    folder = lock.conda_dirs(cat, stack)[-1]  # the default stack's file is the top-level one
+    sources = [root / folder / name for name in lock.env_files(stack)]
     spec = conda_layer.lock_spec(sources)
     solves = {}
     for plat in spec.platforms:
@@ -58,17 +62,20 @@ def main() -> int:
         records = conda_layer.solve(root, specs, plat, stack.cuda)
         solves[plat] = {"specs": specs, "records": len(records),
                         "seconds": timed(lambda s=specs, p=plat: conda_layer.solve(root, s, p, stack.cuda), args.repeat)}
-    lockfile = root / lock.CONDA_LOCK_FILE
+    lockfile = root / folder / lock.CONDA_LOCK_FILE
+    with_extras = {(p.platform, c) for p in parse_conda_lock_file(lockfile).package for c in p.categories}
     renders = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for plat, extras in (("linux-64", []), ("linux-64", ["megatron"]), ("linux-aarch64", [])):
+        for plat, extras in [(p, e) for p in spec.platforms for e in ([], ["megatron"]) if not e or (p, e[0]) in with_extras]:
             cmd = [sys.executable, "-m", "conda_lock", "render", "--kind", "explicit", "-p", plat,
                    *(a for e in extras for a in ("-e", e)), str(lockfile), "--filename-template", f"{tmp}/{{platform}}"]
             renders["+".join([plat, "main", *extras])] = timed(
                 lambda c=cmd: subprocess.run(c, cwd=tmp, check=True, capture_output=True), args.repeat)
     check_cmd = [sys.executable, "-m", "verlenv", "lock", "--check", "--stack", stack.name]
     report = {
-        "command": f"python benchmarks/conda_layer.py --out {args.out} --repeat {args.repeat}",
+        "command": f"python benchmarks/conda_layer.py --out {args.out} --repeat {args.repeat}"
+                   + (f" --stack {args.stack}" if args.stack else ""),
+        "stack": stack.name,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "snapshot": snapshot_stats(root),
         "rattler_solve": solves,

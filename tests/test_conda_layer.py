@@ -196,17 +196,41 @@ def test_lock_without_a_channel_writes_nothing_for_a_stack_it_cannot_solve(tmp_p
     # A stand-in for the network state of the machine: no conda channel answers.
     monkeypatch.setattr(lock, "conda_unreachable", lambda: "test: no channel")
     stack = CATALOG.stack("verl-0.7")
-    missing = [s.split()[0] for s in conda_layer.conda_specs(
-        conda_layer.lock_spec([tmp_path / render.stack_dir(stack) / n for n in lock.env_files(stack)]), "linux-64")
-        if not any(r["name"] == s.split()[0] for r in conda_layer.snapshot_records(ROOT, "linux-64").values())]
+    # conda-forge's `cuda-cccl` metapackage is in one public lock file only, so the snapshot has no record of it.
+    replace_once(path, '"cuda-cccl_linux-64=12.8"', '"cuda-cccl=12.8"')
+    assert cli.main(["render", "--catalog", str(path)]) == 0
+    lockfile = tmp_path / render.stack_dir(stack) / lock.CONDA_LOCK_FILE
+    lockfile.unlink()
     capsys.readouterr()
     rc = cli.main(["lock", "--catalog", str(path), "--stack", stack.name, "--conda-only"])
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("filtered out line")]
     assert rc == lock.EXIT_NO_CONDA
-    assert not (tmp_path / render.stack_dir(stack) / lock.CONDA_LOCK_FILE).exists()
-    assert err[-1].startswith(f"verlenv lock: verl-0.7: cannot solve the conda layer for linux-64: no record of "
-                              f"{', '.join(missing)} in locks/conda-forge")
-    assert missing  # the CUDA 12.8 toolkit records have no two public sources yet
+    assert not lockfile.exists()
+    assert err[-1] == ("verlenv lock: verl-0.7: cannot solve the conda layer for linux-64: no record of cuda-cccl in "
+                       "locks/conda-forge for linux-64; add a public lock file that has it to "
+                       "locks/conda-forge/sources.toml and run `verlenv conda-snapshot`; "
+                       "no conda-lock.yml was written for verl-0.7")
+
+
+def test_cuda_12_8_stack_lock_is_fresh_and_holds_the_toolkit(capsys):
+    stack = CATALOG.stack("verl-0.7")
+    capsys.readouterr()
+    rc = cli.main(["lock", "--check", "--catalog", str(ROOT / "stacks.toml"), "--stack", stack.name])
+    assert rc == 0, capsys.readouterr().err
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    locked = parse_conda_lock_file(ROOT / render.stack_dir(stack) / lock.CONDA_LOCK_FILE)
+    conda = {p.name: p for p in locked.package if p.manager == "conda"}
+    assert {p.platform for p in conda.values()} == {"linux-64"}
+    for name in ("cuda-version", "cuda-nvcc", "cuda-cudart-dev", "cuda-cccl_linux-64", "cuda-nvrtc-dev",
+                 "cuda-profiler-api"):
+        assert conda[name].version.startswith("12.8"), name
+    # The -dev libraries are unpinned in stacks.toml; cuda-version 12.8 must pick their CUDA 12.8 builds.
+    assert {n: conda[n].version for n in ("libcublas-dev", "libcusparse-dev", "libcusolver-dev", "libcurand-dev")} == {
+        "libcublas-dev": "12.8.4.1", "libcusparse-dev": "12.5.8.93", "libcusolver-dev": "11.7.3.90",
+        "libcurand-dev": "10.3.9.90"}
+    provenance = json.loads((ROOT / conda_layer.SNAPSHOT_DIR / "provenance.json").read_text())
+    assert min(len({s["repo"] for s in provenance[p.url]["sources"]}) for p in conda.values()) >= 2
 
 
 @pytest.mark.network

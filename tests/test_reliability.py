@@ -128,6 +128,7 @@ CASES = [
          ("--lock {tmp}/binary.bin", "not UTF-8")),
     Case("doctor-python-missing", ("doctor", "--python", "{tmp}/python9"), ("--python {tmp}/python9", "no such")),
     Case("doctor-log-with-probe-option", ("doctor", "{tmp}/file.txt", "--python", PY), ("--python", "without LOG")),
+    Case("doctor-log-with-ray", ("doctor", "{tmp}/file.txt", "--ray"), ("--ray", "without LOG")),
     # bundle / install --bundle: the kernel cache folder
     Case("bundle-kernel-cache-missing", ("bundle", "--stack", "tiny", "--kernel-cache", "{tmp}/none"),
          ("--kernel-cache {tmp}/none", "no such folder"), project="tiny"),

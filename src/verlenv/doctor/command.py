@@ -35,7 +35,7 @@ def register(sub) -> None:
 def handle(args) -> int:
     if args.log is not None:
         given = [o for o, v in (("--python", args.python), ("--stack", args.stack), ("--variant", args.variant),
-                                ("--lock", args.lock), ("--only", args.only)) if v]
+                                ("--lock", args.lock), ("--only", args.only), ("--ray", args.ray)) if v]
         if given:
             raise UserError(f"{', '.join(given)} apply to environment probes; run `verlenv doctor` without LOG for those")
         return _diagnose_log(args.log, args.json)

@@ -10,9 +10,7 @@ BUNDLE/.tool, and `verlenv install --bundle BUNDLE ...` runs with them on this p
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -39,8 +37,7 @@ def unpack_tools(bundle: Path) -> Path:
     target = bundle / TOOL_DIR
     if (target / ".stamp").is_file() and (target / ".stamp").read_text() == stamp:
         return target
-    tmp = Path(tempfile.mkdtemp(dir=bundle, prefix=f"{TOOL_DIR}.tmp-"))
-    try:
+    with parts.published(target) as tmp:
         (tmp / "bin").mkdir()
         for e in tools:
             wheel = bundle / e["file"]
@@ -59,12 +56,6 @@ def unpack_tools(bundle: Path) -> Path:
                     else:
                         z.extract(info, tmp / "site")
         (tmp / ".stamp").write_text(stamp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

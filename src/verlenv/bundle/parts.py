@@ -11,6 +11,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 SUMS = "SHA256SUMS"
@@ -77,11 +78,25 @@ class _PartWriter:
         self._close_part()
 
 
+@contextmanager
+def published(target: Path):
+    """A temp folder beside `target` that replaces it whole, by one rename, when the block ends; removed if the
+    block fails, so `target` is never seen half-made."""
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        yield tmp
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def split(bundle: Path, out: Path, size: int) -> list[tuple[str, str, int]]:
     """Write `bundle` as parts into `out` (made afresh, published by one rename); [(name, sha256, bytes)]."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
+    with published(out) as tmp:
         writer = _PartWriter(tmp, size)
         with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for path in sorted(bundle.rglob("*")):
@@ -93,12 +108,6 @@ def split(bundle: Path, out: Path, size: int) -> list[tuple[str, str, int]]:
         index = {"parts": len(writer.parts), "part_size": size, "tar_sha256": writer.whole.hexdigest(),
                  "tar_bytes": sum(n for _, _, n in writer.parts)}
         (tmp / INDEX).write_text(json.dumps(index, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return writer.parts
 
 
@@ -170,15 +179,8 @@ def assemble(folder: Path) -> Path:
     if done.is_file() and done.read_text().strip() == index["tar_sha256"]:
         return target
     paths = check(folder)
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{ASSEMBLED}.tmp-"))
-    try:
+    with published(target) as tmp:
         with tarfile.open(fileobj=_Joined(paths), mode="r|") as tar:
             tar.extractall(tmp, filter="data")
         (tmp / ".assembled-from").write_text(index["tar_sha256"] + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target

@@ -62,3 +62,20 @@ def test_a_doctor_run_imports_only_the_doctor():
                           capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_tools_own_import_folders_leave_pythonpath():
+    """A tool started as `PYTHONPATH=src:<tool wheels>` must not lend its packages to the env it checks."""
+    import os
+
+    import packaging
+
+    from verlenv import cli
+
+    tool_site = os.path.dirname(os.path.dirname(packaging.__file__))
+    environ = {"PYTHONPATH": os.pathsep.join([str(SRC), tool_site, "/opt/user-code"])}
+    cli._drop_tool_paths(environ)
+    assert environ["PYTHONPATH"] == "/opt/user-code"
+    environ = {"PYTHONPATH": os.pathsep.join([str(SRC), tool_site])}
+    cli._drop_tool_paths(environ)
+    assert "PYTHONPATH" not in environ

@@ -2,6 +2,8 @@
 
 import argparse
 import importlib
+import importlib.util
+import os
 import signal
 import sys
 import threading
@@ -46,12 +48,29 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def _drop_tool_paths(environ) -> None:
+    """Take verlenv's own import folders off PYTHONPATH before any subcommand runs an env's interpreter: a tool
+    run as `PYTHONPATH=src:<tool wheels> python3 -m verlenv` must not lend its packaging or pyyaml to the env it
+    verifies, diagnoses or builds for (they would be judged as the env's own: lock drift, pip check)."""
+    own = {os.path.realpath(os.path.dirname(os.path.dirname(spec.origin)))
+           for name in ("verlenv", "packaging", "rich", "elftools", "yaml", "uv")
+           if (spec := importlib.util.find_spec(name)) is not None and spec.origin}
+    entries = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    kept = [p for p in entries if os.path.realpath(p) not in own]
+    if kept != entries:
+        if kept:
+            environ["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            environ.pop("PYTHONPATH", None)
+
+
 def _terminate(signum, frame):
     raise Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser(argv).parse_args(argv)
+    _drop_tool_paths(os.environ)
     # SIGTERM unwinds like Ctrl-C: a build stops its compilers, temp folders are removed, nothing half-written stays.
     handler = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     try:

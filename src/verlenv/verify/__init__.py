@@ -1,6 +1,5 @@
 """verlenv verify: static checks of an env (also on CPU), GPU kernel checks, a JSON report."""
 
-import importlib
 import os
 import subprocess
 import sys
@@ -94,29 +93,6 @@ def command_line(args) -> list[str]:
     return cmd
 
 
-def _drop_tool_paths(environ) -> None:
-    """Take verlenv's own import folders off PYTHONPATH before the env's interpreter runs: a tool run as
-    `PYTHONPATH=src:<tool wheels> python3 -m verlenv` must not lend its packaging or pyyaml to the env under test
-    (they would be judged as the env's own: lock drift, pip check)."""
-    own = {os.path.realpath(os.path.dirname(os.path.dirname(m.__file__)))
-           for name in ("verlenv", "packaging", "rich", "elftools", "yaml", "uv")
-           if (m := sys.modules.get(name) or _find(name)) is not None and getattr(m, "__file__", None)}
-    entries = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    kept = [p for p in entries if os.path.realpath(p) not in own]
-    if kept != entries:
-        if kept:
-            environ["PYTHONPATH"] = os.pathsep.join(kept)
-        else:
-            environ.pop("PYTHONPATH", None)
-
-
-def _find(name: str):
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
 def handle(args) -> int:
     from verlenv.verify import report, runner
 
@@ -152,7 +128,6 @@ def handle(args) -> int:
     if args.markdown:
         validate.writable_file(args.markdown, "--markdown")
 
-    _drop_tool_paths(os.environ)
     where = f"{profile.title} (sm {profile.arch})" if profile else "no GPU: static checks only"
     print(f"verlenv verify {variant.key} on {where}; env {python}", file=sys.stderr, flush=True)
     settings = runner.Settings(python=python, catalog=cat, variant=variant, profile=profile, gpus=visible,

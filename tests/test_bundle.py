@@ -306,6 +306,17 @@ def test_find_built_matches_torch_python_cuda_and_archs(tmp_path):
     assert find().fingerprint == wheelcache.fingerprint(both)
 
 
+def test_find_built_matches_a_git_pin_by_its_commit(tmp_path):
+    """apex is pinned by a git URL (no version): the commit its build recorded is what must match."""
+    wheelhouse = tmp_path / "wheelhouse"
+    inputs = {"package": "apex", "version": "0.1", "source": "git:6424da3b:tree-sha256:ab", "torch": "2.11.0+cu130",
+              "cuda": "13.0", "python_tag": "cp312", "cxx11_abi": True, "archs": ["9.0"], "recipe": "r"}
+    wheelcache.store(wheelhouse, "apex", wheelcache.fingerprint(inputs), _stand_in_wheel(tmp_path), {"inputs": inputs})
+    find = lambda commit: make.find_built(wheelhouse, "apex", None, "2.11.0", "13.0", "cp312", ["9.0"], commit=commit)  # noqa: E731
+    assert find("6424da3b").inputs["source"].startswith("git:6424da3b:")
+    assert find("0123abcd") is None
+
+
 def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
     """The real file names of llguidance 1.7.6 and cryptography 50.0.2; digests are stand-ins."""
     from verlenv.bundle import fetch

@@ -146,7 +146,13 @@ for variant in ("fsdp", "megatron"):
                     "steps": cfg.trainer.total_training_steps, "gpus": cfg.trainer.n_gpus_per_node,
                     "calc_log_probs": a.rollout.calculate_log_probs, "adv": cfg.algorithm.adv_estimator,
                     "save": list(a.actor.checkpoint.save_contents), "lr": a.actor.optim.lr,
-                    "attn": OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation")}
+                    "attn": OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation"),
+                    "vanilla_mbridge": OmegaConf.select(cfg, "actor_rollout_ref.actor.megatron.vanilla_mbridge"),
+                    "ref_vanilla_mbridge": OmegaConf.select(cfg, "actor_rollout_ref.ref.megatron.vanilla_mbridge"),
+                    "te_attention": OmegaConf.select(
+                        cfg, "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend"),
+                    "ref_te_attention": OmegaConf.select(
+                        cfg, "actor_rollout_ref.ref.megatron.override_transformer_config.attention_backend")}
     omega_conf_to_dataclass(a.rollout)  # verl's own RolloutConfig validation
     # What main_ppo checks before it starts Ray: batch sizes against GPUs, micro-batches, the critic's need.
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
@@ -202,6 +208,12 @@ def test_verls_own_entry_point_parses_the_overrides(in_env, variant):
     assert cfg["reward"].endswith("verlenv_check_reward.py") and cfg["model"].endswith("model")
     assert cfg["attn"] is None and cfg["lr"] == 1e-4  # verl's default attention (flash-attn) is left alone
     assert cfg["validated"]
+    if variant == "megatron":
+        # mbridge, not the unpublished Megatron-Bridge; TE chooses its attention (it refuses flash-attn 2.8.3.post2).
+        assert cfg["vanilla_mbridge"] is True and cfg["ref_vanilla_mbridge"] is True
+        assert cfg["te_attention"] == cfg["ref_te_attention"] == "auto"
+    else:
+        assert cfg["vanilla_mbridge"] is None and cfg["te_attention"] is None
 
 
 @pytest.mark.slow

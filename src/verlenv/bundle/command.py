@@ -25,9 +25,10 @@ def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: 
     tag = "cp" + variant.stack.python.replace(".", "")
     out = []
     for build in variant.source_builds:
-        hit = make.find_built(wheelhouse, build.name, build.version, torch, variant.stack.cuda, tag, archs)
+        commit = build.url.rpartition("@")[2] if build.url else None
+        hit = make.find_built(wheelhouse, build.name, build.version, torch, variant.stack.cuda, tag, archs, commit=commit)
         if hit is None:
-            raise UserError(f"no cached {build.name} {build.version} wheel for torch {torch}, CUDA {variant.stack.cuda}, "
+            raise UserError(f"no cached {build.name} {build.version or commit} wheel for torch {torch}, CUDA {variant.stack.cuda}, "
                             f"{tag}, archs {';'.join(archs)} in {wheelhouse}; make it with "
                             f"`verlenv build {build.name} --stack {variant.stack.name} --variant {variant.name} --archs '{';'.join(archs)}' "
                             f"--wheelhouse {wheelhouse}`, or pass --no-built")

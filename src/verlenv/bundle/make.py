@@ -102,10 +102,11 @@ def resolve_tools(platform: str, python: str, glibc: str) -> list[fetch.RemoteFi
     return out
 
 
-def find_built(wheelhouse: Path, name: str, version: str, torch: str, cuda: str, python_tag: str,
-               archs: list[str] | None) -> Built | None:
+def find_built(wheelhouse: Path, name: str, version: str | None, torch: str, cuda: str, python_tag: str,
+               archs: list[str] | None, commit: str | None = None) -> Built | None:
     """The cached build of `name` for this torch/CUDA/Python covering `archs` with the fewest extra ones
-    (archs None: the one covering most archs)."""
+    (archs None: the one covering most archs). A git pin (apex) has no version to match: its commit is matched
+    against the source the build recorded instead."""
     best = None
     for entry_file in sorted((wheelhouse / name).glob(f"*/{wheelcache.ENTRY_FILE}")):
         record = json.loads(entry_file.read_text())
@@ -114,7 +115,9 @@ def find_built(wheelhouse: Path, name: str, version: str, torch: str, cuda: str,
             same_torch = Version(inputs.get("torch", "")).public == Version(torch).public
         except InvalidVersion:
             continue
-        if not (inputs.get("version") == version and same_torch and inputs.get("python_tag") == python_tag
+        if commit is not None and not str(inputs.get("source", "")).startswith(f"git:{commit}:"):
+            continue
+        if not ((version is None or inputs.get("version") == version) and same_torch and inputs.get("python_tag") == python_tag
                 and str(inputs.get("cuda", "")).startswith(cuda)):
             continue
         have = set(inputs.get("archs", []))

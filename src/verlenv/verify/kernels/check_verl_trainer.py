@@ -189,7 +189,15 @@ def overrides(paths: dict, n_gpus: int, variant: str) -> list[str]:
         f"trainer.default_local_dir={paths['checkpoints']}",
     ]
     if variant == "megatron":
-        out += [f"{actor}.megatron.tensor_model_parallel_size=1", f"{actor}.megatron.pipeline_model_parallel_size=1"]
+        out += [f"{actor}.megatron.tensor_model_parallel_size=1", f"{actor}.megatron.pipeline_model_parallel_size=1",
+                # verl 0.9.1 bridges HF and Megatron with Megatron-Bridge by default (verl.models.mcore.bridge imports
+                # megatron.bridge); its ==0.5.2 is not on PyPI, so the env carries mbridge, which verl selects so.
+                f"{actor}.megatron.vanilla_mbridge=True",
+                # verl's default `flash` makes TE use flash-attn, but TE 2.12.0 accepts flash-attn 2.1.1..2.8.3 only
+                # (transformer_engine/pytorch/attention/dot_product_attention/utils.py max_version) and disables the
+                # built 2.8.3.post2: no backend is left. auto lets TE choose its cuDNN fused attention. The ref model
+                # follows the actor's setting (oc.select in verl's config).
+                f"{actor}.megatron.override_transformer_config.attention_backend=auto"]
     return out
 
 

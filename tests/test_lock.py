@@ -108,11 +108,11 @@ def test_check_fails_when_a_lock_pin_changes_under_the_env_files(tmp_path, capsy
 
 def test_check_fails_on_an_edited_env_file(tmp_path, capsys):
     path = copy_tree(tmp_path)
-    edit(tmp_path / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.18.0")
+    edit(tmp_path / "environment.megatron.yml", "- megatron-core==0.16.1", "- megatron-core==0.16.0")
     edit(tmp_path / "environments/verl-0.7/environment.yml", "- gxx=13", "- gxx=14")
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
-    assert "environment.megatron.yml: its pip pins differ from the locks (not in lock: megatron-core==0.18.0" in err
+    assert "environment.megatron.yml: its pip pins differ from the locks (not in lock: megatron-core==0.16.0" in err
     assert "environments/verl-0.7/environment.yml: differs from what `verlenv render` writes" in err
 
 
@@ -216,7 +216,7 @@ def test_check_rejects_a_conda_lock_of_other_specs(tmp_path, capsys):
     other.mkdir()
     for name in ("environment.yml", "environment.megatron.yml"):
         shutil.copy(tmp_path / name, other / name)
-    edit(other / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.18.1")
+    edit(other / "environment.megatron.yml", "- megatron-core==0.16.1", "- megatron-core==0.15.3")
     fixture = fixture_conda_lock_file(other, [other / "environment.yml", other / "environment.megatron.yml"], stack.cuda)
     shutil.copy(fixture, tmp_path / lock.CONDA_LOCK_FILE)
     rc, err = run_check(path, capsys)
@@ -317,7 +317,7 @@ def test_a_failed_resolution_writes_nothing(tmp_path, capsys):
     """fsdp resolves (to a new lock), megatron cannot: neither committed lock may change."""
     path = copy_tree(tmp_path)
     edit(path, '"psutil",\n    # The CUDA 13.0', '"psutil",\n    "six",\n    # The CUDA 13.0')
-    edit(path, '"megatron-core==0.18.2",', '"megatron-core==0.0.1",')
+    edit(path, '"megatron-core==0.16.1",', '"megatron-core==0.0.1",')
     before = {p: p.read_bytes() for p in (tmp_path / "locks").rglob("*") if p.is_file()}
     rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9"])
     err = capsys.readouterr().err

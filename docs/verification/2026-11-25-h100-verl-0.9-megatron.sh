@@ -18,14 +18,18 @@ install)  # the env from its parts, offline, into a fresh venv; then verify it w
   tool=$(dirname "$(find /root/b -path '*/.tool/site' -type d | head -1)")/site; echo "$tool" > $R/tool-site
   rm -rf /root/repo && mkdir -p /root/repo && tar --exclude=./.carry --exclude=./.git -cf - . | tar -C /root/repo -xf -
   cd /root/repo
-  setsid nohup bash -c "t=\$(date +%s); PYTHONPATH=/root/repo/src:$tool python3 -m verlenv verify --gpu auto --stack verl-0.9 --variant megatron --python /root/verl-env/bin/python --report $R/verify-megatron.json --markdown $R/verify-megatron.md > $R/verify-megatron.out 2>&1; echo \"exit \$? wall_s \$(( \$(date +%s) - t ))\" > $R/verify-megatron.done" < /dev/null > /dev/null 2>&1 &
+  # Device time left for this visit allowed one verify's length, not two: the package checks (vLLM left to the
+  # trainer's rollout) and verl's trainer run side by side, as two reports of the same env.
+  for run in "pkgs --skip-package verl --skip-package vllm" "verl --only verl"; do set -- $run; name=verify-megatron-$1; shift
+  setsid nohup bash -c "t=\$(date +%s); PYTHONPATH=/root/repo/src:$tool python3 -m verlenv verify --gpu auto --stack verl-0.9 --variant megatron --python /root/verl-env/bin/python $* --report $R/$name.json --markdown $R/$name.md > $R/$name.out 2>&1; echo \"exit \$? wall_s \$(( \$(date +%s) - t ))\" > $R/$name.done" < /dev/null > /dev/null 2>&1 &
+  done
   echo "verify started" ;;
-wait)     # $1 = name of the run (verify-megatron, verify-ray), $2 = seconds at most; returns its files when done
+wait)     # $1 = seconds at most: until every started run is done; returns what each has written so far
   t0=$(date +%s)
-  while [ ! -f $R/$1.done ] && [ $(( $(date +%s) - t0 )) -lt "$2" ]; do sleep 5; done
-  grep -E "kernel checks|static checks|PASS|FAIL|step" $R/$1.out | tail -25; cat $R/$1.done 2>/dev/null
-  if [ -f $R/$1.done ]; then cp $R/$1.json $R/$1.md $R/$1.out $R/install.txt "$OUT/" 2>/dev/null; fi
-  uptime ;;
+  while ls $R/*.out >/dev/null 2>&1 && [ "$(ls $R/*.done 2>/dev/null | wc -l)" -lt "$(ls $R/verify-*.out | wc -l)" ] && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 5; done
+  for o in $R/verify-*.out; do n=$(basename $o .out); echo "== $n: $(cat $R/$n.done 2>/dev/null || echo running)"
+    grep -E "kernel|static|PASS|FAIL|step|rollout" $o | tail -12; cp $R/$n.json $R/$n.md "$OUT/" 2>/dev/null; tail -c 2000000 $o > "$OUT/$n.out"; done
+  cp $R/install.txt "$OUT/" 2>/dev/null; nvidia-smi --query-gpu=memory.used --format=csv,noheader; uptime ;;
 log)      # $1 = name: return the full output and the newest trainer log of a run
   cp $R/$1.out "$OUT/" 2>/dev/null; find /tmp /root -name 'verl-trainer*.log' -newer $R/install.txt 2>/dev/null | head -3 | xargs -r -I{} cp {} "$OUT/"; ls -la "$OUT" ;;
 ray)      # a one-node Ray cluster over this host's GPU; verify --ray with one vLLM engine per node ($@: verify options)

@@ -1,0 +1,101 @@
+"""verl's Megatron actor and mbridge use only what the locked megatron-core defines (src/verlenv/mcore_refs.py).
+
+The locked wheels are read from PyPI (hash-checked against the lock). What each lock leaves undefined is compared
+with a reviewed list, one reason each: the optional paths a default verl run never imports. A relock that breaks
+the default path (as megatron-core 0.18.2 did under mbridge 0.15.1, found on an H100 in verl's own trainer) fails
+here, on a CPU.
+"""
+
+import hashlib
+import io
+import json
+import urllib.request
+import zipfile
+
+import pytest
+
+from verlenv import catalog, pins
+from verlenv import mcore_refs as refs
+from verlenv.fsutil import write_atomic
+from test_verl_requirements import CATALOG, ROOT, cache_dir
+
+# What each megatron lock's megatron-core does not define, reviewed: every entry is an optional path.
+REVIEWED = {
+    "verl-0.9-megatron": {
+        # use_custom_fsdp (megatron's own FSDP), not verl's default DDP wrap; the module moved in megatron-core 0.14.
+        "mbridge/core/util.py: megatron.core.distributed.custom_fsdp",
+        # Muon's layer-wise optimizer (use_layer_wise_distributed_optimizer), off by default.
+        "verl/utils/megatron_utils.py: megatron.core.optimizer.layer_wise_optimizer.tag_params_for_buffer_routing",
+    },
+    "verl-0.7-megatron": {
+        # megatron's FSDP wrap, only with use_megatron_fsdp; the module is megatron.core.distributed.custom_fsdp there.
+        "mbridge/core/util.py: megatron.core.distributed.fsdp",
+        # The 1F1B overlap schedule (overlap_moe_expert_parallel_comm), for MoE models only.
+        "verl/models/mcore/model_forward_1f1b_overlap.py: megatron.core.models.common.model_chunk_schedule_plan",
+    },
+}
+
+
+def locked_sources(lock_text: str, name: str, prefix: str) -> dict[str, str]:
+    """The .py files under `prefix` of a wheel of the package the lock installs, read from PyPI (hash-checked)."""
+    pin = pins.parse_lock(lock_text)[name]
+    request = urllib.request.Request(f"https://pypi.org/simple/{name}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        files = json.load(r)["files"]
+    locked = [f for f in files if f["filename"].endswith(".whl") and f"-{pin.version}-" in f["filename"]
+              and f"sha256:{f['hashes']['sha256']}" in pin.hashes]
+    # The .py files are the same in every wheel of a release; the env's own (cp312, x86_64) first when there is one.
+    wanted = sorted(locked, key=lambda f: not ("cp312" in f["filename"] or "py3-none-any" in f["filename"]))
+    assert wanted, f"no locked wheel of {name}=={pin.version} on PyPI"
+    f = wanted[0]
+    cached = cache_dir() / f"{f['filename']}.{f['hashes']['sha256']}"
+    if not cached.is_file():
+        with urllib.request.urlopen(f["url"], timeout=300) as r:
+            data = r.read()
+        assert hashlib.sha256(data).hexdigest() == f["hashes"]["sha256"], f"{f['filename']}: sha256 differs from PyPI's"
+        write_atomic(cached, data)
+    with zipfile.ZipFile(io.BytesIO(cached.read_bytes())) as z:
+        return {n: z.read(n).decode("utf-8", "replace") for n in z.namelist() if n.startswith(prefix) and n.endswith(".py")}
+
+
+MEGATRON = [v for v in CATALOG.all_variants() if v.name == "megatron"]
+
+
+@pytest.mark.parametrize("variant", MEGATRON, ids=lambda v: v.key)
+def test_verl_and_mbridge_use_only_what_the_locked_megatron_core_defines(variant: catalog.Variant):
+    lock = pins.lock_path(ROOT, variant, "linux-64").read_text()
+    index = refs.Index(locked_sources(lock, "megatron-core", "megatron/core/"))
+    found = {f"{m.file}: {m.ref}" for m in refs.check_package(locked_sources(lock, "mbridge", "mbridge/"), index)}
+    found |= {f"{m.file}: {m.ref}" for m in refs.check_package(locked_sources(lock, "verl", "verl/"), index)}
+    assert found == REVIEWED[variant.key]
+
+
+MCORE = {
+    "megatron/core/__init__.py": "from .enums import ModelType\nfrom . import parallel_state\n",
+    "megatron/core/enums.py": "import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n",
+    "megatron/core/parallel_state.py": "def get_rank():\n    return 0\n",
+    "megatron/core/models/gpt/gpt_model.py": "from megatron.core.enums import ModelType\nclass GPTModel:\n    pass\n",
+}
+
+
+def test_a_member_an_enum_no_longer_has_is_found_through_a_reexport():
+    user = ("from megatron.core.models.gpt.gpt_model import ModelType\n"
+            "def build(t):\n    return t == ModelType.encoder_and_decoder or t == ModelType.encoder_or_decoder\n")
+    (missing,) = refs.check_source("mbridge/core/util.py", user, refs.Index(MCORE))
+    assert (missing.line, missing.ref) == (3, "megatron.core.models.gpt.gpt_model.ModelType.encoder_and_decoder")
+    # Defined in the enum's body (megatron-core 0.16 kept it as a deprecated property): nothing is missing.
+    kept = dict(MCORE, **{"megatron/core/enums.py": MCORE["megatron/core/enums.py"]
+                          + "    @property\n    def encoder_and_decoder(self):\n        raise ValueError\n"})
+    assert refs.check_source("mbridge/core/util.py", user, refs.Index(kept)) == []
+
+
+def test_missing_modules_and_names_are_found_and_guarded_imports_are_not():
+    index = refs.Index(MCORE)
+    user = ("from megatron.core import parallel_state, ModelType\n"
+            "from megatron.core.parallel_state import get_rank, get_world\n"
+            "from megatron.core.distributed.custom_fsdp import FSDP\n"
+            "try:\n    from megatron.core.fusions import fused\nexcept ImportError:\n    fused = None\n")
+    found = [(m.line, m.ref, m.why) for m in refs.check_source("verl/x.py", user, index)]
+    assert found == [(2, "megatron.core.parallel_state.get_world", "not defined there"),
+                     (3, "megatron.core.distributed.custom_fsdp", "no such module")]

@@ -566,3 +566,38 @@ def test_envprobe_runs_in_a_bare_interpreter(tmp_path):
     out = subprocess.run([python, "-I", str(static.ENVPROBE), "--intact", "pip", "--objects", "pip"],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["python"] == python or json.loads(out)["python"].endswith("/bin/python")
+
+
+def _mislabeled_wheel(folder: Path, name: str, files: dict[str, str]) -> Path:
+    """A stand-in for transformer-engine-cu13 2.12.0 (whose 300 MB wheel is named py3-none-manylinux_2_28_x86_64 but
+    says `Tag: cp310-cp310-manylinux_2_28_x86_64` in its WHEEL file): the same mislabel, with `files` inside."""
+    import base64
+    import hashlib
+    import zipfile
+    dist = f"{name}-1.0.dist-info"
+    content = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+               f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                                "Tag: cp310-cp310-manylinux_2_28_x86_64\n"}
+    record = [f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(v.encode())}" for k, v in content.items()] + [f"{dist}/RECORD,,"]
+    content[f"{dist}/RECORD"] = "\n".join(record) + "\n"
+    wheel = folder / f"{name}-1.0-py3-none-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for k, v in content.items():
+            z.writestr(k, v)
+    return wheel
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("seed", [True, False], ids=["pip", "uv"])
+def test_pip_check_tolerates_a_mislabeled_interpreter_tag_only_without_extension_modules(tmp_path, seed):
+    core = _mislabeled_wheel(tmp_path, "corelib", {"corelib/__init__.py": "", "corelib/lib/libcore.so": "core"})
+    python = venv(tmp_path / "env", seed=seed)
+    install(python, str(core), no_deps=True)
+    r = static.check_pip(python, has_pip=seed)
+    assert r.status == "warn" and r.required and "corelib: WHEEL says cp310-cp310" in r.reason, r.reason
+    ext = _mislabeled_wheel(tmp_path, "extmod", {"extmod/__init__.py": "", "extmod/_c.cpython-310-x86_64-linux-gnu.so": "x"})
+    install(python, str(ext), no_deps=True)
+    r = static.check_pip(python, has_pip=seed)
+    assert r.status == "fail" and r.numbers["problems"] and all("extmod" in p for p in r.numbers["problems"]), r.reason
+    assert list(r.numbers["mislabeled"].values()) == ["corelib: WHEEL says cp310-cp310-manylinux_2_28_x86_64, no extension module"]

@@ -259,3 +259,20 @@ def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
         time.sleep(0.1)
     else:
         pytest.fail(f"the trainer's child {pid} outlived the timeout")
+
+
+def test_the_failure_named_is_the_innermost_exception_not_hydras_hint():
+    # The end of verl's main_ppo output on the H100, 2026-11-25 (docs/verification/2026-11-25-h100-verl-0.9-megatron-trainer.log).
+    real = [
+        "ray.exceptions.RayTaskError(AttributeError): \x1b[36mray::WorkerDict.actor_rollout_init_model()\x1b[39m (pid=10132)",
+        '  File "/root/verl-env/lib/python3.12/site-packages/mbridge/core/util.py", line 83, in build_model',
+        "    if model_type == ModelType.encoder_and_decoder:",
+        "AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'. Did you mean: 'encoder_or_decoder'?",
+        "",
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.",
+    ]
+    t = trainer()
+    assert t.failure_line(real).startswith("AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'")
+    assert t.failure_line(real[:1]).startswith("ray.exceptions.RayTaskError(AttributeError): ")
+    assert t.failure_line(["starting", "killed by a signal", ""]) == "killed by a signal"
+    assert t.failure_line([]) == "no output"

@@ -237,9 +237,49 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
     if proc.returncode == 0:
         return CheckResult("env/pip-check", "env", "static", "pass", f"{tool}: {lines[-1] if lines else 'ok'}", True,
                            {"tool": tool}, seconds)
-    problems = [line for line in lines if not re.match(r"^(Checked|Found) \d+ ", line)]
+    # uv's own lines (which env, how many checked/found) are not problems.
+    problems = [line for line in lines if not re.match(r"^((Checked|Found) \d+ |Using Python )", line)]
+    mislabeled = _mislabeled(python, problems)
+    problems = [p for p in problems if p not in mislabeled]
+    numbers = {"tool": tool, "problems": problems, "mislabeled": mislabeled}
+    if not problems:
+        return CheckResult("env/pip-check", "env", "static", "warn",
+                           f"{tool}: only wheels whose WHEEL tag names another Python but that hold no Python extension "
+                           f"module (nothing of them loads by the interpreter's ABI): {_listed(list(mislabeled.values()), 3)}",
+                           True, numbers, seconds)
     return CheckResult("env/pip-check", "env", "static", "fail", f"{tool}: {len(problems)} broken: {_listed(problems, 3)}",
-                       True, {"tool": tool, "problems": problems}, seconds)
+                       True, numbers, seconds)
+
+
+# pip: "X 1.0 is not supported on this platform"; uv: "The package `X` was built for a different platform".
+_UNSUPPORTED = re.compile(r"^(?:(\S+) \S+ is not supported on this platform|The package `(\S+)` was built for a different platform)$")
+_WHEEL_FACTS = r"""
+import importlib.metadata as m, json, sys
+out = {}
+for name in sys.argv[1:]:
+    d = m.distribution(name)
+    files = [str(f) for f in (d.files or [])]
+    out[name] = {"tags": [l.split(":", 1)[1].strip() for l in (d.read_text("WHEEL") or "").splitlines() if l.startswith("Tag:")],
+                 "extensions": [f for f in files if f.endswith((".so", ".pyd")) and (".cpython-" in f or ".abi3." in f)]}
+print(json.dumps(out))
+"""
+
+
+def _mislabeled(python: str, problems: list[str]) -> dict[str, str]:
+    """pip check's "X is not supported on this platform" lines that only mean a wrong interpreter tag in the wheel's
+    WHEEL file (transformer-engine-cu13 2.12.0 is named py3-none-manylinux_2_28 but says cp310-cp310 inside): the
+    wheel holds no Python extension module, so no interpreter ABI is involved. -> {line: explanation}."""
+    flagged = {m.group(1) or m.group(2): line for line in problems if (m := _UNSUPPORTED.match(line))}
+    if not flagged:
+        return {}
+    proc = subprocess.run([python, "-c", _WHEEL_FACTS, *flagged], capture_output=True, text=True, timeout=60, check=False)
+    try:
+        facts = json.loads(proc.stdout)
+    except ValueError:
+        return {}
+    return {line: f"{name}: WHEEL says {', '.join(facts[name]['tags'])}, no extension module"
+            for name, line in flagged.items()
+            if name in facts and facts[name]["tags"] and not facts[name]["extensions"]}
 
 
 def _uv() -> str | None:

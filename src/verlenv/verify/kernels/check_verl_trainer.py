@@ -306,12 +306,25 @@ def judge(steps: dict[int, dict[str, float]], weights: dict | None) -> tuple[dic
     return numbers, problems
 
 
+# A Python exception line: "AttributeError: ...", "ray.exceptions.RayTaskError(ValueError): ...".
+EXCEPTION_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\([\w.]+\))?: ")
+
+
+def failure_line(lines) -> str:
+    """What made the trainer exit: the last exception line of its output (the innermost cause, printed after the Ray
+    wrappers), not hydra's closing hint; else its last line."""
+    text = [line.strip() for line in lines if line.strip()]
+    return next((line for line in reversed(text) if EXCEPTION_LINE.match(line)), text[-1] if text else "no output")
+
+
 def run_trainer(cmd, workdir, timeout=TIMEOUT_S) -> tuple[list[str], int | None, dict]:
     """Run the trainer, echoing its output (the report keeps a failure's tail); returns its lines, exit code
     (None when killed at the timeout) and the wall times seen from here."""
     # No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
     # NCCL check has it (the lent multi-GPU machines need it), unless the user set those.
     env = {**NCCL_DEFAULTS, **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           # hydra prints the whole traceback (the cause inside Ray's wrappers), not only a hint to set this.
+           "HYDRA_FULL_ERROR": "1",
            "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
     lines, seen = [], {}
@@ -370,8 +383,7 @@ def check_trainer(torch, profile):
     if code is None:
         problems.insert(0, f"verl's trainer did not finish in {TIMEOUT_S} s")
     elif code != 0:
-        last = next((line for line in reversed(lines) if line.strip()), "no output")
-        problems.insert(0, f"verl's trainer exited with {code}: {last.strip()[:300]}")
+        problems.insert(0, f"verl's trainer exited with {code}: {failure_line(lines)[:300]}")
     times = ", ".join(f"{numbers.get(f'step{s}_step_s', math.nan):.1f}" for s in range(1, STEPS + 1))
     note = f"{STEPS} GRPO steps, {n_gpus} GPU(s), {profile.variant} actor, vLLM rollout; step times {times} s"
     return _common.verdict(numbers, problems, note)

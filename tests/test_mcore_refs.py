@@ -7,6 +7,7 @@ here, on a CPU.
 """
 
 import hashlib
+import os
 import io
 import json
 import urllib.request
@@ -99,3 +100,56 @@ def test_missing_modules_and_names_are_found_and_guarded_imports_are_not():
     found = [(m.line, m.ref, m.why) for m in refs.check_source("verl/x.py", user, index)]
     assert found == [(2, "megatron.core.parallel_state.get_world", "not defined there"),
                      (3, "megatron.core.distributed.custom_fsdp", "no such module")]
+
+
+# Runs in an env with torch and transformers, with the locked megatron-core and mbridge on its path: what verl's
+# Megatron actor does before it builds the model (vanilla mbridge, the check's tiny Llama, TE's attention left to TE),
+# on one CPU rank (gloo).
+MBRIDGE_CONFIG = r'''
+import json, os, sys
+import torch, torch.distributed as dist
+from transformers import LlamaConfig
+from megatron.core import parallel_state as mpu
+from megatron.core.transformer.enums import AttnBackend
+from mbridge import AutoBridge
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+mpu.initialize_model_parallel(1, 1)
+hf = LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=512)
+hf.architectures = ["LlamaForCausalLM"]
+bridge = AutoBridge.from_config(hf, dtype=torch.bfloat16)
+bridge.set_extra_args(attention_backend=AttnBackend.auto, recompute_granularity=None, recompute_modules=["core_attn"])
+c = bridge.config
+print(json.dumps({"layers": c.num_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
+                  "groups": c.num_query_groups, "ffn": c.ffn_hidden_size, "bf16": c.bf16,
+                  "attention": c.attention_backend.name}))
+'''
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("variant", [v for v in MEGATRON if v.stack.name == "verl-0.9"], ids=lambda v: v.key)
+def test_mbridge_makes_the_megatron_config_with_the_locked_megatron_core(variant, tmp_path):
+    import socket
+    import subprocess
+
+    from test_kernel_scripts import torch_python
+
+    python = torch_python()
+    if python is None or subprocess.run([python, "-c", "import transformers"], capture_output=True).returncode:
+        pytest.skip("no env with torch and transformers: run `nox -s env` or set VERLENV_TEST_TORCH_PYTHON")
+    locked = pins.parse_lock(pins.lock_path(ROOT, variant, "linux-64").read_text())
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("".join(f"{n}=={locked[n].version} " + " ".join(f"--hash={h}" for h in locked[n].hashes) + "\n"
+                                    for n in ("megatron-core", "mbridge")))
+    target = tmp_path / "site"
+    subprocess.run(["uv", "pip", "install", "-q", "--no-deps", "--require-hashes", "--target", str(target),
+                    "--python", python, "-r", str(requirements)], check=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    proc = subprocess.run([python, "-c", MBRIDGE_CONFIG, port], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert config == {"layers": 2, "hidden": 256, "heads": 4, "groups": 2, "ffn": 512, "bf16": True, "attention": "auto"}

@@ -74,6 +74,16 @@ def test_not_taken_is_inherited_and_validated(tmp_path):
         catalog.load(path)
 
 
+def test_megatron_api_gaps_are_per_variant_and_validated(tmp_path):
+    assert CATALOG.variant("verl-0.9", "fsdp").megatron_api_gaps == {}
+    assert all(": megatron.core." in ref for ref in CATALOG.variant("verl-0.9", "megatron").megatron_api_gaps)
+    path = copy_tree(tmp_path)
+    edit(path, '"mbridge/core/util.py: megatron.core.distributed.custom_fsdp" =', '"mbridge/core/util.py custom_fsdp" =')
+    with pytest.raises(UserError, match=r"megatron_api_gaps: 'mbridge/core/util.py custom_fsdp' must be "
+                                        r"'<file>: megatron.core.<name>'"):
+        catalog.load(path)
+
+
 def test_verl_07_exempts_only_flash_attn_from_its_date_cap():
     flags = lock.uv_flags(CATALOG.variant("verl-0.7", "fsdp"))
     exempt = [flags[i + 1] for i, f in enumerate(flags) if f == "--exclude-newer-package"]

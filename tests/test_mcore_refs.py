@@ -1,7 +1,8 @@
 """verl's Megatron actor and mbridge use only what the locked megatron-core defines (src/verlenv/mcore_refs.py).
 
 The locked wheels are read from PyPI (hash-checked against the lock). What each lock leaves undefined is compared
-with a reviewed list, one reason each: the optional paths a default verl run never imports. A relock that breaks
+with the catalog's reviewed list (stacks.toml megatron_api_gaps), one reason each: optional paths a default verl run
+never imports. `verlenv verify` runs the same check on an installed env (megatron-core/api-refs). A relock that breaks
 the default path (as megatron-core 0.18.2 did under mbridge 0.15.1, found on an H100 in verl's own trainer) fails
 here, on a CPU.
 """
@@ -19,23 +20,6 @@ from verlenv import catalog, pins
 from verlenv import mcore_refs as refs
 from verlenv.fsutil import write_atomic
 from test_verl_requirements import CATALOG, ROOT, cache_dir
-
-# What each megatron lock's megatron-core does not define, reviewed: every entry is an optional path.
-REVIEWED = {
-    "verl-0.9-megatron": {
-        # use_custom_fsdp (megatron's own FSDP), not verl's default DDP wrap; the module moved in megatron-core 0.14.
-        "mbridge/core/util.py: megatron.core.distributed.custom_fsdp",
-        # Muon's layer-wise optimizer (use_layer_wise_distributed_optimizer), off by default.
-        "verl/utils/megatron_utils.py: megatron.core.optimizer.layer_wise_optimizer.tag_params_for_buffer_routing",
-    },
-    "verl-0.7-megatron": {
-        # megatron's FSDP wrap, only with use_megatron_fsdp; the module is megatron.core.distributed.custom_fsdp there.
-        "mbridge/core/util.py: megatron.core.distributed.fsdp",
-        # The 1F1B overlap schedule (overlap_moe_expert_parallel_comm), for MoE models only.
-        "verl/models/mcore/model_forward_1f1b_overlap.py: megatron.core.models.common.model_chunk_schedule_plan",
-    },
-}
-
 
 def locked_sources(lock_text: str, name: str, prefix: str) -> dict[str, str]:
     """The .py files under `prefix` of a wheel of the package the lock installs, read from PyPI (hash-checked)."""
@@ -69,7 +53,8 @@ def test_verl_and_mbridge_use_only_what_the_locked_megatron_core_defines(variant
     index = refs.Index(locked_sources(lock, "megatron-core", "megatron/core/"))
     found = {f"{m.file}: {m.ref}" for m in refs.check_package(locked_sources(lock, "mbridge", "mbridge/"), index)}
     found |= {f"{m.file}: {m.ref}" for m in refs.check_package(locked_sources(lock, "verl", "verl/"), index)}
-    assert found == REVIEWED[variant.key]
+    # The catalog's reviewed gaps (stacks.toml megatron_api_gaps), exactly: a new gap fails, and so does a stale entry.
+    assert found == set(variant.megatron_api_gaps)
 
 
 MCORE = {
@@ -153,3 +138,25 @@ def test_mbridge_makes_the_megatron_config_with_the_locked_megatron_core(variant
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = json.loads(proc.stdout.strip().splitlines()[-1])
     assert config == {"layers": 2, "hidden": 256, "heads": 4, "groups": 2, "ffn": 512, "bf16": True, "attention": "auto"}
+
+
+def test_verify_reads_an_installed_env_and_fails_only_on_unreviewed_gaps(tmp_path):
+    from verlenv.doctor.facts import Dist, EnvFacts
+    from verlenv.verify import static
+    from verlenv.verify.runner import Scope
+
+    site = tmp_path / "site-packages"
+    for path, text in {**MCORE, "mbridge/core/util.py": "from megatron.core.models.gpt.gpt_model import ModelType\n"
+                       "x = ModelType.encoder_and_decoder\n", "verl/a.py": "from megatron.core import parallel_state\n"}.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    dists = [Dist(n, v, [], str(site)) for n, v in (("megatron-core", "0.18.2"), ("mbridge", "0.15.1"), ("verl", "0.9.1"))]
+    facts = EnvFacts("python", "/p", "/p", "3.12.3", [str(site)], None, dists, {})
+    scope = Scope(frozenset({"megatron-core"}), frozenset(), None)
+    r = static.check_megatron_api(facts, {}, scope)
+    assert (r.status, r.required) == ("fail", True)
+    assert "mbridge/core/util.py:2: megatron.core.models.gpt.gpt_model.ModelType.encoder_and_decoder" in r.reason
+    reviewed = {"mbridge/core/util.py: megatron.core.models.gpt.gpt_model.ModelType.encoder_and_decoder": "why"}
+    r = static.check_megatron_api(facts, reviewed, scope)
+    assert r.status == "pass" and r.numbers["reviewed_gaps"] == list(reviewed), r.reason
+    assert static.check_megatron_api(EnvFacts("python", "/p", "/p", "3.12.3", [], None, dists[1:], {}), {}, scope) is None

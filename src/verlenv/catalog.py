@@ -48,6 +48,9 @@ class Variant:
     overrides: tuple[str, ...] = ()
     # Requirements of the pinned packages' extras left out on purpose: canonical name -> why.
     not_taken: dict[str, str] = field(default_factory=dict)
+    # megatron-core names the locked mbridge/verl use but megatron-core lacks, reviewed as optional paths:
+    # "<file in the wheel>: <megatron.core name>" -> why it is not on verl's default path (src/verlenv/mcore_refs.py).
+    megatron_api_gaps: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -193,6 +196,16 @@ def _reasons(table: dict, where: str, path: Path) -> dict[str, str]:
     return {canonicalize_name(name): reason for name, reason in reasons.items()}
 
 
+def _api_gaps(table: dict, where: str, path: Path) -> dict[str, str]:
+    gaps = _get(table, "megatron_api_gaps", dict, where, path, default={})
+    for ref, reason in gaps.items():
+        if ": megatron.core" not in ref:
+            raise UserError(f"{path}: {where}.megatron_api_gaps: {ref!r} must be '<file>: megatron.core.<name>'")
+        if not isinstance(reason, str) or not reason.strip():
+            raise UserError(f"{path}: {where}.megatron_api_gaps.{ref!r} must be a reason (a non-empty string)")
+    return dict(gaps)
+
+
 def _requirement(text: str, where: str, path: Path) -> Requirement:
     try:
         return Requirement(text)
@@ -256,6 +269,7 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     builds = list(_strings(table, "source_builds", where, path, default=[]))
     overrides = list(_strings(table, "overrides", where, path, default=[]))
     not_taken = _reasons(table, where, path)
+    api_gaps = _api_gaps(table, where, path)
     platforms = _platforms(table, where, path, default=stack.platforms)
     if parent := table.get("extends"):
         base = _variant(stack, parent, raw, path, (*seen, name))
@@ -267,6 +281,7 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         builds = [b.requirement.__str__() for b in base.source_builds] + builds
         overrides = list(base.overrides) + overrides
         not_taken = base.not_taken | not_taken
+        api_gaps = base.megatron_api_gaps | api_gaps
     pinned = {canonicalize_name(_requirement(r, f"{where}.requirements", path).name) for r in requirements}
     # The resolver drops what is not taken, so a top-level pin of it would silently vanish.
     if clash := sorted(n for n in not_taken if n in pinned):
@@ -283,4 +298,4 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         source_builds.append(build)
     return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
                    extends=table.get("extends"), platforms=platforms, overrides=tuple(overrides),
-                   not_taken=not_taken)
+                   not_taken=not_taken, megatron_api_gaps=api_gaps)

@@ -156,6 +156,8 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     pool.shutdown()
     if scope.wants("apex"):
         results.append(static.check_apex(facts, scope))
+    if scope.wants("megatron-core") and (api := static.check_megatron_api(facts, s.variant.megatron_api_gaps, scope)):
+        results.append(api)
     targets = [s.profile.arch] if s.profile else list(s.stack.gpu_archs)
     results += static.check_objects(probe["objects"], installed, facts.torch, targets, s.profile is not None, scope)
     driver_result, driver = static.check_driver(s.stack, s.catalog, dict(os.environ))

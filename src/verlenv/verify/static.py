@@ -282,6 +282,50 @@ def _mislabeled(python: str, problems: list[str]) -> dict[str, str]:
             if name in facts and facts[name]["tags"] and not facts[name]["extensions"]}
 
 
+# --- megatron-core API used by mbridge and verl ---------------------------------------------------------
+
+MEGATRON_USERS = (("mbridge", "mbridge"), ("verl", "verl"))
+
+
+def _py_sources(root: Path, package_dir: str) -> dict[str, str]:
+    base = root / package_dir
+    return {f"{package_dir}/{p.relative_to(base).as_posix()}": p.read_text(errors="replace")
+            for p in sorted(base.rglob("*.py"))} if base.is_dir() else {}
+
+
+def check_megatron_api(facts, gaps: dict[str, str], scope) -> CheckResult | None:
+    """Every megatron-core name mbridge and verl import, or read off a megatron-core Enum, exists in the installed
+    megatron-core, except the catalog's reviewed gaps (optional paths). Read from source: no GPU, nothing imported."""
+    from verlenv import mcore_refs
+
+    core = facts.dist("megatron-core")
+    if core is None:
+        return None
+    start = time.monotonic()
+    index = mcore_refs.Index(_py_sources(Path(core.location), "megatron/core"))
+    found: dict[str, mcore_refs.Missing] = {}
+    users = []
+    for dist_name, package_dir in MEGATRON_USERS:
+        dist = facts.dist(dist_name)
+        if dist is None:
+            continue
+        users.append(f"{dist_name} {dist.version}")
+        for m in mcore_refs.check_package(_py_sources(Path(dist.location), package_dir), index):
+            found.setdefault(f"{m.file}: {m.ref}", m)
+    unexpected = [str(m) for key, m in sorted(found.items()) if key not in gaps]
+    numbers = {"users": users, "reviewed_gaps": sorted(k for k in found if k in gaps), "unexpected": unexpected}
+    seconds = round(time.monotonic() - start, 3)
+    required = "megatron-core" in scope.required
+    where = f"megatron-core {core.version} against {', '.join(users) or 'no user installed'}"
+    if unexpected:
+        return CheckResult("megatron-core/api-refs", "megatron-core", "static", "fail",
+                           f"{where}: {len(unexpected)} name(s) used but not defined: {_listed(unexpected, 3)}",
+                           required, numbers, seconds)
+    return CheckResult("megatron-core/api-refs", "megatron-core", "static", "pass",
+                       f"{where}: every name used is defined ({len(numbers['reviewed_gaps'])} reviewed gaps on optional "
+                       f"paths)", required, numbers, seconds)
+
+
 def _uv() -> str | None:
     if found := shutil.which("uv"):
         return found

@@ -76,6 +76,32 @@ def test_sigkill_at_random_points_then_rerun_equals_lock(project: Path, tmp_path
         assert not problems, f"seed {SEED}, kill {i} at {at:.2f} s: {problems}"
 
 
+def test_an_install_waits_for_one_making_the_prefix_instead_of_calling_it_foreign(project: Path, tmp_path: Path):
+    """The race CI hit under load: the first install had made the folder and its first file (write_atomic's temp
+    file, before the creating mark is renamed in) when the second judged the folder "neither empty nor an env"."""
+    import threading
+
+    from verlenv.install import prefix_lock
+
+    prefix = tmp_path / "env"
+    lines: list[str] = []
+    with prefix_lock(prefix, conda=False):  # this test is the first install, mid-way
+        prefix.mkdir()
+        (prefix / ".tmp-mark").write_text("")
+        second = install(project, prefix, "--python", sys.executable)
+        reader = threading.Thread(target=lambda: lines.extend(second.stderr), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 60
+        while second.poll() is None and time.monotonic() < deadline and not any("waiting" in x for x in lines):
+            time.sleep(0.1)
+        assert any("is being installed by verlenv install (pid" in x for x in lines), "".join(lines)
+        shutil.rmtree(prefix)  # the first one gave up and removed its half-made env
+    second.wait(timeout=120)
+    reader.join(timeout=10)
+    assert second.returncode == 0, "".join(lines)
+    assert not tiny_project.differences(project, prefix)
+
+
 def test_two_installs_into_one_prefix_wait_for_each_other(project: Path, tmp_path: Path):
     prefix = tmp_path / "env"
     first = install(project, prefix, "--python", sys.executable)

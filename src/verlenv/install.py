@@ -95,12 +95,16 @@ def create_venv(prefix: Path, python: str, seed: bool = False) -> None:
         raise UserError(f"cannot create a venv at {prefix} with {python}: {last.removeprefix('error: ')}")
 
 
+def lock_file(prefix: Path, conda: bool) -> Path:
+    hidden = prefix.name if prefix.name.startswith(".") else f".{prefix.name}"
+    return prefix / LOCK_NAME if conda else prefix.parent / f"{hidden}{LOCK_SUFFIX}"
+
+
 @contextlib.contextmanager
 def prefix_lock(prefix: Path, conda: bool):
     """One installer per prefix: a second one waits, saying for whom. A venv's lock lies beside it (the venv
     itself may be removed and made again); a conda env, which verlenv never removes, holds its own."""
-    hidden = prefix.name if prefix.name.startswith(".") else f".{prefix.name}"
-    path = prefix / LOCK_NAME if conda else prefix.parent / f"{hidden}{LOCK_SUFFIX}"
+    path = lock_file(prefix, conda)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         try:
@@ -254,11 +258,23 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
     else:
         prefix = validate.new_or_dir(prefix or root / f".venv-{variant.key}", "--prefix").absolute()
         python = validate.python(python, variant.stack.python) if python else None
-        if prefix.is_dir() and not env_python(prefix).exists() and not (prefix / CREATING).exists() and any(prefix.iterdir()):
-            raise UserError(f"--prefix {prefix}: a folder that is neither empty nor an env (no bin/python); "
-                            f"give a new or empty folder, or an existing env")
+        # Judged again under the lock: another install may be making this env right now (a folder with its
+        # first files and no bin/python yet). Without a lock file beside it, none is, and nothing is created.
+        if not_an_env(prefix) and not lock_file(prefix, conda).exists():
+            raise UserError(not_an_env_message(prefix))
     with prefix_lock(prefix, conda):
+        if not conda and not_an_env(prefix):
+            raise UserError(not_an_env_message(prefix))
         return _install_locked(root, variant, lock, prefix, conda, python, installer)
+
+
+def not_an_env(prefix: Path) -> bool:
+    return prefix.is_dir() and not env_python(prefix).exists() and not (prefix / CREATING).exists() and any(prefix.iterdir())
+
+
+def not_an_env_message(prefix: Path) -> str:
+    return (f"--prefix {prefix}: a folder that is neither empty nor an env (no bin/python); "
+            f"give a new or empty folder, or an existing env")
 
 
 def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Path, conda: bool, python: str | None,

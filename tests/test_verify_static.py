@@ -104,14 +104,18 @@ def test_verify_reports_lock_drift_and_exits_1(tmp_path, six_lock, monkeypatch):
 
 # --- protected packages: overwritten files ------------------------------------------------------------
 
-def wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
-    """A real wheel file (zip with METADATA, WHEEL, RECORD), built by hand."""
+def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], tag: str = "py3-none-any",
+          wheel_tag: str | None = None) -> Path:
+    """A real wheel file (zip with METADATA, WHEEL, RECORD), built by hand; `tag` names the file, `wheel_tag` (default:
+    the same) is what its WHEEL file says."""
     dist_info = f"{name}-{version}.dist-info"
+    purelib = str(tag.endswith("-any")).lower()
     files = {**files, f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+             f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {purelib}\n"
+                                    f"Tag: {wheel_tag or tag}\n").encode()}
     record = [f"{p},sha256={urlsafe_b64encode(sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for p, d in files.items()]
     files[f"{dist_info}/RECORD"] = ("\n".join(record + [f"{dist_info}/RECORD,,"]) + "\n").encode()
-    path = folder / f"{name}-{version}-py3-none-any.whl"
+    path = folder / f"{name}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w") as z:
         for p, d in files.items():
             z.writestr(p, d)
@@ -568,35 +572,22 @@ def test_envprobe_runs_in_a_bare_interpreter(tmp_path):
     assert json.loads(out)["python"] == python or json.loads(out)["python"].endswith("/bin/python")
 
 
-def _mislabeled_wheel(folder: Path, name: str, files: dict[str, str]) -> Path:
+def _mislabeled_wheel(folder: Path, name: str, files: dict[str, bytes]) -> Path:
     """A stand-in for transformer-engine-cu13 2.12.0 (whose 300 MB wheel is named py3-none-manylinux_2_28_x86_64 but
     says `Tag: cp310-cp310-manylinux_2_28_x86_64` in its WHEEL file): the same mislabel, with `files` inside."""
-    import base64
-    import hashlib
-    import zipfile
-    dist = f"{name}-1.0.dist-info"
-    content = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
-               f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
-                                "Tag: cp310-cp310-manylinux_2_28_x86_64\n"}
-    record = [f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(v.encode())}" for k, v in content.items()] + [f"{dist}/RECORD,,"]
-    content[f"{dist}/RECORD"] = "\n".join(record) + "\n"
-    wheel = folder / f"{name}-1.0-py3-none-manylinux_2_28_x86_64.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        for k, v in content.items():
-            z.writestr(k, v)
-    return wheel
+    return wheel(folder, name, "1.0", files, tag="py3-none-manylinux_2_28_x86_64",
+                 wheel_tag="cp310-cp310-manylinux_2_28_x86_64")
 
 
 @pytest.mark.network
 @pytest.mark.parametrize("seed", [True, False], ids=["pip", "uv"])
 def test_pip_check_tolerates_a_mislabeled_interpreter_tag_only_without_extension_modules(tmp_path, seed):
-    core = _mislabeled_wheel(tmp_path, "corelib", {"corelib/__init__.py": "", "corelib/lib/libcore.so": "core"})
+    core = _mislabeled_wheel(tmp_path, "corelib", {"corelib/__init__.py": b"", "corelib/lib/libcore.so": b"core"})
     python = venv(tmp_path / "env", seed=seed)
     install(python, str(core), no_deps=True)
     r = static.check_pip(python, has_pip=seed)
     assert r.status == "warn" and r.required and "corelib: WHEEL says cp310-cp310" in r.reason, r.reason
-    ext = _mislabeled_wheel(tmp_path, "extmod", {"extmod/__init__.py": "", "extmod/_c.cpython-310-x86_64-linux-gnu.so": "x"})
+    ext = _mislabeled_wheel(tmp_path, "extmod", {"extmod/__init__.py": b"", "extmod/_c.cpython-310-x86_64-linux-gnu.so": b"x"})
     install(python, str(ext), no_deps=True)
     r = static.check_pip(python, has_pip=seed)
     assert r.status == "fail" and r.numbers["problems"] and all("extmod" in p for p in r.numbers["problems"]), r.reason

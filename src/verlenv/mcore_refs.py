@@ -26,6 +26,11 @@ class Missing:
     ref: str  # megatron.core.X.Y or megatron.core.X.Class.attr
     why: str
 
+    @property
+    def key(self) -> str:
+        """How a reviewed gap names it (stacks.toml megatron_api_gaps): file and name, no line."""
+        return f"{self.file}: {self.ref}"
+
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.ref} ({self.why})"
 

@@ -311,7 +311,7 @@ def check_megatron_api(facts, gaps: dict[str, str], scope) -> CheckResult | None
             continue
         users.append(f"{dist_name} {dist.version}")
         for m in mcore_refs.check_package(_py_sources(Path(dist.location), package_dir), index):
-            found.setdefault(f"{m.file}: {m.ref}", m)
+            found.setdefault(m.key, m)
     unexpected = [str(m) for key, m in sorted(found.items()) if key not in gaps]
     numbers = {"users": users, "reviewed_gaps": sorted(k for k in found if k in gaps), "unexpected": unexpected}
     seconds = round(time.monotonic() - start, 3)

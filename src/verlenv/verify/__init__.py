@@ -35,7 +35,7 @@ def register(sub) -> None:
     lock.add_argument("--lock", type=Path, help="lock to compare with (default: locks/<stack>-<variant>.linux-64.txt)")
     lock.add_argument("--no-lock", action="store_true", help="skip the lock comparison (an env not installed from the lock)")
     p.add_argument("--skip-package", action="append", default=[], metavar="NAME",
-                   help="record NAME's checks as skipped: not installed on this machine (repeatable)")
+                   help="record NAME's checks as skipped, e.g. a package this machine does not install (repeatable)")
     p.add_argument("--only", metavar="NAME", help="run only NAME's checks")
     p.add_argument("--timeout", type=float, default=150.0, help="seconds per kernel check script (default 150)")
     p.add_argument("--kernels-dir", type=Path, help="directory of kernel check scripts (default: the packaged ones)")

@@ -5,7 +5,8 @@ from dataclasses import asdict, dataclass, field
 # warn: it runs, but not as intended (e.g. only PTX for the GPU: JIT-compiled at first use).
 STATUSES = ("pass", "warn", "fail", "skip")
 KINDS = ("static", "kernel")
-SKIPPED_BY_REQUEST = "skipped by request: not installed on this machine"
+# The reason states only the request: a package is skipped where it is not installed, or where another run covers it.
+SKIPPED_BY_REQUEST = "skipped by request (--skip-package)"
 
 
 @dataclass

@@ -123,6 +123,7 @@ def test_install_from_bundle_uses_no_network(project, cache, bundle, tmp_path):
     r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=_no_network_env(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "drift check lock/match: pass" in r.stderr
+    assert list(prefix.glob("lib/python*/site-packages/yaml/__pycache__/*.pyc"))  # compiled at install, offline
     out = _run([str(prefix / "bin" / "python"), "-c", "import yaml, six, antlr4; print(yaml.__version__, six.__version__)"])
     assert out.stdout.split() == ["6.0.2", "1.16.0"]
     assert not any((tmp_path / "uv-cache").rglob("*.whl"))  # nothing came through an index into uv's cache

@@ -90,6 +90,8 @@ def test_install_exact_then_drift_check_passes(project: Path):
     r = _verlenv(project, "install", "--prefix", str(prefix), "--python", PY)
     assert r.returncode == 0, r.stderr
     assert "drift check lock/match: pass" in r.stderr
+    # Bytecode was compiled at install (not left to each process's first import), and the drift check allows it.
+    assert list(prefix.glob("lib/python*/site-packages/__pycache__/six.*.pyc"))
     marker = json.loads((prefix / install.MARKER).read_text())
     assert marker["lock"] == "locks/tiny-fsdp.linux-64.txt"
     # Something installed over the lock: the drift check must fail.

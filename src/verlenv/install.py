@@ -219,14 +219,19 @@ def kept_source_builds(python: Path, variant: catalog.Variant) -> list[str]:
 def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = (), reinstall: list[str] = (),
          pins_: dict | None = None) -> None:
     """Install exactly the lock (plus `keep` lines) into the env of `python`; `reinstall`: distributions to
-    install again from their locked files even though they are installed."""
+    install again from their locked files even though they are installed.
+
+    uv compiles the bytecode at install time, as pip does by default: otherwise every process verl spawns on a
+    fresh node (Ray workers, vLLM's server and EngineCore) compiles vllm/torch/transformers on import first
+    (`import vllm, verl, transformers, ray`: 12.5 s without bytecode, 5.4 s with it, on a 2-core machine)."""
     with tempfile.TemporaryDirectory() as tmp:
         requirements = lock
         if keep:
             requirements = Path(tmp) / lock.name
             requirements.write_text(lock.read_text() + "\n" + "\n".join(keep) + "\n")
         if installer == "uv":
-            cmd = ["uv", "pip", "sync", "--python", str(python), "--require-hashes", "--strict", str(requirements)]
+            cmd = ["uv", "pip", "sync", "--python", str(python), "--require-hashes", "--strict", "--compile-bytecode",
+                   str(requirements)]
             # The cache may hold the damaged files themselves (hard links): reinstall from the wheels, not from it.
             cmd += [arg for name in reinstall for arg in ("--reinstall-package", name)] + (["--no-cache"] if reinstall else [])
         elif reinstall:

@@ -128,8 +128,9 @@ def requirements(bundle: Path, manifest: dict) -> str:
 def installer_command(python: str, reqs: Path, wheels: Path, exact: bool, system: bool) -> list[str]:
     # Exact (sync) removes what the bundle does not list; with a base, install adds and removes nothing else.
     verb = ["sync", "--strict"] if exact else ["install", "--no-deps"]
+    # Bytecode is compiled here, once per node, not by the first import of every process (see install.sync).
     cmd = ["uv", "pip", *verb, "--python", python, "--offline", "--no-index", "--find-links", str(wheels),
-           "--require-hashes", "--no-build", *([] if exact else ["-r"]), str(reqs)]
+           "--require-hashes", "--no-build", "--compile-bytecode", *([] if exact else ["-r"]), str(reqs)]
     return cmd + (["--break-system-packages"] if system else [])
 
 

@@ -132,6 +132,18 @@ def test_table_names_nodes_checks_and_differences():
     assert "record:torch" in text and "10.0.0.2 *" in text and "result: FAIL" in text
 
 
+@pytest.mark.parametrize("world, shown", [(1, "bus bandwidth not meaningful with one rank"),
+                                         (2, "bus bandwidth 2 MiB 28.0 GB/s, 512 MiB 316.0 GB/s")])
+def test_allreduce_line_reports_bus_bandwidth_only_across_ranks(world, shown):
+    rows = [{"bytes": 2 << 20, "busbw_gbps": 28.0 if world > 1 else 0.0},
+            {"bytes": 512 << 20, "busbw_gbps": 316.0 if world > 1 else 0.0}]
+    data = {"nodes": [_node("a")], "differences": [], "exit_code": 0,
+            "allreduce": {"ok": True, "backend": "nccl", "world": world, "nodes": 1, "rows": rows}}
+    console = Console(record=True, width=200)
+    command.print_report(data, console)
+    assert f"all-reduce (nccl, {world} ranks on 1 node(s)): exact sums; {shown}" in console.export_text()
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--node-timeout", "0"], "--node-timeout 0: must be a positive number of seconds"),
     (["--markdown", "{tmp}/x.md"], "--markdown: not with --ray (its report is the JSON and the tables)"),

@@ -102,6 +102,21 @@ def test_an_install_waits_for_one_making_the_prefix_instead_of_calling_it_foreig
     assert not tiny_project.differences(project, prefix)
 
 
+def test_an_install_killed_before_its_creating_mark_was_renamed_in_is_made_again(project: Path, tmp_path: Path):
+    """What a SIGKILL 0.11 s into a new install left on CI: the folder and the creating mark's temp file
+    (write_atomic's, not yet renamed). The re-run must take it for its own half-made env, not a foreign folder."""
+    from verlenv.install import CREATING
+
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    (prefix / f"{CREATING}.k2x9q1.tmp").write_text("")
+    rc, err = finish(install(project, prefix, "--python", sys.executable))
+    assert rc == 0, err
+    assert "an earlier install was cut short while making it; making it again" in err
+    assert not tiny_project.differences(project, prefix)
+    assert not list(prefix.glob(f"{CREATING}*"))  # the leftover went with the half-made folder
+
+
 def test_two_installs_into_one_prefix_wait_for_each_other(project: Path, tmp_path: Path):
     prefix = tmp_path / "env"
     first = install(project, prefix, "--python", sys.executable)

@@ -274,7 +274,15 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
 
 
 def not_an_env(prefix: Path) -> bool:
-    return prefix.is_dir() and not env_python(prefix).exists() and not (prefix / CREATING).exists() and any(prefix.iterdir())
+    return (prefix.is_dir() and not env_python(prefix).exists() and not (prefix / CREATING).exists()
+            and any(prefix.iterdir()) and not cut_short_before_its_mark(prefix))
+
+
+def cut_short_before_its_mark(prefix: Path) -> bool:
+    """A folder holding only the temp file of the creating mark: an install killed between making the folder and
+    renaming its mark in (write_atomic), so the folder is ours, half-made, like one that has the mark."""
+    names = [p.name for p in prefix.iterdir()]
+    return bool(names) and all(n.startswith(f"{CREATING}.") and n.endswith(".tmp") for n in names)
 
 
 def not_an_env_message(prefix: Path) -> str:
@@ -287,7 +295,7 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
     creating = prefix / CREATING
     created = not conda and (creating.exists() or not env_python(prefix).exists())
     if created:
-        if creating.exists():
+        if creating.exists() or (prefix.is_dir() and cut_short_before_its_mark(prefix)):
             print(f"{prefix}: an earlier install was cut short while making it; making it again", file=sys.stderr)
             shutil.rmtree(prefix)
         base_python = python or find_python(variant.stack.python)

@@ -117,6 +117,27 @@ def test_an_install_killed_before_its_creating_mark_was_renamed_in_is_made_again
     assert not list(prefix.glob(f"{CREATING}*"))  # the leftover went with the half-made folder
 
 
+def test_a_half_made_env_is_renamed_aside_before_removal(project: Path, tmp_path: Path, monkeypatch):
+    """Removal killed half-way must not leave the prefix with some files and no creating mark: discard renames the
+    folder aside first, and the next install removes what is left there."""
+    from verlenv import install as plain
+
+    prefix = tmp_path / "env"
+    (prefix / "lib").mkdir(parents=True)
+    (prefix / plain.CREATING).write_text("")
+    (prefix / "lib" / "partial.py").write_text("")
+    with monkeypatch.context() as m:
+        m.setattr(plain.shutil, "rmtree", lambda *a, **k: None)  # killed right after the rename
+        plain.discard(prefix)
+    assert not prefix.exists()
+    left = list(tmp_path.glob(".env.discarded-*"))
+    assert len(left) == 1 and (left[0] / "lib" / "partial.py").exists()
+    rc, err = finish(install(project, prefix, "--python", sys.executable))
+    assert rc == 0, err
+    assert not list(tmp_path.glob(".env.discarded-*"))
+    assert not tiny_project.differences(project, prefix)
+
+
 def test_two_installs_into_one_prefix_wait_for_each_other(project: Path, tmp_path: Path):
     prefix = tmp_path / "env"
     first = install(project, prefix, "--python", sys.executable)

@@ -270,7 +270,27 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
     with prefix_lock(prefix, conda):
         if not conda and not_an_env(prefix):
             raise UserError(not_an_env_message(prefix))
+        if not conda:
+            remove_discarded(prefix)
         return _install_locked(root, variant, lock, prefix, conda, python, installer)
+
+
+def discard(prefix: Path) -> None:
+    """Remove a half-made env: renamed aside first (atomic), so a kill mid-removal leaves no folder at the prefix
+    that has lost its creating mark but kept other files (which the next install would have to refuse)."""
+    aside = prefix.parent / f".{prefix.name}.discarded-{os.getpid()}"
+    shutil.rmtree(aside, ignore_errors=True)
+    try:
+        os.rename(prefix, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove_discarded(prefix: Path) -> None:
+    """What a kill left mid-removal beside the prefix; only under the prefix lock (no other install is removing)."""
+    for left in prefix.parent.glob(f".{prefix.name}.discarded-*"):
+        shutil.rmtree(left, ignore_errors=True)
 
 
 def not_an_env(prefix: Path) -> bool:
@@ -297,7 +317,7 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
     if created:
         if creating.exists() or (prefix.is_dir() and cut_short_before_its_mark(prefix)):
             print(f"{prefix}: an earlier install was cut short while making it; making it again", file=sys.stderr)
-            shutil.rmtree(prefix)
+            discard(prefix)
         base_python = python or find_python(variant.stack.python)
         prefix.mkdir(parents=True, exist_ok=True)
         write_atomic(creating, "verlenv install is making this env; until it finishes, the next install remakes it\n")
@@ -311,7 +331,7 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
         files = repair(env_python(prefix), lock, installer, keep)
     except BaseException:
         if created:
-            shutil.rmtree(prefix, ignore_errors=True)  # a half-made env must not look usable
+            discard(prefix)  # a half-made env must not look usable
         raise
     seconds = time.monotonic() - started
     runtime_env.apply(env_python(prefix), root / "stacks.toml", variant)

@@ -72,7 +72,8 @@ def test_sigkill_at_random_points_then_rerun_equals_lock(project: Path, tmp_path
         record("fault", f"install ({state}) SIGKILLed {who} {at:.2f} s in (run {full:.2f} s, seed {SEED})"
                + ("" if killed else "; it had already finished"),
                "re-run: exit 0, env equals the lock" if ok else f"re-run: exit {rc}, {problems[:3]}", ok)
-        assert rc == 0, f"seed {SEED}, kill {i} at {at:.2f} s: {err}"
+        left = sorted(p.name for p in prefix.iterdir()) if rc and prefix.is_dir() else []
+        assert rc == 0, f"seed {SEED}, kill {i} at {at:.2f} s: {err} (the folder held {left[:8]})"
         assert not problems, f"seed {SEED}, kill {i} at {at:.2f} s: {problems}"
 
 
@@ -103,18 +104,16 @@ def test_an_install_waits_for_one_making_the_prefix_instead_of_calling_it_foreig
 
 
 def test_an_install_killed_before_its_creating_mark_was_renamed_in_is_made_again(project: Path, tmp_path: Path):
-    """What a SIGKILL 0.11 s into a new install left on CI: the folder and the creating mark's temp file
-    (write_atomic's, not yet renamed). The re-run must take it for its own half-made env, not a foreign folder."""
-    from verlenv.install import CREATING
-
+    """What a SIGKILL 0.11 s into a new install left (CI, and a replay that listed the folder): the folder and the
+    creating mark's temp file (write_atomic's, not yet renamed). The re-run must take it for its own half-made env."""
     prefix = tmp_path / "env"
     prefix.mkdir()
-    (prefix / f"{CREATING}.k2x9q1.tmp").write_text("")
+    (prefix / "..verlenv-creating.4k1s67bp.tmp").write_text("")  # the name the killed install left
     rc, err = finish(install(project, prefix, "--python", sys.executable))
     assert rc == 0, err
     assert "an earlier install was cut short while making it; making it again" in err
     assert not tiny_project.differences(project, prefix)
-    assert not list(prefix.glob(f"{CREATING}*"))  # the leftover went with the half-made folder
+    assert not list(prefix.glob("*verlenv-creating*"))  # the leftover went with the half-made folder
 
 
 def test_a_half_made_env_is_renamed_aside_before_removal(project: Path, tmp_path: Path, monkeypatch):

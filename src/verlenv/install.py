@@ -21,7 +21,7 @@ from pathlib import Path
 
 from verlenv import catalog, installed_files, pins, runtime_env, validate
 from verlenv.errors import UserError
-from verlenv.fsutil import write_atomic
+from verlenv.fsutil import is_atomic_temp_of, write_atomic
 from verlenv.sources import sha256_file
 
 MARKER = "verlenv-env.json"
@@ -302,7 +302,7 @@ def cut_short_before_its_mark(prefix: Path) -> bool:
     """A folder holding only the temp file of the creating mark: an install killed between making the folder and
     renaming its mark in (write_atomic), so the folder is ours, half-made, like one that has the mark."""
     names = [p.name for p in prefix.iterdir()]
-    return bool(names) and all(n.startswith(f"{CREATING}.") and n.endswith(".tmp") for n in names)
+    return bool(names) and all(is_atomic_temp_of(n, CREATING) for n in names)
 
 
 def not_an_env_message(prefix: Path) -> str:

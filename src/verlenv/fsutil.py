@@ -14,15 +14,22 @@ def _umask() -> int:
     return mask
 
 
+_TEMP_SUFFIX = ".tmp"
+
+
+def _temp_prefix(target: str) -> str:
+    return f".{target}."
+
+
 def is_atomic_temp_of(name: str, target: str) -> bool:
     """Whether `name` is the temp file write_atomic(target) makes beside it (left behind only by a kill)."""
-    return name.startswith(f".{target}.") and name.endswith(".tmp")
+    return name.startswith(_temp_prefix(target)) and name.endswith(_TEMP_SUFFIX)
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see is_atomic_temp_of
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)

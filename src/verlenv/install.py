@@ -294,14 +294,15 @@ def remove_discarded(prefix: Path) -> None:
 
 
 def not_an_env(prefix: Path) -> bool:
-    return (prefix.is_dir() and not env_python(prefix).exists() and not (prefix / CREATING).exists()
-            and any(prefix.iterdir()) and not cut_short_before_its_mark(prefix))
+    return prefix.is_dir() and not env_python(prefix).exists() and any(prefix.iterdir()) and not half_made(prefix)
 
 
-def cut_short_before_its_mark(prefix: Path) -> bool:
-    """A folder holding only the temp file of the creating mark: an install killed between making the folder and
-    renaming its mark in (write_atomic), so the folder is ours, half-made, like one that has the mark."""
-    names = [p.name for p in prefix.iterdir()]
+def half_made(prefix: Path) -> bool:
+    """An env an install was cut short while making: it holds the creating mark, or only the mark's temp file (killed
+    between making the folder and renaming the mark in, write_atomic)."""
+    if (prefix / CREATING).exists():
+        return True
+    names = [p.name for p in prefix.iterdir()] if prefix.is_dir() else []
     return bool(names) and all(is_atomic_temp_of(n, CREATING) for n in names)
 
 
@@ -315,7 +316,7 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
     creating = prefix / CREATING
     created = not conda and (creating.exists() or not env_python(prefix).exists())
     if created:
-        if creating.exists() or (prefix.is_dir() and cut_short_before_its_mark(prefix)):
+        if half_made(prefix):
             print(f"{prefix}: an earlier install was cut short while making it; making it again", file=sys.stderr)
             discard(prefix)
         base_python = python or find_python(variant.stack.python)

@@ -171,9 +171,9 @@ def print_report(data: dict, console=None) -> None:
         console.print("fingerprints: identical on every node that answered")
     reduce = data.get("allreduce")
     if reduce and reduce.get("rows"):
-        sizes = ", ".join(f"{r['bytes'] >> 20} MiB {r['busbw_gbps']:.1f} GB/s" for r in reduce["rows"])
-        if reduce["world"] == 1:  # bus bandwidth is 0 by definition with one rank: nothing crossed a link
-            sizes = "not meaningful with one rank"
+        # Bus bandwidth is 0 by definition with one rank: nothing crossed a link.
+        sizes = ("not meaningful with one rank" if reduce["world"] == 1 else
+                 ", ".join(f"{r['bytes'] >> 20} MiB {r['busbw_gbps']:.1f} GB/s" for r in reduce["rows"]))
         console.print(f"all-reduce ({reduce['backend']}, {reduce['world']} ranks on {reduce['nodes']} node(s)): "
                       f"{'exact sums' if reduce['ok'] else reduce.get('error')}; bus bandwidth {sizes}")
     elif reduce:

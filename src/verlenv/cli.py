@@ -12,12 +12,12 @@ from verlenv.errors import Terminated, UserError
 
 # Each module adds its own subcommand through `register(subparsers)`; the order is the pipeline's.
 STAGE_MODULES = (
-    "verlenv.render",
-    "verlenv.lock",
-    "verlenv.conda_snapshot",
+    "verlenv.commands.render",
+    "verlenv.commands.lock",
+    "verlenv.commands.conda_snapshot",
     "verlenv.install",
     "verlenv.bundle.command",
-    "verlenv.toolchain",
+    "verlenv.commands.toolchain",
     "verlenv.build",
     "verlenv.verify",
     "verlenv.doctor",
@@ -33,8 +33,8 @@ class _Parser(argparse.ArgumentParser):
 
 # The subcommand each module registers: a run of one subcommand imports only its module (the doctor reading a
 # log should not pay for conda-lock, rattler and the verify machinery).
-COMMAND_MODULES = {"render": "verlenv.render", "lock": "verlenv.lock", "conda-snapshot": "verlenv.conda_snapshot",
-                   "install": "verlenv.install", "bundle": "verlenv.bundle.command", "toolchain": "verlenv.toolchain",
+COMMAND_MODULES = {"render": "verlenv.commands.render", "lock": "verlenv.commands.lock", "conda-snapshot": "verlenv.commands.conda_snapshot",
+                   "install": "verlenv.install", "bundle": "verlenv.bundle.command", "toolchain": "verlenv.commands.toolchain",
                    "build": "verlenv.build", "verify": "verlenv.verify", "doctor": "verlenv.doctor"}
 
 

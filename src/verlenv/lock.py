@@ -233,7 +233,7 @@ def _rel(cat: catalog.Catalog, path: Path) -> str:
         return str(path)
 
 
-def _selected(cat: catalog.Catalog, stack: str | None, variant: str | None) -> list[catalog.Variant]:
+def selected(cat: catalog.Catalog, stack: str | None, variant: str | None) -> list[catalog.Variant]:
     stacks = [cat.stack(stack)] if stack else list(cat.stacks.values())
     return [s.variant(variant) for s in stacks] if variant else [v for s in stacks for v in s.variants.values()]
 
@@ -395,7 +395,7 @@ def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, sho
 
 
 def check(cat: catalog.Catalog, stack: str | None = None, variant: str | None = None) -> list[str]:
-    variants = _selected(cat, stack, variant)
+    variants = selected(cat, stack, variant)
     stacks = list({v.stack.name: v.stack for v in variants}.values())
     problems = [p for v in variants for platform in v.platforms for p in lock_problems(cat, v, platform)]
     problems += [p for v in variants for p in platform_problems(cat, v)]
@@ -438,56 +438,6 @@ def conda_lock(cat: catalog.Catalog, stack: catalog.Stack) -> None:
             raise UserError(f"conda-lock failed for {_rel(cat, where)} (exit {result.returncode}, see above)", exit_code=1)
         os.replace(tmp, final)
         print(f"wrote {_rel(cat, final)}", file=sys.stderr)
-
-
-def register(sub) -> None:
-    p = sub.add_parser("lock", help="re-resolve the pip locks, re-render the env files, write conda-lock.yml; or --check them")
-    p.add_argument("--catalog", type=Path, default=None, help="stacks.toml to read (default: the project's)")
-    p.add_argument("--stack", help="lock only this stack (default: all)")
-    p.add_argument("--variant", help="lock only this variant (default: all); a stale base variant is relocked too")
-    p.add_argument("--check", action="store_true",
-                   help="offline: exit 1 if a lock, env file or conda-lock.yml is not what `verlenv lock` would write")
-    p.add_argument("--conda-only", action="store_true",
-                   help="only write conda-lock.yml from the committed pip locks and env files (no pip re-resolution)")
-    p.set_defaults(func=_main)
-
-
-def _main(args) -> int:
-    cat = catalog.load(args.catalog)
-    wanted = _selected(cat, args.stack, args.variant)
-    if args.check:
-        problems = check(cat, args.stack, args.variant)
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
-            print(f"verlenv lock --check: {len(problems)} problem(s)", file=sys.stderr)
-            return EXIT_STALE
-        print(f"verlenv lock --check: {len(wanted)} lock(s) and their environment files are fresh", file=sys.stderr)
-        return 0
-    unreachable = conda_unreachable()
-    if args.conda_only:
-        stacks = list({v.stack.name: v.stack for v in wanted}.values())
-    else:
-        locked = relock(cat, wanted)
-        for rel in render.write(cat):
-            print(f"wrote {rel}", file=sys.stderr)
-        stacks = list({v.stack.name: v.stack for v in locked}.values())
-    if not unreachable:
-        for stack in stacks:
-            conda_lock(cat, stack)
-        return 0
-    print(f"conda channels unreachable ({CONDA_PROBE_URL}: {unreachable}); solving the conda layer against "
-          f"{conda_layer.SNAPSHOT_DIR}", file=sys.stderr)
-    failed = []
-    for stack in stacks:
-        try:
-            conda_lock_offline(cat, stack)
-        except UserError as e:
-            failed.append(f"{stack.name}: {e}")
-    if failed:
-        raise UserError("; ".join(failed) + "; no conda-lock.yml was written for " +
-                        ", ".join(f.split(":")[0] for f in failed), exit_code=EXIT_NO_CONDA)
-    return 0
 
 
 def conda_lock_offline(cat: catalog.Catalog, stack: catalog.Stack) -> None:

@@ -11,7 +11,6 @@ the files' platforms anyway. A variant locked for fewer platforms (megatron: x86
 pins with conda-lock's platform selector (`# [linux64]`), so no other platform gets them.
 """
 
-import sys
 from pathlib import Path
 
 from verlenv import catalog, pins
@@ -122,17 +121,3 @@ def write(cat: catalog.Catalog) -> list[Path]:
             changed.append(rel)
     return changed
 
-
-def register(sub) -> None:
-    p = sub.add_parser("render", help="generate the conda environment files from stacks.toml and the locks")
-    p.add_argument("--catalog", type=Path, default=None, help="stacks.toml to read (default: the project's)")
-    p.set_defaults(func=_main)
-
-
-def _main(args) -> int:
-    cat = catalog.load(args.catalog)
-    changed = write(cat)
-    for rel in changed:
-        print(f"wrote {rel}", file=sys.stderr)
-    print(f"{len(changed)} environment file(s) changed", file=sys.stderr)
-    return 0

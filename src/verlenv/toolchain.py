@@ -9,15 +9,12 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from verlenv import validate
 from verlenv.errors import UserError
 
 TARGET_TRIPLE = "x86_64-linux"
@@ -234,24 +231,3 @@ def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None) -> 
            else f"Install conda-forge cuda-nvcc={want} (conda-lock install) and activate that env")
     )
 
-
-def register(sub) -> None:
-    p = sub.add_parser("toolchain", help="find or assemble a CUDA_HOME matching the env's torch")
-    p.add_argument("--python", default=sys.executable, help="interpreter of the env (default: this one)")
-    p.add_argument("--cache-dir", type=Path, default=Path(".verlenv"), help="where an assembled CUDA_HOME goes")
-    p.add_argument("--json", action="store_true", help="print the decision as JSON")
-    p.add_argument("--shell", action="store_true", help="print `export` lines for a shell to eval")
-    p.set_defaults(func=_main)
-
-
-def _main(args) -> int:
-    info, tc = resolve(validate.interpreter(args.python), args.cache_dir.resolve())
-    if args.json:
-        print(json.dumps({"torch": asdict(info), "toolchain": asdict(tc)}, indent=2))
-    elif args.shell:
-        for k, v in tc.env.items():
-            print(f"export {k}={shlex.quote(v)}")
-    else:
-        print(f"torch {info.torch} (CUDA {info.cuda}, cxx11 ABI {info.cxx11_abi}, {info.python_tag})")
-        print(tc.describe())
-    return 0

@@ -18,7 +18,7 @@ STAGE_MODULES = (
     "verlenv.install",
     "verlenv.bundle.command",
     "verlenv.commands.toolchain",
-    "verlenv.build",
+    "verlenv.commands.build",
     "verlenv.verify",
     "verlenv.doctor",
 )
@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 # log should not pay for conda-lock, rattler and the verify machinery).
 COMMAND_MODULES = {"render": "verlenv.commands.render", "lock": "verlenv.commands.lock", "conda-snapshot": "verlenv.commands.conda_snapshot",
                    "install": "verlenv.install", "bundle": "verlenv.bundle.command", "toolchain": "verlenv.commands.toolchain",
-                   "build": "verlenv.build", "verify": "verlenv.verify", "doctor": "verlenv.doctor"}
+                   "build": "verlenv.commands.build", "verify": "verlenv.verify", "doctor": "verlenv.doctor"}
 
 
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

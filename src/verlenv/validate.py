@@ -1,7 +1,6 @@
 """Every knob and path a user gives, checked before any work starts: one line naming the input, what is
 wrong and what is valid (UserError, exit 2)."""
 
-import argparse
 import os
 import re
 import subprocess
@@ -14,7 +13,8 @@ from verlenv.errors import UserError
 ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
 
 
-def _positive(text: str) -> int | None:
+def positive(text: str) -> int | None:
+    """The positive whole number `text` spells, else None."""
     try:
         value = int(text.strip())
     except ValueError:
@@ -22,22 +22,12 @@ def _positive(text: str) -> int | None:
     return value if value >= 1 else None
 
 
-def positive_int(option: str):
-    """An argparse `type` for a count option (--jobs 4), so `--jobs -3` stops before anything starts."""
-    def parse(text: str) -> int:
-        value = _positive(text)
-        if value is None:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; give one such as 4")
-        return value
-    return parse
-
-
 def env_count(name: str | None) -> int | None:
     """A count from the environment (MAX_JOBS, NVCC_THREADS…): None when unset, else a positive whole number."""
     value = os.environ.get(name or "")
     if value is None or value == "":
         return None
-    count = _positive(value)
+    count = positive(value)
     if count is None:
         raise UserError(f"{name}={value!r} (from the environment): not a positive whole number; set one such as "
                         f"{name}=4, or unset it")

@@ -1,0 +1,85 @@
+"""`verlenv build`: compile the variant's source builds against the env's torch, then install and import them."""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from verlenv import build, catalog, gpus, recipes, toolchain, validate
+from verlenv.fsutil import write_atomic
+from verlenv.install import default_python
+
+
+def positive_int(option: str):
+    """An argparse `type` for a count option (--jobs 4), so `--jobs -3` stops before anything starts."""
+    def parse(text: str) -> int:
+        value = validate.positive(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; give one such as 4")
+        return value
+    return parse
+
+
+def register(sub) -> None:
+    p = sub.add_parser("build", help="compile flash-attn / apex / transformer-engine-torch against the env's torch")
+    p.add_argument("packages", nargs="*", help="packages to build (default: every source build of the variant)")
+    p.add_argument("--stack", help="stack (default: the catalog's default)")
+    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    p.add_argument("--python", help="interpreter of the env to build for (default: active env or .venv-<stack>-<variant>)")
+    p.add_argument("--gpu", action="append", help="target GPU: a100, h100, h200 or auto (repeat for a union)")
+    p.add_argument("--archs", help="explicit archs, e.g. '8.0;9.0' (overrides --gpu)")
+    p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
+                   help="wheel cache; a shared disk lets a cluster build once")
+    p.add_argument("--jobs", type=positive_int("--jobs"), help="override MAX_JOBS")
+    p.add_argument("--threads", type=positive_int("--threads"), help="override nvcc threads per job")
+    p.add_argument("--source", type=Path, help="local source: the sdist file, or a git clone for git recipes")
+    p.add_argument("--if-gpu", action="store_true",
+                   help="with --gpu auto: build only when a GPU is visible, else say so and exit 0")
+    p.add_argument("--no-install", action="store_true", help="build and cache only")
+    p.add_argument("--keep", action="store_true", help="keep the build tree")
+    p.add_argument("--json", type=Path, help="write the build records to this JSON file")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant)
+    python = validate.interpreter(args.python) if args.python else os.path.abspath(default_python(variant, cat.root, "build in"))
+    packages = args.packages or [b.name for b in variant.source_builds]
+    _check_inputs(args, [recipes.load(cat.root, package) for package in packages])
+    if args.if_gpu and args.archs is None and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
+        print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
+        return 0
+    archs = validate.archs(args.archs) if args.archs is not None else gpus.archs_for(args.gpu or ["auto"])
+    work = (cat.root / ".verlenv").resolve()
+    results = []
+    for package in packages:
+        result = build.build_one(cat.root, variant, package, python, archs, args.wheelhouse.resolve(), work,
+                                 args.jobs, args.threads, args.source, args.keep)
+        if not args.no_install:
+            build.install_wheel(python, result.wheel, recipes.load(cat.root, package))
+        results.append(result)
+    if args.json:
+        write_atomic(args.json, json.dumps([{"package": r.package, "wheel": str(r.wheel), "fingerprint": r.fingerprint,
+                                             "cached": r.cached, "record": r.record} for r in results], indent=2) + "\n")
+    return 0
+
+
+def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
+    """Every knob and path of the command, before a toolchain is looked for or a source unpacked."""
+    if args.archs is not None:
+        validate.archs(args.archs)
+    validate.env_count("MAX_JOBS")
+    toolchain.check_explicit_cuda_home(dict(os.environ))
+    for recipe in wanted:
+        validate.env_count(recipe.threads_variable)
+        validate.env_count(recipe.concurrent_extensions_variable)
+        if args.source is not None:
+            if recipe.source["kind"] == "git":
+                validate.existing_dir(args.source, "--source")
+            elif recipe.source["kind"] == "pypi-sdist":
+                validate.existing_file(args.source, "--source")
+    validate.new_or_dir(args.wheelhouse, "--wheelhouse")
+    if args.json:
+        validate.writable_file(args.json, "--json")

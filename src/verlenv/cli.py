@@ -15,8 +15,8 @@ STAGE_MODULES = (
     "verlenv.commands.render",
     "verlenv.commands.lock",
     "verlenv.commands.conda_snapshot",
-    "verlenv.install",
-    "verlenv.bundle.command",
+    "verlenv.commands.install",
+    "verlenv.commands.bundle",
     "verlenv.commands.toolchain",
     "verlenv.commands.build",
     "verlenv.verify",
@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 # The subcommand each module registers: a run of one subcommand imports only its module (the doctor reading a
 # log should not pay for conda-lock, rattler and the verify machinery).
 COMMAND_MODULES = {"render": "verlenv.commands.render", "lock": "verlenv.commands.lock", "conda-snapshot": "verlenv.commands.conda_snapshot",
-                   "install": "verlenv.install", "bundle": "verlenv.bundle.command", "toolchain": "verlenv.commands.toolchain",
+                   "install": "verlenv.commands.install", "bundle": "verlenv.commands.bundle", "toolchain": "verlenv.commands.toolchain",
                    "build": "verlenv.commands.build", "verify": "verlenv.verify", "doctor": "verlenv.doctor"}
 
 

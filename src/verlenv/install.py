@@ -346,39 +346,3 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
     print(f"installed {lock.name} into {prefix} with {installer} in {seconds:.1f} s", file=sys.stderr)
     return prefix
 
-
-def register(sub) -> None:
-    p = sub.add_parser("install", help="install a locked variant into a venv or the active conda env, then check drift")
-    p.add_argument("--stack", help="stack (default: the catalog's default)")
-    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
-    p.add_argument("--prefix", type=Path, help="venv to create or update (default: .venv-<stack>-<variant>)")
-    p.add_argument("--conda", action="store_true", help="install into the active conda env instead of a venv")
-    p.add_argument("--python", help="interpreter for a new venv (default: the stack's Python found on this machine)")
-    p.add_argument("--installer", choices=("uv", "pip"), default="uv", help="uv (default) or plain pip, on the same lock")
-    p.add_argument("--bundle", type=Path, metavar="DIR",
-                   help="install offline from a `verlenv bundle` folder (or its parts); with --python alone, into that interpreter's env")
-    p.add_argument("--kernel-cache-into", type=Path, metavar="DIR",
-                   help="with --bundle: unpack the bundle's kernel cache into DIR (e.g. ~/.triton/cache)")
-    p.set_defaults(func=_main)
-
-
-def _main(args) -> int:
-    if args.kernel_cache_into and not args.bundle:
-        raise UserError("--kernel-cache-into goes with --bundle DIR (it unpacks a bundle's kernel cache)")
-    if args.bundle:
-        from verlenv.bundle.command import install_main
-
-        return install_main(args)
-    cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant)
-    prefix = install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)
-    from verlenv.verify.runner import lock_drift
-
-    results = lock_drift(str(env_python(prefix)), cat, variant, lock_path(cat.root, variant))
-    for r in results:
-        print(f"drift check {r.name}: {r.status}: {r.reason}", file=sys.stderr)
-    failed = [r for r in results if r.status == "fail"]
-    if failed:
-        print(f"verlenv install: the env differs from {lock_path(cat.root, variant).name}", file=sys.stderr)
-        return 1
-    return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from verlenv import __version__, wheelcache
+from verlenv import __version__, catalog, wheelcache
 from verlenv.bundle import fetch, kernel_cache as kcache
 from verlenv.errors import UserError
 from verlenv.install import find_python
@@ -131,6 +131,29 @@ def find_built(wheelhouse: Path, name: str, version: str | None, torch: str, cud
     entry = wheelcache.lookup(wheelhouse, name, best[1].name)  # re-hashes the wheel
     return Built(name, entry.wheel, entry.record["wheel_sha256"], entry.record["fingerprint"], entry.record["inputs"])
 
+
+def _torch_version(lock: Path) -> str:
+    torch = read_lock(lock).get("torch")
+    if torch is None:
+        raise UserError(f"{lock.name} pins no torch; source-built wheels need one (use --no-built)")
+    return torch.version
+
+
+def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: list[str]) -> list[Built]:
+    """The variant's source-built wheels from the wheel cache; one line naming the build for a missing one."""
+    torch = _torch_version(lock)
+    tag = "cp" + variant.stack.python.replace(".", "")
+    out = []
+    for build in variant.source_builds:
+        commit = build.url.rpartition("@")[2] if build.url else None
+        hit = find_built(wheelhouse, build.name, build.version, torch, variant.stack.cuda, tag, archs, commit=commit)
+        if hit is None:
+            raise UserError(f"no cached {build.name} {build.version or commit} wheel for torch {torch}, CUDA {variant.stack.cuda}, "
+                            f"{tag}, archs {';'.join(archs)} in {wheelhouse}; make it with "
+                            f"`verlenv build {build.name} --stack {variant.stack.name} --variant {variant.name} --archs '{';'.join(archs)}' "
+                            f"--wheelhouse {wheelhouse}`, or pass --no-built")
+        out.append(hit)
+    return out
 
 def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:
     """A wheel built once from a verified sdist and cached by the sdist's sha256; pure-Python only."""

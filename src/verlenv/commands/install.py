@@ -1,0 +1,97 @@
+"""`verlenv install`: install a locked variant (from the index, or offline from a bundle with --bundle), then check
+that the env equals the lock."""
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from verlenv import catalog, install, pins, runtime_env
+from verlenv.errors import UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("install", help="install a locked variant into a venv or the active conda env, then check drift")
+    p.add_argument("--stack", help="stack (default: the catalog's default)")
+    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    p.add_argument("--prefix", type=Path, help="venv to create or update (default: .venv-<stack>-<variant>)")
+    p.add_argument("--conda", action="store_true", help="install into the active conda env instead of a venv")
+    p.add_argument("--python", help="interpreter for a new venv (default: the stack's Python found on this machine)")
+    p.add_argument("--installer", choices=("uv", "pip"), default="uv", help="uv (default) or plain pip, on the same lock")
+    p.add_argument("--bundle", type=Path, metavar="DIR",
+                   help="install offline from a `verlenv bundle` folder (or its parts); with --python alone, into that interpreter's env")
+    p.add_argument("--kernel-cache-into", type=Path, metavar="DIR",
+                   help="with --bundle: unpack the bundle's kernel cache into DIR (e.g. ~/.triton/cache)")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    if args.kernel_cache_into and not args.bundle:
+        raise UserError("--kernel-cache-into goes with --bundle DIR (it unpacks a bundle's kernel cache)")
+    if args.bundle:
+        return _install_bundle(args)
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant)
+    prefix = install.install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)
+    lock = install.lock_path(cat.root, variant)
+    return 1 if _drifted(str(install.env_python(prefix)), cat, variant, lock) else 0
+
+
+def _install_bundle(args) -> int:
+    """`verlenv install --bundle DIR`: offline install, then the same drift check as a plain install."""
+    from verlenv.bundle import kernel_cache, make, offline
+
+    if args.installer != "uv":
+        raise UserError("--bundle installs with the uv the bundle carries; drop --installer pip")
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant) if args.stack else None
+    into = args.python if args.python and not args.prefix and not args.conda else None
+    bundle = offline.open_bundle(args.bundle)
+    manifest = json.loads((bundle / make.MANIFEST).read_text())  # which variant; offline.install checks it all
+    variant = variant or cat.variant(manifest["stack"], manifest["variant"])
+    kernels = next((e for e in manifest["files"] if e["origin"] == kernel_cache.ORIGIN), None)
+    if args.kernel_cache_into and kernels is None:
+        raise UserError(f"--kernel-cache-into: {bundle} carries no kernel cache (bundle it with --kernel-cache DIR)")
+    if (variant.stack.name, variant.name) != (manifest["stack"], manifest["variant"]):
+        raise UserError(f"the bundle holds {manifest['stack']}-{manifest['variant']}, not {variant.key}")
+    expected = pins.lock_path(cat.root, variant, manifest["platform"])
+    prefix = args.prefix or cat.root / f".venv-{variant.key}"
+    keep = []
+    if manifest["built"] != "included" and not into and install.env_python(prefix.absolute()).exists():
+        keep = install.kept_source_builds(install.env_python(prefix.absolute()), variant)
+    # One installer per env, as for a plain install; an interpreter's own env (--python) is the user's to guard.
+    if into:
+        held = None
+    elif args.conda:
+        held = Path(os.environ["CONDA_PREFIX"]) if os.environ.get("CONDA_PREFIX") else None  # offline.install says so
+    else:
+        held = prefix.absolute()
+    with install.prefix_lock(held, args.conda) if held else contextlib.nullcontext():
+        python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
+                                                 python=None if into else args.python, into=into,
+                                                 expected_lock=expected, keep=keep)
+        # The stack's runtime defaults (.pth) are part of the env, whichever way it was installed.
+        runtime_env.apply(python, cat.root / "stacks.toml", variant)
+    if _drifted(python, cat, variant, lock):
+        return 1
+    if kernels and args.kernel_cache_into:
+        count = kernel_cache.unpack(bundle / kernels["file"], args.kernel_cache_into)
+        print(f"kernel cache: {count} files into {args.kernel_cache_into}", file=sys.stderr)
+    elif kernels:
+        print(f"note: the bundle carries a kernel cache ({kernels['file']}); --kernel-cache-into DIR unpacks it",
+              file=sys.stderr)
+    return 0
+
+
+def _drifted(python: str, cat: catalog.Catalog, variant: catalog.Variant, lock: Path) -> bool:
+    """The drift check after an install, each result on its own line; True when the env differs from the lock."""
+    from verlenv.verify.runner import lock_drift  # here: a plain install's start need not load the verify machinery
+
+    results = lock_drift(python, cat, variant, lock)
+    for r in results:
+        print(f"drift check {r.name}: {r.status}: {r.reason}", file=sys.stderr)
+    if any(r.status == "fail" for r in results):
+        print(f"verlenv install: the env differs from {lock.name}", file=sys.stderr)
+        return True
+    return False

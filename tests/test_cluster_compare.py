@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from verlenv.cluster import command, compare, fingerprint
+from verlenv.cluster import compare, fingerprint, launch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -117,7 +117,7 @@ def _node(name: str, state: str = "checked", failed: bool = False) -> dict:
     ([], [], None, 1),
 ])
 def test_exit_code(nodes, differences, reduce, expected):
-    assert command.exit_code({"nodes": nodes, "differences": differences, "allreduce": reduce}) == expected
+    assert launch.exit_code({"nodes": nodes, "differences": differences, "allreduce": reduce}) == expected
 
 
 def test_table_names_nodes_checks_and_differences():
@@ -125,7 +125,7 @@ def test_table_names_nodes_checks_and_differences():
             "differences": [{"fact": "record:torch", "values": {"10.0.0.1": "aa", "10.0.0.2": "bb"},
                              "odd_nodes": ["10.0.0.2"]}], "allreduce": None, "exit_code": 1}
     console = Console(record=True, width=200)
-    command.print_report(data, console)
+    launch.print_report(data, console)
     text = console.export_text()
     assert "10.0.0.2 intact/torch: 1 file missing" in text
     assert "10.0.0.3 died: no answer within 60 s" in text
@@ -140,7 +140,7 @@ def test_allreduce_line_reports_bus_bandwidth_only_across_ranks(world, shown):
     data = {"nodes": [_node("a")], "differences": [], "exit_code": 0,
             "allreduce": {"ok": True, "backend": "nccl", "world": world, "nodes": 1, "rows": rows}}
     console = Console(record=True, width=200)
-    command.print_report(data, console)
+    launch.print_report(data, console)
     assert f"all-reduce (nccl, {world} ranks on 1 node(s)): exact sums; {shown}" in console.export_text()
 
 

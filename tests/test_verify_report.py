@@ -134,8 +134,8 @@ def test_verify_imports_without_uv_or_conda_lock():
     code = ("import sys\n"
             "for blocked in ('conda_lock', 'uv', 'yaml'):\n"
             "    sys.modules[blocked] = None\n"
-            "import argparse, verlenv.verify, verlenv.verify.runner, verlenv.verify.static, verlenv.verify.report\n"
-            "verlenv.verify.register(argparse.ArgumentParser().add_subparsers())\n"
+            "import argparse, verlenv.commands.verify, verlenv.verify.runner, verlenv.verify.static, verlenv.verify.report\n"
+            "verlenv.commands.verify.register(argparse.ArgumentParser().add_subparsers())\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr

@@ -19,8 +19,8 @@ STAGE_MODULES = (
     "verlenv.commands.bundle",
     "verlenv.commands.toolchain",
     "verlenv.commands.build",
-    "verlenv.verify",
-    "verlenv.doctor",
+    "verlenv.commands.verify",
+    "verlenv.commands.doctor",
 )
 
 
@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 # log should not pay for conda-lock, rattler and the verify machinery).
 COMMAND_MODULES = {"render": "verlenv.commands.render", "lock": "verlenv.commands.lock", "conda-snapshot": "verlenv.commands.conda_snapshot",
                    "install": "verlenv.commands.install", "bundle": "verlenv.commands.bundle", "toolchain": "verlenv.commands.toolchain",
-                   "build": "verlenv.commands.build", "verify": "verlenv.verify", "doctor": "verlenv.doctor"}
+                   "build": "verlenv.commands.build", "verify": "verlenv.commands.verify", "doctor": "verlenv.commands.doctor"}
 
 
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

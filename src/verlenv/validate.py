@@ -90,6 +90,22 @@ def python(path: str, version: str, option: str = "--python") -> str:
     return path
 
 
+def python3(path: str, option: str = "--python") -> str:
+    """An interpreter of any Python 3 (an env to check or probe, whatever its version)."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{option} {path}: no such file")
+    if p.is_dir() or not os.access(p, os.X_OK):
+        raise UserError(f"{option} {path}: not an executable interpreter")
+    try:
+        out = subprocess.run([str(p), "-c", "import sys; print(sys.version_info[0])"], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    if out != "3":
+        raise UserError(f"{option} {path}: not a Python 3 interpreter")
+    return str(p.absolute())
+
 def writable_file(path: Path, option: str) -> Path:
     """A file path we can create or replace: not a directory, in a folder that exists or can be made and
     takes new files (probed by making one there, as the real write will)."""

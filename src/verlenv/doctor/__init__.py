@@ -1,6 +1,5 @@
 """verlenv doctor: recognise known environment failures in logs and in live environments, and say the fix."""
 
-from verlenv.doctor.command import register
 from verlenv.doctor.logs import diagnose_path, diagnose_text
 from verlenv.doctor.matcher import (
     Diagnosis,
@@ -8,4 +7,4 @@ from verlenv.doctor.matcher import (
     format_diagnoses,
 )
 
-__all__ = ["Diagnosis", "diagnose_lines", "diagnose_path", "diagnose_text", "format_diagnoses", "register"]
+__all__ = ["Diagnosis", "diagnose_lines", "diagnose_path", "diagnose_text", "format_diagnoses"]

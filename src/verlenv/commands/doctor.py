@@ -1,4 +1,5 @@
-"""`verlenv doctor`: diagnose a log (file or stdin), or probe a live environment."""
+"""`verlenv doctor`: diagnose a log (file or stdin), or probe a live environment; with --ray, every node of a Ray
+cluster."""
 
 import json
 import os
@@ -40,9 +41,7 @@ def handle(args) -> int:
             raise UserError(f"{', '.join(given)} apply to environment probes; run `verlenv doctor` without LOG for those")
         return _diagnose_log(args.log, args.json)
     if args.ray is not None:  # each node probes its own env
-        from verlenv.cluster.command import doctor_cluster
-
-        return doctor_cluster(args)
+        return _doctor_cluster(args)
     return _probe(args)
 
 
@@ -65,6 +64,33 @@ def _probe(args) -> int:
     else:
         _emit(probes.format_probes(results, facts.executable))
     return 1 if any(r.status == "problem" for r in results) else 0
+
+
+def _doctor_cluster(args) -> int:
+    """`doctor --ray`: the doctor's probes on every node, and the fingerprint differences."""
+    from verlenv import catalog, pins, validate
+    from verlenv.cluster import launch
+    from verlenv.install import default_python
+
+    if args.node_timeout <= 0:
+        raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    unknown = [n for n in only or [] if n not in probes.PROBES]
+    if unknown:
+        raise UserError(f"unknown probe {', '.join(unknown)}; valid: {', '.join(probes.PROBES)}")
+    cat = catalog.load()
+    variant = cat.variant(args.stack, args.variant or "fsdp")
+    python = validate.python3(args.python or default_python(variant, cat.root, "doctor"))
+    lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
+    if not lock.is_file():
+        raise UserError(f"--lock {lock}: no such file")
+    data = launch.doctor_cluster(cat, variant, python, lock, address=args.ray, probes=only,
+                                 node_timeout=args.node_timeout)
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        launch.print_report(data)
+    return data["exit_code"]
 
 
 def _emit(text: str) -> None:

@@ -1,5 +1,5 @@
-"""`verlenv verify --ray`: the tool's side. It hands the work to the env's interpreter (the Ray driver), then
-reports: a node x check table, the fingerprint differences, the cross-node all-reduce; JSON with `nodes`."""
+"""`verify --ray` and `doctor --ray`, the tool's side: hand the work to the env's interpreter (the Ray driver), then
+report: a node x check table, the fingerprint differences, the cross-node all-reduce; JSON with `nodes`."""
 
 import json
 import os
@@ -63,78 +63,40 @@ def exit_code(data: dict) -> int:
     return 1 if bad else 0
 
 
-def runtime_env(path: Path | None) -> dict:
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise UserError(f"--runtime-env {path}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UserError(f"--runtime-env {path}: not JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"--runtime-env {path}: must be a JSON object (a Ray runtime_env, e.g. {{\"env_vars\": {{...}}}})")
-    return data
-
-
-def verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None) -> int:
+def verify_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None, *, address: str,
+                   gpu: str, force: bool, skipped: list[str], only: str | None, timeout: float, node_timeout: float,
+                   allreduce: str, runtime_env: dict, report: Path | None, command: list[str]) -> int:
+    """Verify every node of the cluster at `address`; write the JSON report, print the tables, return the exit code."""
     started = datetime.now(timezone.utc)
-    if args.node_timeout <= 0:
-        raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
-    if args.kernels_dir:
-        raise UserError("--kernels-dir: not with --ray (every node runs the packaged checks)")
-    if args.markdown:
-        raise UserError("--markdown: not with --ray (its report is the JSON and the tables)")
-    spec = {"address": args.ray, "runtime_env": runtime_env(args.runtime_env), "catalog": str(cat.root / "stacks.toml"),
+    spec = {"address": address, "runtime_env": runtime_env, "catalog": str(cat.root / "stacks.toml"),
             "stack": variant.stack.name,
-            "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": args.gpu,
-            "force": args.force, "skipped": sorted(args.skip_package), "only": args.only, "timeout": args.timeout,
-            "node_timeout": args.node_timeout, "allreduce": args.allreduce}
-    print(f"verlenv verify --ray {args.ray}: {variant.key}, driver {python}", file=sys.stderr, flush=True)
-    data = run_driver(python, spec, args.node_timeout + CONNECT_S + ALLREDUCE_S)
-    data = {"schema_version": 1, "command": ["verlenv", *sys.argv[1:]],
+            "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": gpu,
+            "force": force, "skipped": sorted(skipped), "only": only, "timeout": timeout,
+            "node_timeout": node_timeout, "allreduce": allreduce}
+    print(f"verlenv verify --ray {address}: {variant.key}, driver {python}", file=sys.stderr, flush=True)
+    data = run_driver(python, spec, node_timeout + CONNECT_S + ALLREDUCE_S)
+    data = {"schema_version": 1, "command": command,
             "timestamp": started.isoformat(timespec="seconds"), "stack": variant.stack.name, "variant": variant.name,
             "lock": {"path": str(lock), "sha256": sha256_file(lock)} if lock else None, **data}
     data["exit_code"] = exit_code(data)
     data["result"] = "pass" if data["exit_code"] == 0 else "fail"
     data["wall_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 2)
-    path = args.report or cat.root / "reports" / f"verify-cluster-{variant.key}-{started:%Y%m%dT%H%M%SZ}.json"
+    path = report or cat.root / "reports" / f"verify-cluster-{variant.key}-{started:%Y%m%dT%H%M%SZ}.json"
     write_atomic(path, json.dumps(data, indent=1) + "\n")
     print_report(data)
     print(f"report: {path}", file=sys.stderr)
     return data["exit_code"]
 
 
-def doctor_cluster(args) -> int:
-    """`verlenv doctor --ray`: the doctor's probes on every node, and the fingerprint differences."""
-    if args.node_timeout <= 0:
-        raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
-    from verlenv.doctor import probes
-    from verlenv.install import default_python
-    from verlenv.verify import check_python
-
-    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    unknown = [n for n in only or [] if n not in probes.PROBES]
-    if unknown:
-        raise UserError(f"unknown probe {', '.join(unknown)}; valid: {', '.join(probes.PROBES)}")
-    cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant or "fsdp")
-    python = check_python(args.python or default_python(variant, cat.root, "doctor"))
-    from verlenv import pins
-
-    lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
-    if not lock.is_file():
-        raise UserError(f"--lock {lock}: no such file")
-    spec = {"what": "doctor", "address": args.ray, "catalog": str(cat.root / "stacks.toml"),
-            "stack": variant.stack.name, "variant": variant.name, "lock": str(lock.absolute()), "probes": only,
-            "node_timeout": args.node_timeout, "allreduce": "off"}
-    data = run_driver(python, spec, args.node_timeout + CONNECT_S)
+def doctor_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path, *, address: str,
+                   probes: list[str] | None, node_timeout: float) -> dict:
+    """The doctor's probes on every node of the cluster at `address`, and the fingerprint differences."""
+    spec = {"what": "doctor", "address": address, "catalog": str(cat.root / "stacks.toml"),
+            "stack": variant.stack.name, "variant": variant.name, "lock": str(lock.absolute()), "probes": probes,
+            "node_timeout": node_timeout, "allreduce": "off"}
+    data = run_driver(python, spec, node_timeout + CONNECT_S)
     data["exit_code"] = exit_code(data)
-    if args.json:
-        print(json.dumps(data, indent=1))
-    else:
-        print_report(data)
-    return data["exit_code"]
+    return data
 
 
 def print_report(data: dict, console=None) -> None:

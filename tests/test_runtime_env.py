@@ -15,6 +15,7 @@ import pytest
 
 from test_verify_profiles import REPO
 from verlenv import catalog, runtime_env
+from verlenv.verify import static
 from verlenv.errors import UserError
 
 CHILD = textwrap.dedent("""\
@@ -84,15 +85,15 @@ def test_verify_reports_the_defaults_in_effect(venv, cat, monkeypatch):
     for name in ("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER"):
         monkeypatch.delenv(name, raising=False)
     runtime_env.apply(venv, cat.path, variant)
-    r = runtime_env.check(venv, cat.path, variant)
+    r = static.check_runtime_env(venv, cat.path, variant)
     assert (r.name, r.status) == ("env/runtime-defaults", "pass")
     assert r.reason == "VLLM_USE_FLASHINFER_SAMPLER=0, VLLM_USE_V2_MODEL_RUNNER=0"
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    r = runtime_env.check(venv, cat.path, variant)
+    r = static.check_runtime_env(venv, cat.path, variant)
     assert r.status == "pass" and "VLLM_USE_V2_MODEL_RUNNER=1 set by the user (default 0)" in r.reason
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
     Path(runtime_env.probe(venv, [])["site"], runtime_env.PTH_NAME).unlink()
-    r = runtime_env.check(venv, cat.path, variant)
+    r = static.check_runtime_env(venv, cat.path, variant)
     assert r.status == "warn" and "not set in this env: VLLM_USE_FLASHINFER_SAMPLER, VLLM_USE_V2_MODEL_RUNNER" \
         in r.reason
 
@@ -125,9 +126,9 @@ def test_pth_text_is_one_import_line_that_sets_defaults_only():
 
 
 def test_the_module_writes_an_env_by_hand_and_refuses_a_bad_python(venv, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "verlenv.runtime_env", "--python", str(venv)], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "verlenv.commands.runtime_env", "--python", str(venv)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("wrote ") and runtime_env.PTH_NAME in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "verlenv.runtime_env", "--python", str(tmp_path / "false")],
+    proc = subprocess.run([sys.executable, "-m", "verlenv.commands.runtime_env", "--python", str(tmp_path / "false")],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr

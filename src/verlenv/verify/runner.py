@@ -14,7 +14,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, gpus, runtime_env
+from verlenv import catalog, gpus
 from verlenv.doctor import facts as facts_mod
 from verlenv.verify import static
 from verlenv.verify.results import STATUSES, SKIPPED_BY_REQUEST, CheckResult
@@ -163,7 +163,7 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     driver_result, driver = static.check_driver(s.stack, s.catalog, dict(os.environ))
     if whole_env:
         results.append(driver_result)
-        results.append(runtime_env.check(s.python, s.catalog.path, s.variant))
+        results.append(static.check_runtime_env(s.python, s.catalog.path, s.variant))
     if scope.wants("triton"):
         results.append(static.check_libcuda(dict(os.environ), static.ldconfig_text(), driver, scope))
     return results, driver

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from verlenv import cubins
+from verlenv import cubins, runtime_env
 from verlenv.doctor import symbols
 from verlenv.errors import UserError
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
@@ -132,6 +132,24 @@ def check_installed(installed: dict[str, list[str]], scope: Scope, variant: str,
             out.append(scope.result(f"installed/{pkg.name}", pkg.name, "skip", f"not installed (optional for {variant})"))
     return out
 
+
+def check_runtime_env(python: str | Path, stacks_toml: Path, variant) -> CheckResult:
+    """env/runtime-defaults: every default of the stack is in effect in the env (or the user set their own)."""
+    settings = runtime_env.defaults(stacks_toml, variant.stack.name)
+    name = "env/runtime-defaults"
+    if not settings:
+        return CheckResult(name, "env", "static", "pass", f"stack {variant.stack.name} sets no runtime defaults")
+    seen = runtime_env.probe(python, sorted(settings))["seen"]
+    missing = [n for n, v in seen.items() if v is None]
+    theirs = {n: v for n, v in seen.items() if v is not None and v != settings[n]}
+    numbers = {"defaults": settings, "seen": seen}
+    if missing:
+        return CheckResult(name, "env", "static", "warn", f"not set in this env: {', '.join(missing)} "
+                           f"(no {runtime_env.PTH_NAME}: run `verlenv install` again)", numbers=numbers)
+    said = "; ".join(f"{n}={v} set by the user (default {settings[n]})" for n, v in theirs.items())
+    return CheckResult(name, "env", "static", "pass",
+                       ", ".join(f"{n}={v}" for n, v in sorted(seen.items())) + (f"; {said}" if said else ""),
+                       numbers=numbers)
 
 # --- the lock -----------------------------------------------------------------------------------------
 

@@ -1,0 +1,28 @@
+"""`python -m verlenv.commands.runtime_env --python PY`: write the stack's runtime defaults into an env installed
+without `verlenv install` (an offline carry, a conda env made by hand)."""
+
+import argparse
+import sys
+
+from verlenv import catalog, runtime_env
+from verlenv.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verlenv.commands.runtime_env", description=__doc__)
+    parser.add_argument("--python", required=True, help="the env's interpreter")
+    parser.add_argument("--stack", help="stack (default: the catalog's default)")
+    parser.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    args = parser.parse_args(argv)
+    try:
+        cat = catalog.load()
+        path = runtime_env.apply(args.python, cat.path, cat.variant(args.stack, args.variant))
+    except UserError as e:
+        print(f"verlenv: {e}", file=sys.stderr)
+        return e.exit_code
+    print(f"wrote {path}" if path else "this stack sets no runtime defaults")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,18 +10,14 @@ import threading
 
 from verlenv.errors import Terminated, UserError
 
-# Each module adds its own subcommand through `register(subparsers)`; the order is the pipeline's.
-STAGE_MODULES = (
-    "verlenv.commands.render",
-    "verlenv.commands.lock",
-    "verlenv.commands.conda_snapshot",
-    "verlenv.commands.install",
-    "verlenv.commands.bundle",
-    "verlenv.commands.toolchain",
-    "verlenv.commands.build",
-    "verlenv.commands.verify",
-    "verlenv.commands.doctor",
-)
+# One module per subcommand, verlenv/commands/<name>.py, adds it through `register(subparsers)`; the order is the
+# pipeline's. A run of one subcommand imports only its module (the doctor reading a log should not pay for
+# conda-lock, rattler and the verify machinery).
+COMMANDS = ("render", "lock", "conda-snapshot", "install", "bundle", "toolchain", "build", "verify", "doctor")
+
+
+def command_module(command: str) -> str:
+    return "verlenv.commands." + command.replace("-", "_")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,20 +27,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
-# The subcommand each module registers: a run of one subcommand imports only its module (the doctor reading a
-# log should not pay for conda-lock, rattler and the verify machinery).
-COMMAND_MODULES = {"render": "verlenv.commands.render", "lock": "verlenv.commands.lock", "conda-snapshot": "verlenv.commands.conda_snapshot",
-                   "install": "verlenv.commands.install", "bundle": "verlenv.commands.bundle", "toolchain": "verlenv.commands.toolchain",
-                   "build": "verlenv.commands.build", "verify": "verlenv.commands.verify", "doctor": "verlenv.commands.doctor"}
-
-
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     args = sys.argv[1:] if argv is None else argv
     first = args[0] if args else None
-    for name in [COMMAND_MODULES[first]] if first in COMMAND_MODULES else STAGE_MODULES:
-        importlib.import_module(name).register(sub)
+    for command in [first] if first in COMMANDS else COMMANDS:
+        importlib.import_module(command_module(command)).register(sub)
     return p
 
 

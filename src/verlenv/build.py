@@ -470,4 +470,3 @@ def extension_split(recipe: recipes.Recipe, jobs: int, jobs_given: bool, memory_
 
 def _env_int(name: str | None) -> int | None:
     return validate.env_count(name)
-

@@ -205,4 +205,3 @@ def subdir_of(url: str) -> str:
 def name_of(url: str) -> str:
     """A conda file's package name: its file name less `-<version>-<build>.<ext>`."""
     return url.rsplit("/", 1)[-1].rsplit("-", 2)[0]
-

@@ -345,4 +345,3 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
     creating.unlink(missing_ok=True)
     print(f"installed {lock.name} into {prefix} with {installer} in {seconds:.1f} s", file=sys.stderr)
     return prefix
-

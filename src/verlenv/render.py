@@ -120,4 +120,3 @@ def write(cat: catalog.Catalog) -> list[Path]:
             write_atomic(path, text)
             changed.append(rel)
     return changed
-

@@ -230,4 +230,3 @@ def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None) -> 
         + ("Install the PyPI nvcc wheels of the lock (verlenv install)" if want.startswith("13")
            else f"Install conda-forge cuda-nvcc={want} (conda-lock install) and activate that env")
     )
-

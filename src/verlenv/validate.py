@@ -106,6 +106,7 @@ def python3(path: str, option: str = "--python") -> str:
         raise UserError(f"{option} {path}: not a Python 3 interpreter")
     return str(p.absolute())
 
+
 def writable_file(path: Path, option: str) -> Path:
     """A file path we can create or replace: not a directory, in a folder that exists or can be made and
     takes new files (probed by making one there, as the real write will)."""

@@ -155,6 +155,7 @@ def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: 
         out.append(hit)
     return out
 
+
 def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:
     """A wheel built once from a verified sdist and cached by the sdist's sha256; pure-Python only."""
     folder = fetch.cache_dir() / "built" / f.sha256

@@ -151,6 +151,7 @@ def check_runtime_env(python: str | Path, stacks_toml: Path, variant) -> CheckRe
                        ", ".join(f"{n}={v}" for n, v in sorted(seen.items())) + (f"; {said}" if said else ""),
                        numbers=numbers)
 
+
 # --- the lock -----------------------------------------------------------------------------------------
 
 def check_lock(installed: dict[str, list[str]], pins: dict, source_builds: dict[str, str | None],

@@ -192,6 +192,25 @@ def test_an_explicit_nvcc_that_reports_no_release_is_refused(tmp_path, no_nvidia
     assert one_line(e).startswith(f"CUDA_HOME={broken}: bin/nvcc does not report a release")
 
 
+def test_the_command_prints_the_choice_and_the_warning(tmp_path, no_nvidia_installs):
+    debian = toolkit(tmp_path / "debian", NVCC_12_5)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    src = Path(toolchain.__file__).parent.parent
+    env = {**bare_env(CUDA_HOME=str(debian)), "PYTHONPATH": str(src)}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "verlenv", "toolchain", "--python", python, *args],  # noqa: E731
+                                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    text = run()
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[1].startswith(f"CUDA_HOME={debian} (nvcc 12.5.40 for torch's CUDA 12.8, same major")
+    [warning] = text.stderr.splitlines()
+    assert warning.startswith("verlenv toolchain: warning: nvcc 12.5 is not torch 2.8.0+cu128's CUDA 12.8")
+    shell = run("--shell")
+    assert shell.stdout.splitlines()[0] == f"export CUDA_HOME={debian}" and "warning: nvcc 12.5" in shell.stderr
+    decision = json.loads(run("--json").stdout)["toolchain"]
+    assert (decision["nvcc_release"], decision["torch_cuda"], decision["match"]) == ("12.5.40", "12.8", "same major")
+    assert decision["warning"].startswith("nvcc 12.5 is not torch 2.8.0+cu128's CUDA 12.8")
+
+
 def test_a_cpu_torch_is_refused(tmp_path):
     python = fake_torch_python(tmp_path, None, tmp_path / "site-packages", torch="2.11.0+cpu")
     with pytest.raises(UserError) as e:

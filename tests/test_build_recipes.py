@@ -43,6 +43,9 @@ def test_recipes_load_and_name_their_knobs():
     assert apex.concurrent_extensions_variable == "APEX_PARALLEL_BUILD"
     assert apex.env["APEX_CPP_EXT"] == apex.env["APEX_CUDA_EXT"] == "1"
     assert "fused_weight_gradient_mlp_cuda" in apex.extension_modules
+    # apex's setup.py refuses another nvcc minor than torch's; torch's own extensions take any of the major.
+    assert apex.nvcc_match == "exact"
+    assert recipes.load(REPO, "flash-attn").nvcc_match == "major"
     te = recipes.load(REPO, "transformer-engine-torch")
     assert not te.gpu_code and te.arch_variable is None
     assert te.env["NVTE_PYTORCH_FORCE_BUILD"] == "TRUE" and te.env["NVTE_FRAMEWORK"] == "pytorch"
@@ -54,6 +57,7 @@ def test_recipes_load_and_name_their_knobs():
     ('arch_format = "sm"', "build.arch_format is 'sm'; valid: nodot, dotted"),
     ("drop arch_variable", "missing key build.arch_variable (or set build.gpu_code = false)"),
     ("drop tree_sha256", "missing key source.tree_sha256"),
+    ('nvcc_match = "minor"', "build.nvcc_match is 'minor'; valid: major, exact"),
 ])
 def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
     shutil.copytree(DATA / "recipes" / "cuda-ext-probe", tmp_path / "recipes" / "cuda-ext-probe")
@@ -63,6 +67,8 @@ def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
         text = "\n".join(line for line in text.splitlines() if not line.startswith(bad[5:]))
     elif bad.startswith("kind"):
         text = text.replace('kind = "local-dir"', bad)
+    elif bad.startswith("nvcc_match"):
+        text = text.replace('arch_format = "dotted"', f'arch_format = "dotted"\n{bad}')
     else:
         text = text.replace('arch_format = "dotted"', bad)
     path.write_text(text)
@@ -106,6 +112,20 @@ def test_a_package_the_variant_does_not_build_is_refused(tmp_path):
     line = refused(r)
     assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn", line), line
     assert not wheelhouse.exists()
+
+
+def test_apex_is_refused_an_nvcc_of_another_minor_before_anything_is_fetched(tmp_path, monkeypatch):
+    """The recipe's nvcc_match = "exact" reaches the toolchain: a CUDA 12.5 toolkit is no toolkit for apex."""
+    from test_toolchain import NVCC_12_5, fake_torch_python, toolkit
+
+    debian = toolkit(tmp_path / "debian", NVCC_12_5)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    monkeypatch.setenv("CUDA_HOME", str(debian))
+    variant = catalog.load(REPO / "stacks.toml").variant("verl-0.7", "megatron")
+    with pytest.raises(UserError) as e:
+        builder.build_one(REPO, variant, "apex", python, ["9.0"], tmp_path / "wheelhouse", tmp_path / "work")
+    assert str(e.value).startswith(f"CUDA_HOME={debian} has nvcc 12.5 but apex needs nvcc 12.8 exactly")
+    assert not (tmp_path / "wheelhouse").exists() and not (tmp_path / "work").exists()
 
 
 def test_an_unknown_gpu_is_refused(probe_root, tmp_path):

@@ -31,6 +31,35 @@ def fake_compiler(folder: Path, version: str) -> str:
     return str(script)
 
 
+NVCC_OUTPUTS = Path(__file__).parent / "data" / "nvcc"
+# Real `nvcc --version` texts (tests/data/nvcc/README.md says where each comes from).
+NVCC_12_4, NVCC_12_5 = "debian-12.4.131.txt", "debian-12.5.40.txt"
+NVCC_12_8, NVCC_13_0 = "conda-forge-12.8.93.txt", "pypi-13.0.88.txt"
+
+
+def toolkit(folder: Path, output: str) -> Path:
+    """Test double: a toolkit root whose bin/nvcc prints a real nvcc's --version text."""
+    (folder / "bin").mkdir(parents=True)
+    nvcc = folder / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\ncat {NVCC_OUTPUTS / output}\n")
+    nvcc.chmod(0o755)
+    return folder
+
+
+@pytest.fixture
+def no_nvidia_installs(tmp_path, monkeypatch) -> Path:
+    """An empty stand-in for /usr/local, so this machine's own toolkits are no candidates."""
+    folder = tmp_path / "usr-local"
+    folder.mkdir()
+    monkeypatch.setattr(toolchain, "NVIDIA_INSTALL_DIR", folder)
+    return folder
+
+
+def path_to(root: Path) -> str:
+    """A PATH whose first nvcc is root's."""
+    return f"{root}/bin:/usr/bin:/bin"
+
+
 def bare_env(**extra: str) -> dict[str, str]:
     """No CUDA_HOME, no conda, a PATH without nvcc: only the candidates the test names."""
     return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **extra}
@@ -42,15 +71,144 @@ def one_line(e: pytest.ExceptionInfo) -> str:
     return message
 
 
-def test_no_matching_toolkit_is_refused_in_one_line(tmp_path):
+def test_no_matching_toolkit_is_refused_in_one_line(tmp_path, no_nvidia_installs):
     python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
     with pytest.raises(UserError) as e:
         toolchain.resolve(python, tmp_path / "cache", bare_env())
     message = one_line(e)
-    assert message.startswith("no CUDA 12.8 toolkit for torch 2.8.0+cu128 (needs nvcc 12.8)")
-    assert "conda-forge cuda-nvcc=12.8" in message
+    assert message.startswith("no CUDA 12.x toolkit for torch 2.8.0+cu128 (needs nvcc 12.x, 12.8 preferred)")
+    assert "conda-forge cuda-nvcc=12.8" in message and "scripts/debian-cuda-home.sh" in message
     assert e.value.exit_code == 2
     assert not (tmp_path / "cache").exists()  # nothing assembled for a refused env
+
+
+@pytest.mark.parametrize("output, expected", [
+    (NVCC_12_4, ("12.4", "12.4.131")),
+    (NVCC_12_5, ("12.5", "12.5.40")),
+    (NVCC_12_8, ("12.8", "12.8.93")),
+    (NVCC_13_0, ("13.0", "13.0.88")),
+])
+def test_real_nvcc_outputs_are_parsed(output, expected):
+    assert toolchain.parse_nvcc_version((NVCC_OUTPUTS / output).read_text()) == expected
+
+
+def test_text_without_a_release_is_no_nvcc_version():
+    assert toolchain.parse_nvcc_version("nvcc: NVIDIA (R) Cuda compiler driver\n") is None
+
+
+def test_the_exact_minor_wins_over_a_newer_same_major(tmp_path, no_nvidia_installs):
+    conda = toolkit(tmp_path / "conda", NVCC_12_8)
+    debian = toolkit(tmp_path / "debian", NVCC_12_5)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    _, tc = toolchain.resolve(python, tmp_path / "cache", bare_env(CONDA_PREFIX=str(conda), PATH=path_to(debian)))
+    assert (tc.cuda_home, tc.source, tc.nvcc_version, tc.nvcc_release) == (str(conda), "conda", "12.8", "12.8.93")
+    assert tc.match == "exact" and tc.warning is None
+
+
+@pytest.mark.parametrize("conda_output, path_output", [(NVCC_12_4, NVCC_12_5), (NVCC_12_5, NVCC_12_4)])
+def test_without_the_exact_minor_the_newest_same_major_is_taken_with_a_warning(tmp_path, no_nvidia_installs,
+                                                                              conda_output, path_output):
+    conda = toolkit(tmp_path / "conda", conda_output)
+    on_path = toolkit(tmp_path / "on-path", path_output)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    _, tc = toolchain.resolve(python, tmp_path / "cache", bare_env(CONDA_PREFIX=str(conda), PATH=path_to(on_path)))
+    newest = conda if conda_output == NVCC_12_5 else on_path
+    assert (tc.cuda_home, tc.nvcc_version, tc.nvcc_release, tc.torch_cuda) == (str(newest), "12.5", "12.5.40", "12.8")
+    assert tc.match == "same major" and "for torch's CUDA 12.8, same major" in tc.describe()
+    assert "\n" not in tc.warning
+    assert tc.warning.startswith("nvcc 12.5 is not torch 2.8.0+cu128's CUDA 12.8 (no nvcc 12.8 found); "
+                                 "the same major is safe")
+    assert "libcudart.so.12" in tc.warning
+    assert tc.env["CUDA_HOME"] == str(newest) and tc.env["PATH"].startswith(f"{newest}/bin:")
+
+
+def test_nvidia_installs_are_candidates(tmp_path, no_nvidia_installs):
+    toolkit(no_nvidia_installs / "cuda-12.4", NVCC_12_4)
+    toolkit(no_nvidia_installs / "cuda-12.5", NVCC_12_5)
+    (no_nvidia_installs / "cuda").symlink_to("cuda-12.4")
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    _, tc = toolchain.resolve(python, tmp_path / "cache", bare_env())
+    assert (tc.cuda_home, tc.source, tc.nvcc_version) == (str(no_nvidia_installs / "cuda-12.5"), "system", "12.5")
+
+
+def test_another_major_is_never_taken(tmp_path, no_nvidia_installs):
+    cuda13 = toolkit(tmp_path / "cuda13", NVCC_13_0)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(PATH=path_to(cuda13)))
+    assert "no CUDA 12.x toolkit" in one_line(e) and f"{cuda13}: nvcc 13.0" in str(e.value)
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(cuda13)))
+    assert one_line(e) == (f"CUDA_HOME={cuda13} has nvcc 13.0 but torch 2.8.0+cu128 was built with CUDA 12.8; "
+                           "a different CUDA major never works: point CUDA_HOME at a CUDA 12.x toolkit "
+                           "(12.8 preferred) or unset it")
+
+
+def test_an_explicit_cuda_home_of_the_same_major_is_used_not_replaced(tmp_path, no_nvidia_installs):
+    conda = toolkit(tmp_path / "conda", NVCC_12_8)
+    debian = toolkit(tmp_path / "debian", NVCC_12_4)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    _, tc = toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(debian), CONDA_PREFIX=str(conda)))
+    assert (tc.cuda_home, tc.source, tc.nvcc_release) == (str(debian), "CUDA_HOME", "12.4.131")
+    assert tc.warning.startswith("nvcc 12.4 is not torch 2.8.0+cu128's CUDA 12.8 (CUDA_HOME set explicitly)")
+
+
+def test_a_package_that_needs_the_exact_minor_refuses_a_same_major_nvcc(tmp_path, no_nvidia_installs):
+    debian = toolkit(tmp_path / "debian", NVCC_12_5)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(PATH=path_to(debian)), exact_minor_for="apex")
+    message = one_line(e)
+    assert message.startswith("no CUDA 12.8 toolkit for torch 2.8.0+cu128: apex needs nvcc 12.8 exactly")
+    assert f"{debian}: nvcc 12.5" in message and "debian-cuda-home" not in message
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(debian)), exact_minor_for="apex")
+    assert one_line(e).startswith(f"CUDA_HOME={debian} has nvcc 12.5 but apex needs nvcc 12.8 exactly")
+    conda = toolkit(tmp_path / "conda", NVCC_12_8)
+    env = bare_env(CONDA_PREFIX=str(conda), PATH=path_to(debian))
+    _, tc = toolchain.resolve(python, tmp_path / "cache", env, exact_minor_for="apex")
+    assert tc.cuda_home == str(conda) and tc.warning is None
+
+
+def test_the_host_compiler_limit_is_the_chosen_nvccs(tmp_path, no_nvidia_installs):
+    """gcc 14 is fine for nvcc 12.8 but not for the 12.5 taken in its place (host_config.h: gcc <= 13)."""
+    debian = toolkit(tmp_path / "debian", NVCC_12_5)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    gcc14 = fake_compiler(tmp_path, "14.2.0")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(debian), CXX=gcc14))
+    assert "gcc 14.2.0, newer than nvcc 12.5 accepts (gcc <= 13)" in one_line(e)
+
+
+def test_an_explicit_nvcc_that_reports_no_release_is_refused(tmp_path, no_nvidia_installs):
+    broken = tmp_path / "broken"
+    (broken / "bin").mkdir(parents=True)
+    (broken / "bin" / "nvcc").write_text("#!/bin/sh\nexit 1\n")
+    (broken / "bin" / "nvcc").chmod(0o755)
+    conda = toolkit(tmp_path / "conda", NVCC_12_8)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(broken), CONDA_PREFIX=str(conda)))
+    assert one_line(e).startswith(f"CUDA_HOME={broken}: bin/nvcc does not report a release")
+
+
+def test_the_command_prints_the_choice_and_the_warning(tmp_path, no_nvidia_installs):
+    debian = toolkit(tmp_path / "debian", NVCC_12_5)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    src = Path(toolchain.__file__).parent.parent
+    env = {**bare_env(CUDA_HOME=str(debian)), "PYTHONPATH": str(src)}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "verlenv", "toolchain", "--python", python, *args],  # noqa: E731
+                                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    text = run()
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[1].startswith(f"CUDA_HOME={debian} (nvcc 12.5.40 for torch's CUDA 12.8, same major")
+    [warning] = text.stderr.splitlines()
+    assert warning.startswith("verlenv toolchain: warning: nvcc 12.5 is not torch 2.8.0+cu128's CUDA 12.8")
+    shell = run("--shell")
+    assert shell.stdout.splitlines()[0] == f"export CUDA_HOME={debian}" and "warning: nvcc 12.5" in shell.stderr
+    decision = json.loads(run("--json").stdout)["toolchain"]
+    assert (decision["nvcc_release"], decision["torch_cuda"], decision["match"]) == ("12.5.40", "12.8", "same major")
+    assert decision["warning"].startswith("nvcc 12.5 is not torch 2.8.0+cu128's CUDA 12.8")
 
 
 def test_a_cpu_torch_is_refused(tmp_path):
@@ -151,9 +309,9 @@ def test_nvcc_13_is_refused_for_a_cuda_12_8_torch(real_env, tmp_path):
     with pytest.raises(UserError) as e:
         toolchain.resolve(python, tmp_path / "cache", bare_env())
     message = one_line(e)
-    assert "no CUDA 12.8 toolkit" in message and f"{purelib / 'nvidia' / 'cu13'}: nvcc 13.0" in message
+    assert "no CUDA 12.x toolkit" in message and f"{purelib / 'nvidia' / 'cu13'}: nvcc 13.0" in message
     home = toolchain.assemble_pypi_cuda_home(purelib / "nvidia" / "cu13", tmp_path / "homes")
     with pytest.raises(UserError) as e:
         toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(home)))
-    assert one_line(e) == (f"CUDA_HOME={home} has nvcc 13.0 but torch 2.8.0+cu128 was built with CUDA 12.8; "
-                           "point CUDA_HOME at a 12.8 toolkit or unset it")
+    assert one_line(e).startswith(f"CUDA_HOME={home} has nvcc 13.0 but torch 2.8.0+cu128 was built with CUDA 12.8; "
+                                  "a different CUDA major never works")

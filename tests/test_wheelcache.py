@@ -29,7 +29,8 @@ TORCH = toolchain.TorchInfo(python="/env/bin/python", python_tag="cp312", torch=
 def inputs(recipe: recipes.Recipe, **change) -> dict:
     info = dataclasses.replace(TORCH, **{k: v for k, v in change.items() if k in ("torch", "cuda", "python_tag", "cxx11_abi")})
     return build.fingerprint_inputs(recipe, change.get("version", "2.8.3.post2"),
-                                    change.get("source", "sha256:" + "0" * 64), info, change.get("archs", ["8.0", "9.0"]))
+                                    change.get("source", "sha256:" + "0" * 64), info, change.get("archs", ["8.0", "9.0"]),
+                                    change.get("nvcc"))
 
 
 @pytest.fixture
@@ -50,6 +51,24 @@ def recipe(tmp_path) -> recipes.Recipe:
 ])
 def test_each_input_changes_the_fingerprint(recipe, change):
     assert wheelcache.fingerprint(inputs(recipe, **change)) != wheelcache.fingerprint(inputs(recipe))
+
+
+def test_an_nvcc_equal_to_torchs_cuda_leaves_the_fingerprint_as_it_was(recipe):
+    """Entries built before the nvcc could differ (every committed record) keep their fingerprints."""
+    committed = json.loads((ROOT / "docs" / "builds" / "2026-11-25-h100-flash-attn.json").read_text())[0]["record"]
+    assert committed["toolchain"]["nvcc"] == committed["inputs"]["cuda"] == "13.0"
+    assert inputs(recipe, nvcc="13.0") == inputs(recipe)
+    assert set(inputs(recipe, nvcc="13.0")) == set(committed["inputs"])
+    assert wheelcache.fingerprint(committed["inputs"]) == committed["fingerprint"]
+
+
+def test_a_same_major_nvcc_is_a_fingerprint_input(recipe):
+    cu128 = {"torch": "2.8.0+cu128", "cuda": "12.8"}
+    exact = inputs(recipe, nvcc="12.8", **cu128)
+    debian = inputs(recipe, nvcc="12.5", **cu128)
+    assert "nvcc" not in exact and debian["nvcc"] == "12.5"
+    fingerprints = {wheelcache.fingerprint(i) for i in (exact, debian, inputs(recipe, nvcc="12.4", **cu128))}
+    assert len(fingerprints) == 3
 
 
 def test_an_edited_recipe_changes_the_fingerprint(recipe):

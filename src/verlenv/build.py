@@ -32,9 +32,14 @@ class BuildResult:
 
 
 def fingerprint_inputs(recipe: recipes.Recipe, version: str, source_id: str, info: toolchain.TorchInfo,
-                       archs: list[str]) -> dict:
-    """Everything that changes the binary's ABI or content; any change means a rebuild."""
-    return {
+                       archs: list[str], nvcc: str | None = None) -> dict:
+    """Everything that changes the binary's ABI or content; any change means a rebuild.
+
+    The nvcc's major.minor is an input only where it differs from torch's CUDA (a same-major toolkit): an nvcc
+    equal to torch's CUDA is already named by "cuda", so every build made that way keeps the fingerprint it had
+    before the nvcc could differ, and its cache entry stays valid.
+    """
+    inputs = {
         "package": recipe.package,
         "version": version,
         "source": source_id,
@@ -45,6 +50,9 @@ def fingerprint_inputs(recipe: recipes.Recipe, version: str, source_id: str, inf
         "archs": sorted(archs),
         "recipe": recipe.digest,
     }
+    if nvcc is not None and nvcc != ".".join((info.cuda or "").split(".")[:2]):
+        inputs["nvcc"] = nvcc
+    return inputs
 
 
 class MemorySampler(threading.Thread):
@@ -261,10 +269,13 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     if wanted is None:
         names = ", ".join(b.name for b in variant.source_builds)
         raise UserError(f"{variant.key} does not build {package} from source; it builds: {names}")
-    info, tc = toolchain.resolve(python, work)
+    exact_minor_for = recipe.package if recipe.nvcc_match == "exact" else None  # its build refuses another minor
+    info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for)
     print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
           f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}", file=sys.stderr)
     print(f"  toolchain: {tc.describe()}", file=sys.stderr)
+    if tc.warning:
+        print(f"  warning: {tc.warning}", file=sys.stderr)
     if recipe.source["kind"] == "pypi-sdist":
         version = wanted.version
         source_id = f"sha256:{recipe.sha256_for(version)}"
@@ -275,7 +286,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         version = recipe.source["version"]
         source_id = f"dir:tree-sha256:{recipe.source['tree_sha256']}"
     # Host-only code is the same binary for every GPU: one build serves all archs.
-    inputs = fingerprint_inputs(recipe, version, source_id, info, archs if recipe.gpu_code else [])
+    inputs = fingerprint_inputs(recipe, version, source_id, info, archs if recipe.gpu_code else [], tc.nvcc_version)
     fp = wheelcache.fingerprint(inputs)
     try:
         hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
@@ -352,8 +363,9 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         _check_cubins(recipe, objects, archs, log_path)
         record = {
             "inputs": inputs,
-            "toolchain": {"cuda_home": tc.cuda_home, "nvcc": tc.nvcc_version, "source": tc.source,
-                          "host_cxx": f"{tc.host_cxx} {tc.host_cxx_version}"},
+            "toolchain": {"cuda_home": tc.cuda_home, "nvcc": tc.nvcc_version, "nvcc_release": tc.nvcc_release,
+                          "torch_cuda": tc.torch_cuda, "nvcc_match": tc.match, "warning": tc.warning,
+                          "source": tc.source, "host_cxx": f"{tc.host_cxx} {tc.host_cxx_version}"},
             "parallelism": {"max_jobs": jobs, "threads": threads, "decision": decided,
                             "mem_available_gib": round(mem, 1), "cores": cores, **split},
             "wall_s": round(wall, 1),

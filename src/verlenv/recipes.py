@@ -9,6 +9,9 @@ from verlenv.errors import UserError
 from verlenv.fsutil import read_text
 
 ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TORCH_CUDA_ARCH_LIST)
+# "major": any nvcc of torch's CUDA major, the exact minor preferred (torch's own rule); "exact": only torch's
+# major.minor, for a package whose build refuses another minor itself (apex).
+NVCC_MATCHES = ("major", "exact")
 SOURCE_KINDS = ("pypi-sdist", "git", "local-dir")  # local-dir: a folder beside the recipe, pinned by tree digest
 
 
@@ -36,6 +39,7 @@ class Recipe:
     # Search-path variables (CPATH, ...) to prepend with folders inside the env's site-packages.
     site_paths: dict[str, tuple[str, ...]]
     pip_args: tuple[str, ...]
+    nvcc_match: str = "major"
 
     @property
     def digest(self) -> str:
@@ -94,6 +98,7 @@ def load(root: Path, package: str) -> Recipe:
             env={k: str(v) for k, v in build.get("env", {}).items()},
             site_paths={k: tuple(v) for k, v in build.get("site_paths", {}).items()},
             pip_args=tuple(build.get("pip_args", [])),
+            nvcc_match=build.get("nvcc_match", "major"),
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None
@@ -105,6 +110,8 @@ def load(root: Path, package: str) -> Recipe:
         raise UserError(f"{path}: missing key build.arch_variable (or set build.gpu_code = false)")
     if recipe.arch_format not in ARCH_FORMATS:
         raise UserError(f"{path}: build.arch_format is {recipe.arch_format!r}; valid: {', '.join(ARCH_FORMATS)}")
+    if recipe.nvcc_match not in NVCC_MATCHES:
+        raise UserError(f"{path}: build.nvcc_match is {recipe.nvcc_match!r}; valid: {', '.join(NVCC_MATCHES)}")
     if source.get("kind") not in SOURCE_KINDS:
         raise UserError(f"{path}: source.kind is {source.get('kind')!r}; valid: {', '.join(SOURCE_KINDS)}")
     if source["kind"] == "local-dir":

@@ -1,8 +1,12 @@
 """The toolchain: a CUDA_HOME whose nvcc matches the env's torch, and a host compiler nvcc accepts.
 
-Order of search (the first that matches torch's CUDA major.minor wins):
-explicit $CUDA_HOME, the active conda prefix, a CUDA_HOME assembled from the PyPI CUDA wheels in the
-env, the system toolkit. apex refuses a minor mismatch and torch a major one, so we demand both.
+An explicit $CUDA_HOME is used or refused, never replaced. Otherwise the candidates are the active conda prefix,
+a CUDA_HOME assembled from the PyPI CUDA wheels in the env, and the system's toolkits; the first whose nvcc has
+torch's CUDA major.minor wins. Without one, the newest nvcc of torch's CUDA major is taken, with a warning:
+torch's cpp_extension refuses only a major mismatch (a minor one it warns about), and flash-attn's own release
+wheels are built with one nvcc per major for every torch of it (2.8.3's setup.py: 12.3 for all CUDA 12 torches).
+A different major is never taken. A caller whose package refuses a minor mismatch itself (apex's setup.py) asks
+for the exact minor.
 """
 
 import hashlib
@@ -18,11 +22,14 @@ from pathlib import Path
 from verlenv.errors import UserError
 
 TARGET_TRIPLE = "x86_64-linux"
+# Where NVIDIA's installers put toolkits (cuda-X.Y, and cuda: a link to one of them).
+NVIDIA_INSTALL_DIR = Path("/usr/local")
 # Layout 1 pointed targets/<triple>/lib at the temp folder it was made in, a link that broke on rename.
 PYPI_CUDA_HOME_LAYOUT = 2
 
-# Newest gcc major each nvcc release accepts (CUDA installation guides; nvcc's host_config.h).
-MAX_GCC_FOR_CUDA = {"12.8": 14, "12.9": 14, "13.0": 15}
+# Newest gcc major each nvcc release accepts (CUDA installation guides; nvcc's crt/host_config.h, read for 12.4 and
+# 12.5 in Debian's nvidia-cuda-dev packages).
+MAX_GCC_FOR_CUDA = {"12.4": 13, "12.5": 13, "12.8": 14, "12.9": 14, "13.0": 15}
 
 _TORCH_PROBE = r"""
 import json, sys, sysconfig, torch
@@ -52,16 +59,27 @@ class TorchInfo:
 @dataclass
 class Toolchain:
     cuda_home: str
-    nvcc_version: str
+    nvcc_version: str  # major.minor, as torch compares it
     source: str  # "CUDA_HOME", "conda", "pypi", "system"
     reason: str
     host_cxx: str
     host_cxx_version: str
     env: dict[str, str] = field(default_factory=dict)
+    nvcc_release: str | None = None  # the full release, e.g. 12.5.40 (nvcc's "V12.5.40")
+    torch_cuda: str | None = None  # torch's CUDA major.minor the nvcc was chosen for
+    # One line, set when the nvcc's minor differs from torch's: both versions and why that is safe.
+    warning: str | None = None
+
+    @property
+    def match(self) -> str:
+        return "exact" if self.nvcc_version == self.torch_cuda else "same major"
 
     def describe(self) -> str:
+        nvcc = f"nvcc {self.nvcc_release or self.nvcc_version}"
+        if self.match != "exact":
+            nvcc += f" for torch's CUDA {self.torch_cuda}, same major"
         return (
-            f"CUDA_HOME={self.cuda_home} (nvcc {self.nvcc_version}, from {self.source}: {self.reason}); "
+            f"CUDA_HOME={self.cuda_home} ({nvcc}, from {self.source}: {self.reason}); "
             f"host compiler {self.host_cxx} {self.host_cxx_version}"
         )
 
@@ -78,17 +96,42 @@ def torch_info(python: str) -> TorchInfo:
     return TorchInfo(**json.loads(out.strip().splitlines()[-1]))
 
 
-def nvcc_version(nvcc: Path) -> str | None:
+def parse_nvcc_version(banner: str) -> tuple[str, str | None] | None:
+    """(major.minor, full release) from `nvcc --version`'s text: "release 12.5, V12.5.40" -> ("12.5", "12.5.40")."""
+    m = re.search(r"release (\d+\.\d+)(?:, V(\d+\.\d+\.\d+))?", banner)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def nvcc_release(nvcc: Path) -> tuple[str, str | None] | None:
     try:
         out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r"release (\d+\.\d+)", out)
-    return m.group(1) if m else None
+    return parse_nvcc_version(out)
+
+
+def nvcc_version(nvcc: Path) -> str | None:
+    found = nvcc_release(nvcc)
+    return found[0] if found else None
 
 
 def _major_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
+
+
+def _major(version: str) -> str:
+    return version.split(".")[0]
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def minor_mismatch_warning(nvcc: str, torch: str, cuda: str, why: str) -> str:
+    """The one line said when an nvcc of torch's CUDA major but another minor builds the extension."""
+    return (f"nvcc {nvcc} is not torch {torch}'s CUDA {cuda} ({why}); the same major is safe: torch's cpp_extension "
+            f"refuses only a major mismatch, and the extension links libcudart.so.{_major(cuda)}, which torch's own "
+            f"CUDA {cuda} runtime provides")
 
 
 def _candidate_conda(env: dict[str, str]) -> list[tuple[str, Path, str]]:
@@ -187,46 +230,103 @@ def check_explicit_cuda_home(env: dict[str, str]) -> None:
         raise UserError(f"CUDA_HOME={home}: has no bin/nvcc; point it at a CUDA toolkit (with bin/nvcc) or unset it")
 
 
-def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None) -> tuple[TorchInfo, Toolchain]:
-    """Find or make a CUDA_HOME for the env of `python`; refuse with one line when nothing matches."""
+def _candidates(env: dict[str, str], info: TorchInfo) -> list[tuple[str, Path, str]]:
+    """(source, root, reason) of every toolkit to look at, in order of preference at equal versions."""
+    candidates = _candidate_conda(env)
+    if cu_root := _pypi_cuda_root(info.purelib):
+        candidates.append(("pypi", cu_root, f"PyPI CUDA wheels in {cu_root}"))
+    # NVIDIA's installers make /usr/local/cuda-X.Y (and /usr/local/cuda, a link to one); distributions put nvcc on
+    # PATH (Debian's nvidia-cuda-toolkit: /usr/bin/nvcc, so /usr).
+    on_path = shutil.which("nvcc", path=env.get("PATH"))
+    systems = [NVIDIA_INSTALL_DIR / "cuda", *sorted(NVIDIA_INSTALL_DIR.glob("cuda-*")),
+               *([Path(on_path).parent.parent] if on_path else [])]
+    known = {root.resolve() for _, root, _ in candidates}
+    for system in systems:
+        if system.resolve() not in known:
+            known.add(system.resolve())
+            candidates.append(("system", system, f"system toolkit {system}"))
+    return candidates
+
+
+def _toolchain(source: str, root: Path, reason: str, found: tuple[str, str | None], info: TorchInfo,
+               cache_dir: Path, env: dict[str, str], warning: str | None) -> Toolchain:
+    extra: dict[str, str] = {}
+    cuda_home = root
+    if source == "pypi":
+        cuda_home = assemble_pypi_cuda_home(root, cache_dir)
+    elif source == "conda":
+        extra = _conda_env_additions(root)
+    cxx, cxx_version = host_compiler(env)
+    check_host_compiler(found[0], cxx, cxx_version)  # the limit is the nvcc's own, not torch's CUDA's
+    extra |= {"CUDA_HOME": str(cuda_home), "PATH": _prepend(str(cuda_home / "bin"), env.get("PATH"))}
+    return Toolchain(str(cuda_home), found[0], source, reason, cxx, cxx_version, extra, nvcc_release=found[1],
+                     torch_cuda=_major_minor(info.cuda), warning=warning)
+
+
+def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None,
+            exact_minor_for: str | None = None) -> tuple[TorchInfo, Toolchain]:
+    """Find or make a CUDA_HOME for the env of `python`; refuse with one line when nothing fits.
+
+    `exact_minor_for` names a package that refuses an nvcc of another minor than torch's (apex): then only the
+    exact major.minor is taken.
+    """
     env = dict(os.environ if env is None else env)
     check_explicit_cuda_home(env)
     info = torch_info(python)
     if not info.cuda:
         raise UserError(f"torch {info.torch} in {python} is a CPU build; a CUDA build of torch is needed")
     want = _major_minor(info.cuda)
-    candidates: list[tuple[str, Path, str]] = []
     if env.get("CUDA_HOME"):
-        candidates.append(("CUDA_HOME", Path(env["CUDA_HOME"]), "set explicitly"))
-    candidates += _candidate_conda(env)
-    if cu_root := _pypi_cuda_root(info.purelib):
-        candidates.append(("pypi", cu_root, f"PyPI CUDA wheels in {cu_root}"))
-    for system in (Path("/usr/local/cuda"), *(Path(p).parent.parent for p in [shutil.which("nvcc", path=env.get("PATH"))] if p)):
-        candidates.append(("system", system, f"system toolkit {system}"))
+        return info, _explicit(Path(env["CUDA_HOME"]), info, want, cache_dir, env, exact_minor_for)
     seen: list[str] = []
-    for source, root, reason in candidates:
+    same_major: list[tuple[tuple[str, str | None], str, Path, str]] = []
+    for source, root, reason in _candidates(env, info):
         nvcc = root / "bin" / "nvcc"
-        found = nvcc_version(nvcc) if nvcc.exists() else None
-        seen.append(f"{root}: {'nvcc ' + found if found else 'no nvcc'}")
-        if found != want:
-            if source == "CUDA_HOME" and found:
-                raise UserError(
-                    f"CUDA_HOME={root} has nvcc {found} but torch {info.torch} was built with CUDA {info.cuda}; "
-                    f"point CUDA_HOME at a {want} toolkit or unset it"
-                )
-            continue
-        extra: dict[str, str] = {}
-        cuda_home = root
-        if source == "pypi":
-            cuda_home = assemble_pypi_cuda_home(root, cache_dir)
-        elif source == "conda":
-            extra = _conda_env_additions(root)
-        cxx, cxx_version = host_compiler(env)
-        check_host_compiler(want, cxx, cxx_version)
-        extra |= {"CUDA_HOME": str(cuda_home), "PATH": _prepend(str(cuda_home / "bin"), env.get("PATH"))}
-        return info, Toolchain(str(cuda_home), found, source, reason, cxx, cxx_version, extra)
-    raise UserError(
-        f"no CUDA {want} toolkit for torch {info.torch} (needs nvcc {want}); looked at: {'; '.join(seen) or 'nothing'}. "
-        + ("Install the PyPI nvcc wheels of the lock (verlenv install)" if want.startswith("13")
-           else f"Install conda-forge cuda-nvcc={want} (conda-lock install) and activate that env")
-    )
+        found = nvcc_release(nvcc) if nvcc.exists() else None
+        seen.append(f"{root}: {'nvcc ' + found[0] if found else 'no nvcc'}")
+        if found and found[0] == want:
+            return info, _toolchain(source, root, reason, found, info, cache_dir, env, None)
+        if found and _major(found[0]) == _major(want):
+            same_major.append((found, source, root, reason))
+    if same_major and not exact_minor_for:
+        # The newest of the major; at equal versions the first in the order of preference.
+        found, source, root, reason = max(same_major, key=lambda c: _version_key(c[0][0]))
+        warning = minor_mismatch_warning(found[0], info.torch, want, f"no nvcc {want} found")
+        return info, _toolchain(source, root, reason, found, info, cache_dir, env, warning)
+    looked = "; ".join(seen) or "nothing"
+    if exact_minor_for:
+        raise UserError(f"no CUDA {want} toolkit for torch {info.torch}: {exact_minor_for} needs nvcc {want} exactly "
+                        f"(its build refuses another minor); looked at: {looked}. {_install_hint(want, exact=True)}")
+    raise UserError(f"no CUDA {_major(want)}.x toolkit for torch {info.torch} (needs nvcc {_major(want)}.x, "
+                    f"{want} preferred); looked at: {looked}. {_install_hint(want, exact=False)}")
+
+
+def _explicit(root: Path, info: TorchInfo, want: str, cache_dir: Path, env: dict[str, str],
+              exact_minor_for: str | None) -> Toolchain:
+    """The user's CUDA_HOME: taken if its nvcc has torch's major (and minor if the package needs it), else refused."""
+    found = nvcc_release(root / "bin" / "nvcc")
+    if found is None:
+        raise UserError(f"CUDA_HOME={root}: bin/nvcc does not report a release (nvcc --version); "
+                        "point CUDA_HOME at a working CUDA toolkit or unset it")
+    if _major(found[0]) != _major(want):
+        raise UserError(f"CUDA_HOME={root} has nvcc {found[0]} but torch {info.torch} was built with CUDA {info.cuda}; "
+                        f"a different CUDA major never works: point CUDA_HOME at a CUDA {_major(want)}.x toolkit "
+                        f"({want} preferred) or unset it")
+    if found[0] == want:
+        return _toolchain("CUDA_HOME", root, "set explicitly", found, info, cache_dir, env, None)
+    if exact_minor_for:
+        raise UserError(f"CUDA_HOME={root} has nvcc {found[0]} but {exact_minor_for} needs nvcc {want} exactly, torch "
+                        f"{info.torch}'s CUDA (its build refuses another minor); point CUDA_HOME at a {want} toolkit")
+    warning = minor_mismatch_warning(found[0], info.torch, want, "CUDA_HOME set explicitly")
+    return _toolchain("CUDA_HOME", root, "set explicitly", found, info, cache_dir, env, warning)
+
+
+def _install_hint(want: str, exact: bool) -> str:
+    if want.startswith("13"):
+        return "Install the PyPI nvcc wheels of the lock (verlenv install)"
+    conda = f"Install conda-forge cuda-nvcc={want} (conda-lock install) and activate that env"
+    if exact:
+        return conda
+    return (f"{conda}, or set CUDA_HOME to any CUDA {_major(want)}.x toolkit "
+            "(scripts/debian-cuda-home.sh makes one from Debian's packages)")
+

@@ -20,8 +20,10 @@ def register(sub) -> None:
 
 def _main(args) -> int:
     info, tc = toolchain.resolve(validate.interpreter(args.python), args.cache_dir.resolve())
+    if tc.warning and not args.json:
+        print(f"verlenv toolchain: warning: {tc.warning}", file=sys.stderr)  # stderr: --shell's stdout is eval'd
     if args.json:
-        print(json.dumps({"torch": asdict(info), "toolchain": asdict(tc)}, indent=2))
+        print(json.dumps({"torch": asdict(info), "toolchain": {**asdict(tc), "match": tc.match}}, indent=2))
     elif args.shell:
         for k, v in tc.env.items():
             print(f"export {k}={shlex.quote(v)}")

@@ -55,7 +55,7 @@ def main() -> int:
         results["bundle_bytes"] = folder_bytes(bundle)
         results["parts"] = len(list(parts.glob("bundle.tar.part*")))
         results["parts_bytes"] = folder_bytes(parts)
-        results["built"] = manifest["built"]  # the source-built wheels: "left out (--no-built)"
+        results["built"] = manifest["variants"][args.variant]["built"]  # the source-built wheels: "left out (--no-built)"
         if args.bundle_only:
             return write_report(args, results)
         # The parts folder is what reaches a node: install joins, checks and installs it with no index.

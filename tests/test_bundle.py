@@ -113,7 +113,8 @@ def test_bundle_holds_exactly_the_lock(project, bundle):
     antlr = env_files["antlr4-python3-runtime"]
     assert antlr["built_from"]["file"].endswith(".tar.gz") and antlr["file"].endswith("-py3-none-any.whl")
     assert {e["distribution"] for e in manifest["files"] if e["origin"] == "tool"} == set(make.TOOL_DISTS)
-    assert manifest["lock"]["sha256"] == make.sha256_file(project / "locks" / "tiny-fsdp.linux-64.txt")
+    assert manifest["variants"]["fsdp"]["lock"]["sha256"] == make.sha256_file(project / "locks" / "tiny-fsdp.linux-64.txt")
+    assert all(e["variants"] == ["fsdp"] for e in manifest["files"])
     assert (bundle / "tiny-fsdp.linux-64.txt").read_text() == (project / "locks" / "tiny-fsdp.linux-64.txt").read_text()
 
 
@@ -176,7 +177,7 @@ def test_parts_round_trip_and_each_fault_names_the_part(bundle, tmp_path):
     written = parts.split(bundle, tmp_path / "parts", parts.parse_size("64KiB"))
     assert len(written) > 3 and all(size <= 64 * 1024 for _, _, size in written)
     assembled = offline.open_bundle(tmp_path / "parts")
-    assert offline.check(assembled)["lock"] == json.loads((bundle / "manifest.json").read_text())["lock"]
+    assert offline.check(assembled)["variants"] == json.loads((bundle / "manifest.json").read_text())["variants"]
 
     def fresh() -> Path:
         dest = tmp_path / "faulty"

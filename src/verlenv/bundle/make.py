@@ -1,7 +1,7 @@
 """Make a bundle: the lock's files for one platform, sdist-only pins built into wheels, the source-built
 wheels from the wheel cache, the wheels `install --bundle` itself runs on, the lock and a manifest.
 
-Layout: manifest.json, the lock, wheels/ (what the env gets), tool/ (uv and verlenv's runtime deps).
+Layout: manifest.json, each variant's lock, wheels/ (what the envs get), tool/ (uv, verlenv's runtime deps and nox).
 """
 
 import json
@@ -26,10 +26,14 @@ from verlenv.pins import LockedPin, read_lock
 from verlenv.sources import sha256_file
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+# 2: one bundle may hold several variants of a stack (`variants`; each file names the variants it serves).
+FORMAT = 2
 # What `python -m verlenv install --bundle` and `verify` import beyond the standard library (rich for
-# verify's table), and uv, which installs.
-TOOL_DISTS = ("uv", "packaging", "pyyaml", "pyelftools", "rich", "markdown-it-py", "mdurl", "pygments")
+# verify's table), uv, which installs, and nox with what it imports, so the nox sessions run on a node that
+# reaches no index (README: Air-gapped cluster).
+TOOL_DISTS = ("uv", "packaging", "pyyaml", "pyelftools", "rich", "markdown-it-py", "mdurl", "pygments",
+              "nox", "argcomplete", "attrs", "colorlog", "dependency-groups", "humanize", "platformdirs",
+              "python-discovery", "virtualenv", "distlib", "filelock")
 
 
 @dataclass(frozen=True)
@@ -139,12 +143,16 @@ def _torch_version(lock: Path) -> str:
     return torch.version
 
 
-def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: list[str]) -> list[Built]:
-    """The variant's source-built wheels from the wheel cache; one line naming the build for a missing one."""
+def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: list[str],
+                 only: list[str] | None = None) -> list[Built]:
+    """The variant's source-built wheels (those named in `only`, else all) from the wheel cache; one line naming
+    the build for a missing one."""
     torch = _torch_version(lock)
     tag = "cp" + variant.stack.python.replace(".", "")
     out = []
     for build in variant.source_builds:
+        if only is not None and build.name not in only:
+            continue
         commit = build.url.rpartition("@")[2] if build.url else None
         hit = find_built(wheelhouse, build.name, build.version, torch, variant.stack.cuda, tag, archs, commit=commit)
         if hit is None:
@@ -182,9 +190,9 @@ def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:
     return sorted(folder.glob("*.whl"))[0]
 
 
-def _entry(path: Path, origin: str, name: str, version: str, sha256: str, **extra) -> dict:
+def _entry(path: Path, origin: str, name: str, version: str, sha256: str, variants: list[str], **extra) -> dict:
     return {"file": path, "sha256": sha256, "size": path.stat().st_size, "distribution": name, "version": version,
-            "origin": origin, **extra}
+            "origin": origin, "variants": list(variants), **extra}
 
 
 def _place(src: Path, dest: Path) -> None:
@@ -209,15 +217,35 @@ def dry_run(remote: list[fetch.RemoteFile], tools: list[fetch.RemoteFile], base:
     return 0
 
 
-def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetch.GLIBC, stack: str = "", variant: str = "",
-         built: list[Built] | None = None, built_note: str = "included", base: Path | None = None,
-         tools: bool = True, dry: bool = False, build_python: str | None = None, command: str = "",
+def _union(locks: dict[str, Path]) -> tuple[list[LockedPin], dict[tuple[str, str], list[str]]]:
+    """Every pin of every variant's lock once, and which variants pin each (name, version)."""
+    pins: dict[tuple[str, str], LockedPin] = {}
+    users: dict[tuple[str, str], list[str]] = {}
+    for variant, lock in locks.items():
+        for pin in read_lock(lock).values():
+            key = (pin.name, pin.version)
+            if key in pins and set(pins[key].hashes) != set(pin.hashes):
+                raise UserError(f"{pin.name}=={pin.version} has other hashes in {lock.name} than in another variant's "
+                                f"lock; relock the stack (`verlenv lock`)")
+            pins.setdefault(key, pin)
+            users.setdefault(key, []).append(variant)
+    return list(pins.values()), users
+
+
+def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *, glibc: str = fetch.GLIBC,
+         stack: str = "", variant: str = "", built: dict[str, list[Built]] | list[Built] | None = None,
+         built_note: dict[str, str] | str = "included", base: Path | None = None, tools: bool = True,
+         dry: bool = False, build_python: str | None = None, command: str = "",
          kernel_cache: Path | None = None) -> dict | None:
-    """Write the bundle for `lock` into `out` (published by one rename); the manifest, or None for a dry run."""
+    """Write the bundle of one or several variants' locks into `out` (published by one rename); the manifest, or
+    None for a dry run. A file several variants share is carried once; each entry names the variants it serves."""
     started = time.monotonic()
-    pins = read_lock(lock)
+    locks = locks if isinstance(locks, dict) else {variant: Path(locks)}
+    built = built if isinstance(built, dict) else {v: list(built or []) for v in locks}
+    notes_by_variant = built_note if isinstance(built_note, dict) else {v: built_note for v in locks}
+    union, users = _union(locks)
     base_versions = read_freeze(base) if base else {}
-    keep, dropped, notes = subtract_base(pins, base_versions)
+    keep, dropped, notes = subtract_base({f"{p.name}=={p.version}": p for p in union}, base_versions)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     remote = fetch.resolve(keep, platform, python, glibc)
@@ -229,6 +257,7 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
             print(f"kernel cache {kernel_cache}: {len(found)} files, {sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
         return None
     have = fetch.fetch_all([*remote, *tool_files])
+    every = sorted(locks)
     out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
@@ -237,39 +266,50 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
         (tmp / "tool").mkdir()
         files = []
         for f in remote:
+            serves = users[(f.name, f.version)]
             if f.kind == "sdist":
                 wheel = build_sdist(f, have[f.sha256], build_python or python)
                 _place(wheel, tmp / "wheels" / wheel.name)
-                files.append(_entry(tmp / "wheels" / wheel.name, "lock", f.name, f.version, sha256_file(wheel),
+                files.append(_entry(tmp / "wheels" / wheel.name, "lock", f.name, f.version, sha256_file(wheel), serves,
                                     built_from={"file": f.filename, "sha256": f.sha256}))
             else:
                 _place(have[f.sha256], tmp / "wheels" / f.filename)
-                files.append(_entry(tmp / "wheels" / f.filename, "lock", f.name, f.version, f.sha256))
-        for b in built or []:
-            _place(b.wheel, tmp / "wheels" / b.wheel.name)
-            files.append(_entry(tmp / "wheels" / b.wheel.name, "built", b.name, str(parse_wheel_filename(b.wheel.name)[1]),
-                                b.sha256, fingerprint=b.fingerprint, inputs=b.inputs))
+                files.append(_entry(tmp / "wheels" / f.filename, "lock", f.name, f.version, f.sha256, serves))
+        placed: dict[str, dict] = {}
+        for v in every:
+            for b in built.get(v, []):
+                if b.sha256 in placed:  # one wheel serving several variants (flash-attn)
+                    placed[b.sha256]["variants"].append(v)
+                    continue
+                _place(b.wheel, tmp / "wheels" / b.wheel.name)
+                placed[b.sha256] = _entry(tmp / "wheels" / b.wheel.name, "built", b.name,
+                                          str(parse_wheel_filename(b.wheel.name)[1]), b.sha256, [v],
+                                          fingerprint=b.fingerprint, inputs=b.inputs)
+        files += placed.values()
         for f in tool_files:
             _place(have[f.sha256], tmp / "tool" / f.filename)
-            files.append(_entry(tmp / "tool" / f.filename, "tool", f.name, f.version, f.sha256))
+            files.append(_entry(tmp / "tool" / f.filename, "tool", f.name, f.version, f.sha256, every))
         kernel_note = None
         if kernel_cache:
             count = kcache.pack(kernel_cache, tmp / kcache.FILE)
-            files.append(_entry(tmp / kcache.FILE, kcache.ORIGIN, None, None, sha256_file(tmp / kcache.FILE)))
+            files.append(_entry(tmp / kcache.FILE, kcache.ORIGIN, None, None, sha256_file(tmp / kcache.FILE), every))
             kernel_note = {"source": str(Path(kernel_cache).absolute()), "files": count}
         for pin in dropped:
             files.append({"file": None, "sha256": None, "size": 0, "distribution": pin.name, "version": pin.version,
-                          "origin": "base"})
+                          "origin": "base", "variants": users[(pin.name, pin.version)]})
         for e in files:
             if e["file"]:
                 e["file"] = str(e["file"].relative_to(tmp))
-        shutil.copyfile(lock, tmp / lock.name)
+        variants = {}
+        for v, lock in locks.items():
+            shutil.copyfile(lock, tmp / lock.name)
+            variants[v] = {"lock": {"file": lock.name, "sha256": sha256_file(lock)}, "built": notes_by_variant[v]}
         needs = [g for f in [*remote, *tool_files] if (g := fetch.needs_glibc(f.filename))]
         manifest = {
-            "format": FORMAT, "stack": stack, "variant": variant, "platform": platform, "python": python,
+            "format": FORMAT, "stack": stack, "platform": platform, "python": python,
             "glibc": {"allowed": glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
-            "lock": {"file": lock.name, "sha256": sha256_file(lock)},
-            "built": built_note, "kernel_cache": kernel_note, "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
+            "variants": variants,
+            "kernel_cache": kernel_note, "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
             "made": {"by": f"verlenv {__version__}", "command": command,
                      "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                      "seconds": round(time.monotonic() - started, 1)},
@@ -285,6 +325,6 @@ def make(lock: Path, out: Path, platform: str, python: str, *, glibc: str = fetc
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     size = sum(e["size"] for e in files)
-    print(f"bundle {out}: {sum(1 for e in files if e['file'])} files, {size / 1024**2:.1f} MiB, "
+    print(f"bundle {out}: {', '.join(every)}: {sum(1 for e in files if e['file'])} files, {size / 1024**2:.1f} MiB, "
           f"{len(dropped)} left to the base, in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return manifest

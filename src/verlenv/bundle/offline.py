@@ -50,18 +50,42 @@ def open_bundle(folder: Path) -> Path:
     raise UserError(f"{folder} is not a bundle: it has neither {MANIFEST} nor {parts.SUMS} with {parts.INDEX}")
 
 
-def check(bundle: Path, expected_lock: Path | None = None) -> dict:
-    """The manifest, once every file matches it and the lock, and the lock is fully covered; else one line."""
+def variant_of(manifest: dict, wanted: str | None) -> str:
+    """The variant to install: the one asked for, or the bundle's only one; one line naming those it holds."""
+    held = sorted(manifest["variants"])
+    if wanted is None:
+        if len(held) > 1:
+            raise UserError(f"the bundle holds the variants {', '.join(held)}; choose one with --variant")
+        return held[0]
+    if wanted not in held:
+        raise UserError(f"the bundle holds {manifest['stack']} {', '.join(held)}, not {wanted}")
+    return wanted
+
+
+def serves(entry: dict, variant: str) -> bool:
+    return variant in entry["variants"]
+
+
+def read_manifest(bundle: Path) -> dict:
     try:
         manifest = json.loads((bundle / MANIFEST).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise UserError(f"{bundle / MANIFEST}: unreadable ({e})", exit_code=1) from None
     if manifest.get("format") != FORMAT:
-        raise UserError(f"{bundle / MANIFEST}: format {manifest.get('format')!r}, this verlenv reads {FORMAT}", exit_code=1)
-    lock = bundle / manifest["lock"]["file"]
-    if not lock.is_file() or sha256_file(lock) != manifest["lock"]["sha256"]:
+        raise UserError(f"{bundle / MANIFEST}: format {manifest.get('format')!r}, this verlenv reads {FORMAT}; "
+                        f"make the bundle again with this checkout", exit_code=1)
+    return manifest
+
+
+def check(bundle: Path, variant: str | None = None, expected_lock: Path | None = None) -> dict:
+    """The manifest, once every file matches it, the variant's files match its lock and cover it; else one line."""
+    manifest = read_manifest(bundle)
+    variant = variant_of(manifest, variant)
+    locked = manifest["variants"][variant]["lock"]
+    lock = bundle / locked["file"]
+    if not lock.is_file() or sha256_file(lock) != locked["sha256"]:
         raise UserError(f"{lock}: missing or not the lock the manifest names (sha256 differs)", exit_code=1)
-    if expected_lock is not None and sha256_file(expected_lock) != manifest["lock"]["sha256"]:
+    if expected_lock is not None and sha256_file(expected_lock) != locked["sha256"]:
         raise UserError(f"the bundle was made from another lock than {expected_lock}; rebundle from this checkout", exit_code=1)
     pins = read_lock(lock)
     listed = {e["file"] for e in manifest["files"] if e["file"]}
@@ -77,14 +101,14 @@ def check(bundle: Path, expected_lock: Path | None = None) -> dict:
                 raise UserError(f"{path}: missing; the bundle is incomplete", exit_code=1)
             if path.stat().st_size != e["size"] or sha256_file(path) != e["sha256"]:
                 raise UserError(f"{path}: sha256 differs from the manifest; the file was altered or truncated", exit_code=1)
-        if origin in ("lock", "base"):
+        if origin in ("lock", "base") and serves(e, variant):
             pin = pins.get(name)
             if pin is None or pin.version != version:
                 raise UserError(f"{name}=={version} ({origin}) is not what {lock.name} pins", exit_code=1)
             # A wheel built from an sdist is checked through that sdist's hash; every other file directly.
-            locked = e.get("built_from", {}).get("sha256") or e["sha256"]
-            if origin == "lock" and f"sha256:{locked}" not in pin.hashes:
-                raise UserError(f"{e['file']}: sha256 {locked} is not among {lock.name}'s hashes for {name}", exit_code=1)
+            sha = e.get("built_from", {}).get("sha256") or e["sha256"]
+            if origin == "lock" and f"sha256:{sha}" not in pin.hashes:
+                raise UserError(f"{e['file']}: sha256 {sha} is not among {lock.name}'s hashes for {name}", exit_code=1)
             covered[name] = origin
     if missing := sorted(set(pins) - set(covered)):
         raise UserError(f"the bundle lacks {len(missing)} of the lock's pins ({', '.join(missing[:5])}); it is incomplete",
@@ -104,9 +128,9 @@ def check_glibc(python: str, manifest: dict) -> None:
                         f"rebundle with --glibc {have}")
 
 
-def check_base(python: str, manifest: dict) -> None:
+def check_base(python: str, manifest: dict, variant: str) -> None:
     """Every distribution the bundle leaves to the base is in the target at exactly the locked version."""
-    base = {e["distribution"]: e["version"] for e in manifest["files"] if e["origin"] == "base"}
+    base = {e["distribution"]: e["version"] for e in manifest["files"] if e["origin"] == "base" and serves(e, variant)}
     if not base:
         return
     out = subprocess.run([python, "-c", _VERSIONS, *base], capture_output=True, text=True)
@@ -119,9 +143,13 @@ def check_base(python: str, manifest: dict) -> None:
                         f"install into the env the --base freeze came from")
 
 
-def requirements(bundle: Path, manifest: dict) -> str:
-    lines = [f"{e['distribution']}=={e['version']} --hash=sha256:{e['sha256']}"
-             for e in manifest["files"] if e["file"] and e["origin"] in ("lock", "built")]
+def env_files(manifest: dict, variant: str) -> list[dict]:
+    """The bundle's files the variant's env gets: its lock's wheels and its source-built ones."""
+    return [e for e in manifest["files"] if e["file"] and e["origin"] in ("lock", "built") and serves(e, variant)]
+
+
+def requirements(manifest: dict, variant: str) -> str:
+    lines = [f"{e['distribution']}=={e['version']} --hash=sha256:{e['sha256']}" for e in env_files(manifest, variant)]
     return "\n".join(lines) + "\n"
 
 
@@ -134,10 +162,10 @@ def installer_command(python: str, reqs: Path, wheels: Path, exact: bool, system
     return cmd + (["--break-system-packages"] if system else [])
 
 
-def repair(python: str, manifest: dict, install_cmd: list[str]) -> dict:
+def repair(python: str, manifest: dict, variant: str, install_cmd: list[str]) -> dict:
     """Every bundled distribution's installed files against its RECORD, as a plain install checks them; one that
     differs is installed again from the bundle's own wheels (not from uv's cache: it hard-links the same files)."""
-    names = sorted({e["distribution"] for e in manifest["files"] if e["file"] and e["origin"] in ("lock", "built")})
+    names = sorted({e["distribution"] for e in env_files(manifest, variant)})
     scan = installed_files.check(python, names)
     damaged = {name: why for name, entry in scan["dists"].items() if (why := installed_files.damaged(entry))}
     print(f"checked {len(scan['dists'])} distributions, {scan['files']} files against their RECORDs in {scan['seconds']:.1f} s"
@@ -157,12 +185,15 @@ def repair(python: str, manifest: dict, install_cmd: list[str]) -> dict:
 
 
 def install(folder: Path, prefix: Path | None = None, conda: bool = False, python: str | None = None,
-            into: str | None = None, expected_lock: Path | None = None, keep=None) -> tuple[str, dict, Path]:
-    """Install a bundle: into `into` (an existing interpreter's env), the active conda env, or a venv at
-    `prefix` (made from `python`). Returns (the env's python, the manifest, the bundle's lock)."""
+            into: str | None = None, expected_lock: Path | None = None, keep=None,
+            variant: str | None = None) -> tuple[str, dict, Path]:
+    """Install one variant of a bundle (the only one it holds, or `variant`): into `into` (an existing
+    interpreter's env), the active conda env, or a venv at `prefix` (made from `python`). Returns (the env's
+    python, the manifest, the variant's lock)."""
     bundle = open_bundle(folder)
-    manifest = check(bundle, expected_lock)
-    has_base = any(e["origin"] == "base" for e in manifest["files"])
+    manifest = check(bundle, variant, expected_lock)
+    variant = variant_of(manifest, variant)
+    has_base = any(e["origin"] == "base" and serves(e, variant) for e in manifest["files"])
     created = False
     if into:
         target, env_prefix = into, None
@@ -182,17 +213,17 @@ def install(folder: Path, prefix: Path | None = None, conda: bool = False, pytho
     started = time.monotonic()
     try:
         check_glibc(target, manifest)
-        check_base(target, manifest)
+        check_base(target, manifest, variant)
         if env_prefix:
             (env_prefix / plain.MARKER).unlink(missing_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             reqs = Path(tmp) / "bundle-requirements.txt"
-            reqs.write_text(requirements(bundle, manifest) + "".join(f"{line}\n" for line in (keep or [])))
+            reqs.write_text(requirements(manifest, variant) + "".join(f"{line}\n" for line in (keep or [])))
             cmd = installer_command(target, reqs, bundle / "wheels", exact=not has_base, system=bool(into))
             r = subprocess.run(cmd, env=plain.installer_env())
             if r.returncode != 0:
                 raise UserError(f"installing the bundle failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
-            files = repair(target, manifest, cmd)
+            files = repair(target, manifest, variant, cmd)
     except BaseException:
         if created:
             shutil.rmtree(env_prefix, ignore_errors=True)  # a half-made env must not look usable
@@ -200,10 +231,10 @@ def install(folder: Path, prefix: Path | None = None, conda: bool = False, pytho
     seconds = time.monotonic() - started
     if env_prefix:
         write_atomic(env_prefix / plain.MARKER, json.dumps({
-            "stack": manifest["stack"], "variant": manifest["variant"], "lock": manifest["lock"]["file"],
+            "stack": manifest["stack"], "variant": variant, "lock": manifest["variants"][variant]["lock"]["file"],
             "installer": "uv (bundle, offline)", "bundle": str(bundle.absolute()),
             "install_seconds": round(seconds, 1),
             "files_check": {"distributions": len(files["dists"]), "files": files["files"], "bytes": files["bytes"],
                             "seconds": files["seconds"], "repaired": files["repaired"]}}, indent=2) + "\n")
     print(f"installed the bundle {bundle} into {target} in {seconds:.1f} s, offline", file=sys.stderr)
-    return target, manifest, bundle / manifest["lock"]["file"]
+    return target, manifest, bundle / manifest["variants"][variant]["lock"]["file"]

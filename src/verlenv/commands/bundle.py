@@ -13,14 +13,17 @@ from verlenv.errors import UserError
 def register(sub) -> None:
     p = sub.add_parser("bundle", help="collect every file a locked variant needs into a folder for offline installs")
     p.add_argument("--stack", help="stack (default: the catalog's default)")
-    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    p.add_argument("--variant", action="append", metavar="VARIANT",
+                   help="fsdp (default) or megatron; repeat for one bundle of several variants (shared files carried once)")
     p.add_argument("--platform", default=pins.LOCK_PLATFORM, help="linux-64 (default) or linux-aarch64")
     p.add_argument("--glibc", default=fetch.GLIBC, help=f"the target's glibc: wheels needing a newer one are not taken (default {fetch.GLIBC})")
-    p.add_argument("--out", type=Path, help="bundle folder (default: bundles/<stack>-<variant>.<platform>)")
+    p.add_argument("--out", type=Path, help="bundle folder (default: bundles/<stack>-<variant>[+<variant>].<platform>)")
     p.add_argument("--split", metavar="SIZE", help="also write the bundle as parts of SIZE (e.g. 56MiB) into OUT.parts/")
     p.add_argument("--base", type=Path, metavar="FREEZE", help="pip freeze of the target: leave out what it has at the locked version")
     p.add_argument("--dry-run", action="store_true", help="list what would be fetched, with sizes; download nothing")
     p.add_argument("--no-built", action="store_true", help="leave out the source-built wheels (flash-attn, apex, TE torch)")
+    p.add_argument("--without", action="append", default=[], metavar="NAME",
+                   help="leave out this one source-built wheel, e.g. apex when the nodes build it themselves (repeatable)")
     p.add_argument("--gpu", action="append", help="source-built wheels must cover this GPU: a100, h100, h200 (repeatable; default: the stack's gpu_archs)")
     p.add_argument("--archs", help="source-built wheels must cover these archs, e.g. '8.0;9.0' (overrides --gpu)")
     p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
@@ -33,10 +36,17 @@ def register(sub) -> None:
 
 def _main(args) -> int:
     cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant)
-    if args.platform not in variant.platforms:
-        raise UserError(f"{variant.key} is not locked for {args.platform}; it is locked for: {', '.join(variant.platforms)}")
-    lock = pins.lock_path(cat.root, variant, args.platform)
+    names = list(dict.fromkeys(args.variant or ["fsdp"]))
+    variants = [cat.variant(args.stack, name) for name in names]
+    stack = variants[0].stack
+    for variant in variants:
+        if args.platform not in variant.platforms:
+            raise UserError(f"{variant.key} is not locked for {args.platform}; it is locked for: {', '.join(variant.platforms)}")
+    buildable = sorted({b.name for v in variants for b in v.source_builds})
+    if unknown := [n for n in args.without if n not in buildable]:
+        raise UserError(f"--without {unknown[0]}: not a source-built package of {', '.join(v.key for v in variants)}; "
+                        f"valid: {', '.join(buildable) or 'none'}")
+    locks = {v.name: pins.lock_path(cat.root, v, args.platform) for v in variants}
     size = None
     if args.split:
         try:
@@ -47,15 +57,24 @@ def _main(args) -> int:
         kernel_cache.files(args.kernel_cache)  # before any download: a folder that holds files
     if args.base and not args.base.is_file():
         raise UserError(f"--base {args.base}: no such file; give a `pip freeze` of the target")
-    built, note = [], "left out (--no-built)"
-    if not args.no_built and variant.source_builds and not args.dry_run:
-        archs = ([a.strip() for a in args.archs.split(";")] if args.archs
-                 else gpus.archs_for(args.gpu) if args.gpu else list(variant.stack.gpu_archs))
-        built, note = make.built_wheels(variant, lock, args.wheelhouse.absolute(), archs), "included"
-    out = args.out or cat.root / "bundles" / f"{variant.key}.{args.platform}"
-    manifest = make.make(lock, out, args.platform, variant.stack.python, glibc=args.glibc, stack=variant.stack.name, variant=variant.name,
-                         built=built, built_note=note if variant.source_builds else "none in this variant",
-                         base=args.base, dry=args.dry_run, build_python=args.build_python or variant.stack.python,
+    archs = ([a.strip() for a in args.archs.split(";")] if args.archs
+             else gpus.archs_for(args.gpu) if args.gpu else list(stack.gpu_archs))
+    built, notes = {}, {}
+    for v in variants:
+        wanted = [b for b in v.source_builds if b.name not in args.without]
+        if not v.source_builds:
+            built[v.name], notes[v.name] = [], "none in this variant"
+        elif args.no_built:
+            built[v.name], notes[v.name] = [], "left out (--no-built)"
+        else:
+            left = sorted(b.name for b in v.source_builds if b.name in args.without)
+            built[v.name] = [] if args.dry_run else make.built_wheels(v, locks[v.name], args.wheelhouse.absolute(), archs,
+                                                                      only=[b.name for b in wanted])
+            notes[v.name] = "included" if not left else f"included but {', '.join(left)} (left out: --without)"
+    out = args.out or cat.root / "bundles" / f"{stack.name}-{'+'.join(names)}.{args.platform}"
+    manifest = make.make(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,
+                         built=built, built_note=notes, base=args.base, dry=args.dry_run,
+                         build_python=args.build_python or stack.python,
                          command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache)
     if manifest is not None and size:
         written = parts.split(out, out.with_name(out.name + ".parts"), size)

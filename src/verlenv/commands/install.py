@@ -2,7 +2,6 @@
 that the env equals the lock."""
 
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from verlenv.errors import UserError
 def register(sub) -> None:
     p = sub.add_parser("install", help="install a locked variant into a venv or the active conda env, then check drift")
     p.add_argument("--stack", help="stack (default: the catalog's default)")
-    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    p.add_argument("--variant", help="fsdp (default) or megatron; with --bundle, the bundle's variant (needed when it holds several)")
     p.add_argument("--prefix", type=Path, help="venv to create or update (default: .venv-<stack>-<variant>)")
     p.add_argument("--conda", action="store_true", help="install into the active conda env instead of a venv")
     p.add_argument("--python", help="interpreter for a new venv (default: the stack's Python found on this machine)")
@@ -32,7 +31,7 @@ def _main(args) -> int:
     if args.bundle:
         return _install_bundle(args)
     cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant)
+    variant = cat.variant(args.stack, args.variant or "fsdp")
     prefix = install.install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)
     lock = install.lock_path(cat.root, variant)
     return 1 if _drifted(str(install.env_python(prefix)), cat, variant, lock) else 0
@@ -40,26 +39,28 @@ def _main(args) -> int:
 
 def _install_bundle(args) -> int:
     """`verlenv install --bundle DIR`: offline install, then the same drift check as a plain install."""
-    from verlenv.bundle import kernel_cache, make, offline
+    from verlenv.bundle import kernel_cache, offline
 
     if args.installer != "uv":
         raise UserError("--bundle installs with the uv the bundle carries; drop --installer pip")
     cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant) if args.stack else None
     into = args.python if args.python and not args.prefix and not args.conda else None
     bundle = offline.open_bundle(args.bundle)
-    manifest = json.loads((bundle / make.MANIFEST).read_text())  # which variant; offline.install checks it all
-    variant = variant or cat.variant(manifest["stack"], manifest["variant"])
+    manifest = offline.read_manifest(bundle)  # which stack and variant; offline.install checks it all
+    if args.stack and args.stack != manifest["stack"]:
+        raise UserError(f"the bundle holds {manifest['stack']}, not {args.stack}")
+    variant = cat.variant(manifest["stack"], offline.variant_of(manifest, args.variant))
     kernels = next((e for e in manifest["files"] if e["origin"] == kernel_cache.ORIGIN), None)
     if args.kernel_cache_into and kernels is None:
         raise UserError(f"--kernel-cache-into: {bundle} carries no kernel cache (bundle it with --kernel-cache DIR)")
-    if (variant.stack.name, variant.name) != (manifest["stack"], manifest["variant"]):
-        raise UserError(f"the bundle holds {manifest['stack']}-{manifest['variant']}, not {variant.key}")
     expected = pins.lock_path(cat.root, variant, manifest["platform"])
     prefix = args.prefix or cat.root / f".venv-{variant.key}"
     keep = []
-    if manifest["built"] != "included" and not into and install.env_python(prefix.absolute()).exists():
-        keep = install.kept_source_builds(install.env_python(prefix.absolute()), variant)
+    carried = {e["distribution"] for e in offline.env_files(manifest, variant.name) if e["origin"] == "built"}
+    if carried != {b.name for b in variant.source_builds} and not into and install.env_python(prefix.absolute()).exists():
+        # What the bundle leaves out (--no-built, --without) and the env's own builds hold is kept through the sync.
+        keep = [line for line in install.kept_source_builds(install.env_python(prefix.absolute()), variant)
+                if line.split(" @ ")[0] not in carried]
     # One installer per env, as for a plain install; an interpreter's own env (--python) is the user's to guard.
     if into:
         held = None
@@ -70,7 +71,7 @@ def _install_bundle(args) -> int:
     with install.prefix_lock(held, args.conda) if held else contextlib.nullcontext():
         python, manifest, lock = offline.install(bundle, prefix=prefix, conda=args.conda,
                                                  python=None if into else args.python, into=into,
-                                                 expected_lock=expected, keep=keep)
+                                                 expected_lock=expected, keep=keep, variant=variant.name)
         # The stack's runtime defaults (.pth) are part of the env, whichever way it was installed.
         runtime_env.apply(python, cat.root / "stacks.toml", variant)
     if _drifted(python, cat, variant, lock):

@@ -1,8 +1,16 @@
-"""verlenv's sessions: thin wrappers over the `verlenv` command. `nox -l` lists them."""
+"""verlenv's sessions: thin wrappers over the `verlenv` command. `nox -l` lists them.
+
+On a node that reaches no index, run them with the nox a bundle carries (`BUNDLE/.tool/bin/nox -s verify-h100`,
+made by the bundle's bootstrap): it sets VERLENV_BUNDLE, and the sessions then make no venv and install
+nothing; `verlenv` is the bundle's own (README: Air-gapped cluster).
+"""
+
+import os
 
 import nox
 
-nox.options.default_venv_backend = "uv"
+BUNDLE = os.environ.get("VERLENV_BUNDLE")
+nox.options.default_venv_backend = "none" if BUNDLE else "uv"
 nox.options.sessions = ["tests"]
 nox.options.error_on_external_run = True
 
@@ -11,18 +19,36 @@ TOOL_PYTHON = "3.11"
 
 
 def _tool(session: nox.Session) -> None:
-    """Install verlenv itself into the session's venv (the tool, not the stack's env)."""
-    session.install("-e", ".")
+    """Install verlenv itself into the session's venv (the tool, not the stack's env); from a bundle, nothing."""
+    if not BUNDLE:
+        session.install("-e", ".")
+
+
+def _run(session: nox.Session, *args: str) -> None:
+    # verify's report records that nox started it.
+    session.run("verlenv", *args, env={"VERLENV_LAUNCHER": "nox"})
 
 
 def _verlenv(session: nox.Session, *args: str) -> None:
     _tool(session)
-    session.run("verlenv", *args, *session.posargs)
+    _run(session, *args, *session.posargs)
+
+
+def _env_args(posargs: list[str]) -> list[str]:
+    """The --stack/--variant among a session's arguments: the install and build before a verify need the same."""
+    out = []
+    for i, arg in enumerate(posargs):
+        name, eq, value = arg.partition("=")
+        if name in ("--stack", "--variant"):
+            out += [name, value] if eq else [name, *posargs[i + 1:i + 2]]
+    return out
 
 
 @nox.session(python=TOOL_PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite (GPU tests skip on machines without one)."""
+    if BUNDLE:
+        session.skip("the tests install their tools from PyPI; run them where an index answers")
     _tool(session)
     session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
     session.run("pytest", *session.posargs)
@@ -74,16 +100,20 @@ def _verify(session: nox.Session, gpu: str) -> None:
     """Verify the env against its lock and, on a GPU matching the profile, run the kernel checks."""
     _tool(session)
     # The session's venv is verlenv's own: verify skips it and picks .venv-<stack>-<variant>.
-    session.run("verlenv", "verify", "--gpu", gpu, *session.posargs)
+    _run(session, "verify", "--gpu", gpu, *session.posargs)
 
 
 @nox.session(python=TOOL_PYTHON)
 def verify(session: nox.Session) -> None:
     """Install the default env, build its native packages for the visible GPU, verify on what is here."""
     _tool(session)
-    session.run("verlenv", "install")
-    session.run("verlenv", "build", "--gpu", "auto", "--if-gpu")
-    session.run("verlenv", "verify", "--gpu", "auto", *session.posargs)
+    env = _env_args(session.posargs)
+    if BUNDLE:  # offline: the env from the bundle, whose source-built wheels were built for the cluster's GPUs
+        _run(session, "install", "--bundle", BUNDLE, *env)
+    else:
+        _run(session, "install", *env)
+        _run(session, "build", "--gpu", "auto", "--if-gpu", *env)
+    _run(session, "verify", "--gpu", "auto", *session.posargs)
 
 
 @nox.session(name="verify-a100", python=TOOL_PYTHON)
@@ -102,7 +132,7 @@ def verify_h100(session: nox.Session) -> None:
 def verify_cluster(session: nox.Session) -> None:
     """Verify every node of the running Ray cluster and compare them (`-- --ray HOST:PORT` for another address)."""
     _tool(session)
-    session.run("verlenv", "verify", "--ray", "auto", *session.posargs)  # a later --ray in posargs wins
+    _run(session, "verify", "--ray", "auto", *session.posargs)  # a later --ray in posargs wins
 
 
 @nox.session(python=TOOL_PYTHON)

@@ -35,7 +35,11 @@ toolkit = "pypi"
 host_compiler = "gxx=13"
 [stacks.tiny.variants.fsdp]
 requirements = {requirements}
+[stacks.tiny.variants.megatron]
+requirements = {megatron}
 """
+# The megatron variant: fsdp's pins and one more, as the real stacks' megatron locks are fsdp's plus TE & co.
+MEGATRON_EXTRA = "packaging==24.1\n"
 
 
 def _python312() -> str:
@@ -62,13 +66,16 @@ def project(tmp_path_factory) -> Path:
     _python312()
     root = tmp_path_factory.mktemp("project")
     reqs = [r for r in REQUIREMENTS.split()]
-    (root / "stacks.toml").write_text(CATALOG.format(requirements=json.dumps(reqs)))
+    (root / "stacks.toml").write_text(CATALOG.format(requirements=json.dumps(reqs),
+                                                     megatron=json.dumps(reqs + MEGATRON_EXTRA.split())))
     (root / "locks").mkdir()
-    (root / "in.txt").write_text(REQUIREMENTS)
-    r = _run([UV, "pip", "compile", "--no-config", "--generate-hashes", "--quiet", "--python-version", "3.12",
-              "--python-platform", "x86_64-manylinux_2_28", str(root / "in.txt"), "-o", str(root / "locks" / "tiny-fsdp.linux-64.txt")])
-    if r.returncode != 0:
-        pytest.skip(f"PyPI unreachable: {r.stderr.strip()[-200:]}")
+    for variant, text in (("fsdp", REQUIREMENTS), ("megatron", REQUIREMENTS + MEGATRON_EXTRA)):
+        (root / f"in-{variant}.txt").write_text(text)
+        r = _run([UV, "pip", "compile", "--no-config", "--generate-hashes", "--quiet", "--python-version", "3.12",
+                  "--python-platform", "x86_64-manylinux_2_28", str(root / f"in-{variant}.txt"),
+                  "-o", str(root / "locks" / f"tiny-{variant}.linux-64.txt")])
+        if r.returncode != 0:
+            pytest.skip(f"PyPI unreachable: {r.stderr.strip()[-200:]}")
     return root
 
 
@@ -269,6 +276,56 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
     r = _run([python, "-S", "-c", "from verlenv.verify.report import print_table; import rich.table, elftools, yaml"],
              env={**env, "PYTHONPATH": tool})
     assert r.returncode == 0, r.stderr  # verify runs on the node with the same tool wheels
+
+    # The bundle's nox runs the project's sessions offline: no venv made, verlenv from the bundle's tools.
+    report, envdir = tmp_path / "verify.json", tmp_path / "nox-envs"
+    r = _run([str(tmp_path / "parts" / "bundle" / ".tool" / "bin" / "nox"), "-f", str(ROOT / "noxfile.py"),
+              "--envdir", str(envdir), "-s", "verify", "--", "--stack", "tiny", "--report", str(report)],
+             env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path)
+    said = r.stdout + r.stderr
+    assert "verlenv install --bundle" in said and "drift check lock/match: pass" in said, said
+    assert not envdir.exists()
+    data = json.loads(report.read_text())
+    assert data["launcher"] == "nox" and data["stack"] == "tiny"
+    # The tiny stack has no torch: its verify fails; what matters here is that nox ran it, offline.
+    assert r.returncode == 1 and data["result"] == "fail"
+
+
+@pytest.mark.network
+def test_one_bundle_of_two_variants_carries_shared_files_once(project, cache, tmp_path):
+    out = tmp_path / "both"
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--variant", "fsdp", "--variant", "megatron", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted(manifest["variants"]) == ["fsdp", "megatron"]
+    serves = {e["distribution"]: e["variants"] for e in manifest["files"] if e["origin"] == "lock"}
+    assert serves["six"] == ["fsdp", "megatron"] and serves["packaging"] == ["megatron"]
+    assert len(list((out / "wheels").glob("six-*.whl"))) == 1
+    for variant in ("fsdp", "megatron"):
+        assert (out / f"tiny-{variant}.linux-64.txt").read_bytes() == (project / "locks" / f"tiny-{variant}.linux-64.txt").read_bytes()
+
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--prefix", str(tmp_path / "none"), env=_no_network_env(tmp_path))
+    assert r.returncode == 2 and "holds the variants fsdp, megatron; choose one with --variant" in r.stderr
+    assert not (tmp_path / "none").exists()
+    for variant, has_packaging in (("fsdp", False), ("megatron", True)):
+        prefix = tmp_path / variant
+        r = _verlenv(project, cache, "install", "--bundle", str(out), "--variant", variant, "--prefix", str(prefix),
+                     env=_no_network_env(tmp_path))
+        assert r.returncode == 0, r.stderr
+        assert "drift check lock/match: pass" in r.stderr
+        listed = _run([UV, "pip", "list", "--python", str(prefix / "bin" / "python"), "--offline"]).stdout
+        assert ("packaging" in listed) == has_packaging
+        assert json.loads((prefix / install.MARKER).read_text())["variant"] == variant
+    with pytest.raises(UserError, match="holds tiny fsdp, megatron, not geo"):
+        offline.check(out, "geo")
+
+
+@pytest.mark.network
+def test_without_names_a_source_built_package_of_the_variants(project, cache, tmp_path):
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--without", "flash-attn", "--out", str(tmp_path / "b"))
+    assert r.returncode == 2
+    assert "--without flash-attn: not a source-built package of tiny-fsdp; valid: none" in r.stderr
+    assert not (tmp_path / "b").exists()
 
 
 def test_parse_size():

@@ -3,13 +3,19 @@
 
     PYTHONPATH=src python3 -m verlenv.bundle.bootstrap BUNDLE [install options...]
 
-The bundle's tool wheels (uv and verlenv's runtime deps) are checked against the manifest, unpacked into
-BUNDLE/.tool, and `verlenv install --bundle BUNDLE ...` runs with them on this process's path only.
+The bundle's tool wheels (uv, verlenv's runtime deps and nox) are checked against the manifest, unpacked into
+BUNDLE/.tool, and `verlenv install --bundle BUNDLE ...` runs with them on this process's path only. It also
+writes BUNDLE/.tool/bin/verlenv and BUNDLE/.tool/bin/nox, so that afterwards, from this source tree,
+
+    BUNDLE/.tool/bin/nox -s verify-h100
+
+runs the project's nox sessions offline (they see VERLENV_BUNDLE and make no venv).
 """
 
 import hashlib
 import json
 import os
+import shlex
 import sys
 import zipfile
 from pathlib import Path
@@ -59,6 +65,22 @@ def unpack_tools(bundle: Path) -> Path:
     return target
 
 
+def write_launchers(tool: Path, bundle: Path) -> None:
+    """bin/verlenv and bin/nox: this interpreter with the tool wheels (and this source tree, for verlenv), the bundle
+    named in VERLENV_BUNDLE; written at every bootstrap, as they name where the bundle and the tree are now."""
+    src = Path(__file__).resolve().parents[2]
+    q = lambda path: shlex.quote(str(Path(path).absolute()))  # noqa: E731
+    paths = {"verlenv": f"{q(src)}:{q(tool / 'site')}", "nox": q(tool / "site")}
+    for name, pythonpath in paths.items():
+        text = (f"#!/bin/sh\n# {name} from the bundle's tools: no index is needed.\n"
+                f"VERLENV_BUNDLE={q(bundle)} PATH={q(tool / 'bin')}:\"$PATH\" PYTHONPATH={pythonpath} "
+                f"exec {q(sys.executable)} -m {name} \"$@\"\n")
+        tmp = tool / "bin" / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, tool / "bin" / name)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
@@ -76,6 +98,7 @@ def main(argv: list[str]) -> int:
         print(f"bootstrap: {folder} is not a bundle (no manifest.json, no {parts.SUMS})", file=sys.stderr)
         return 2
     tool = unpack_tools(bundle)
+    write_launchers(tool, bundle)
     sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(tool / "site")]
     # The target env's interpreters run with a clean path: the tool wheels must not look installed there.
     os.environ.pop("PYTHONPATH", None)

@@ -62,6 +62,11 @@ def _package(name: str, valid: list[str], option: str) -> str:
     return canon
 
 
+def launcher() -> str:
+    """Who started this run: the noxfile sets VERLENV_LAUNCHER=nox for the verlenv it runs."""
+    return "nox" if os.environ.get("VERLENV_LAUNCHER") == "nox" else "verlenv"
+
+
 def command_line(args) -> list[str]:
     """The command as given (options at their non-default values), for the report."""
     cmd = ["verlenv", "verify", "--gpu", args.gpu]
@@ -117,7 +122,7 @@ def handle(args) -> int:
                                lock=None if args.no_lock else lock.absolute(), no_lock=args.no_lock, skipped=skipped,
                                only=only, kernels_dir=kernels_dir, timeout=args.timeout, forced=args.force)
     run = runner.verify(settings, lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    data = report.build(run, command_line(args), started)
+    data = report.build(run, command_line(args), started, launcher=launcher())
     written = [_write_or_fallback(path, report.json_text(data), "--report", started)]
     if args.markdown:
         written.append(_write_or_fallback(args.markdown, report.markdown(data), "--markdown", started))

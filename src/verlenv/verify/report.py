@@ -29,6 +29,8 @@ SCHEMA = {
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
         "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        # How the run was started: `nox -s verify…` (the noxfile says so through VERLENV_LAUNCHER) or verlenv itself.
+        "launcher": {"enum": ["nox", "verlenv"]},
         "timestamp": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"},
         "machine": {"type": "object", "required": ["hostname", "cpus", "memory_gib", "platform"],
                     "properties": {"hostname": {"type": "string"}, "cpus": {"type": "integer"},
@@ -89,7 +91,7 @@ def versions(facts) -> dict[str, str | None]:
     return out
 
 
-def build(run, command: list[str], started: datetime) -> dict:
+def build(run, command: list[str], started: datetime, launcher: str = "verlenv") -> dict:
     s = run.settings
     t = totals(run.results)
     profile = None
@@ -100,6 +102,7 @@ def build(run, command: list[str], started: datetime) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "command": command,
+        "launcher": launcher,
         "timestamp": started.astimezone(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"hostname": socket.gethostname(), "cpus": os.cpu_count() or 0, "memory_gib": memory_gib(),
                     "platform": platform.platform()},
@@ -159,7 +162,7 @@ def markdown(report: dict) -> str:
         f"**{report['result'].upper()}**: {t['required_failed']} required check(s) failed; {t['checks']} checks: "
         f"{t['pass']} pass, {t['warn']} warn, {t['fail']} fail, {t['skip']} skip; {report['wall_seconds']:.1f} s.",
         "",
-        f"- command: `{' '.join(report['command'])}`",
+        f"- command: `{' '.join(report['command'])}`" + (" (started by nox)" if report.get("launcher") == "nox" else ""),
         f"- when: {report['timestamp']}",
         f"- machine: {m['hostname']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['platform']}",
         f"- GPU: {gpu_text}" + (f"; profile {profile['key']} (sm {profile['arch']})"

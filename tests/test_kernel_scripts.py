@@ -40,15 +40,21 @@ PACKAGE_OF = {"verl_trainer": "verl"}
 FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
+# The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
+HELPERS = ("_common", "_phases")
+
+
 def load(name: str):
-    """A kernel script (or _common) as a module, the way the script itself finds _common."""
-    if "_common" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("_common", KERNELS / "_common.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["_common"] = module
-        spec.loader.exec_module(module)
-    if name == "_common":
-        return sys.modules["_common"]
+    """A kernel script (or a helper: _common, _phases) as a module, the way the script itself finds its
+    helpers (the kernel folder is its sys.path[0])."""
+    for helper in HELPERS:
+        if helper not in sys.modules:
+            spec = importlib.util.spec_from_file_location(helper, KERNELS / f"{helper}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[helper] = module
+            spec.loader.exec_module(module)
+    if name in HELPERS:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", KERNELS / f"check_{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -111,7 +117,7 @@ def test_no_kernel_module_is_named_like_an_importable_package(tmp_path):
     assert all(m.startswith(("check_", "_")) for m in modules), sorted(modules)
 
 
-@pytest.mark.parametrize("name", [*NOT_INSTALLED, "_common"])
+@pytest.mark.parametrize("name", [*NOT_INSTALLED, *HELPERS])
 def test_script_compiles(name, tmp_path):
     path = KERNELS / (f"{name}.py" if name.startswith("_") else f"check_{name}.py")
     py_compile.compile(str(path), cfile=str(tmp_path / "out.pyc"), doraise=True)

@@ -144,6 +144,10 @@ def test_without_its_package_a_script_writes_one_skip_and_exits_0(name, tmp_path
     ('{"key": "h100", "arch": "9.0", "fp8": "yes"}', "fp8 must be true or false"),
     ('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {"bf16_max_rel_err": "big"}}',
      "must be a finite number"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "thorough": "yes"}', "thorough must be true or false"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "rollout_tp": 0}', "rollout_tp must be a positive integer"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "actor_tp": 1.5}', "actor_tp must be a positive integer"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "beside": "verl_trainer"}', "beside must be a list"),
 ])
 def test_a_bad_profile_is_one_line_and_exit_2(profile, complaint, tmp_path):
     out = tmp_path / "results.json"
@@ -219,6 +223,11 @@ def test_profile_thresholds_override_the_defaults():
     assert profile.threshold("flash_attn_min_ratio_vs_sdpa") == 1.0
     assert profile.optional_threshold("nccl_min_busbw_gbs_8gpu") == 125.0
     assert profile.optional_threshold("nccl_min_busbw_gbs_2gpu") is None
+    # What the runner adds: the fast proof by default, one rollout and actor TP size, nothing running beside.
+    assert (profile.thorough, profile.rollout_tp, profile.actor_tp, profile.beside) == (False, 1, 1, ())
+    run = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "thorough": true, "rollout_tp": 2, '
+                               '"actor_tp": 2, "beside": ["verl_trainer"]}')
+    assert (run.thorough, run.rollout_tp, run.actor_tp, run.beside) == (True, 2, 2, ("verl_trainer",))
 
 
 def test_timing_stats():

@@ -423,3 +423,70 @@ def test_the_failure_named_is_the_innermost_exception_not_hydras_hint():
     assert t.failure_line(real[:1]).startswith("ray.exceptions.RayTaskError(AttributeError): ")
     assert t.failure_line(["starting", "killed by a signal", ""]) == "killed by a signal"
     assert t.failure_line([]) == "no output"
+
+
+# A stand-in for main_ppo (test double): what verl prints at start-up and after each step, then it exits.
+FAKE_TRAINER = """
+import time
+print("ray init kwargs: {}", flush=True)
+time.sleep(0.3)
+for step in (1, 2):
+    print(f"(TaskRunnerV1 pid=1) step:{step} - actor/pg_loss:0.1 - actor/grad_norm:0.5 - timing_s/gen:0.05 "
+          f"- training/rollout_actor_probs_pearson_corr:0.9999 - training/rollout_probs_diff_mean:0.001 "
+          f"- timing_s/step:0.1", flush=True)
+"""
+
+
+def fake_launch(t, monkeypatch, tmp_path, script):
+    def write_inputs(workdir, torch, rows):
+        paths = {"model": str(tmp_path / "model"), "checkpoints": str(tmp_path / "ckpt"), "run": workdir}
+        return paths
+    monkeypatch.setattr(t, "write_inputs", write_inputs)
+    monkeypatch.setattr(t, "command", lambda python, paths, variant, **sizes: [sys.executable, "-c", script])
+
+
+def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its_output_after(
+        monkeypatch, tmp_path, capsys):
+    t, common = trainer(), load("_common")
+    fake_launch(t, monkeypatch, tmp_path, FAKE_TRAINER)
+    monkeypatch.setattr(t, "check_import", lambda: (time.sleep(1.0), print("IMPORTED"), ({}, "imports"))[-1])
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1}')
+    (name_import, first), (name_trainer, second) = t.checks(profile, torch=None)
+    assert (name_import, name_trainer) == ("verl/trainer/import", "verl/trainer/fsdp/grpo-2-steps")
+    assert first() == ({}, "imports")
+    imported = time.time()
+    out = capsys.readouterr().out
+    assert "IMPORTED" in out and "step:1" not in out  # the trainer ran meanwhile, its output held back
+    run = second.__self__.run
+    assert run.launch_wall + run.lines[0].arrival < imported  # it was up before the import check ended
+    with pytest.raises(common.Failed) as failed:  # no checkpoint from the stand-in: a failure with its numbers
+        second()
+    out = capsys.readouterr().out
+    assert out.index("running:") < out.index("ray init kwargs") < out.index("step:2")
+    numbers = failed.value.numbers
+    assert str(failed.value) == "verl saved no hf_model checkpoint to compare the weights with"
+    assert numbers["step1_step_s"] == 0.1 and numbers["phase/step1_s"] == 0.1 and numbers["phase/step2/gen_s"] == 0.05
+    assert 0 < numbers["phase/driver_start_s"] < numbers["phase/total_s"] == numbers["wall_s"]
+    assert not os.path.exists(second.__self__.workdir)
+
+
+def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_removed(monkeypatch, tmp_path):
+    t, common = trainer(), load("_common")
+    fake_launch(t, monkeypatch, tmp_path, "import time; print('up', flush=True); time.sleep(120)")
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1}')
+    check = t.TrainerCheck(None, profile)
+    check.launch(hold=True)
+    assert check.error is None and check.run.proc.poll() is None and os.path.isdir(check.workdir)
+    check.abandon()  # what the script's exit runs (atexit) when the import check ends it before finish()
+    assert check.run.proc.wait(timeout=30) == -9 and not os.path.exists(check.workdir)
+
+
+def test_sizes_this_node_cannot_take_fail_the_trainer_check_in_one_line(monkeypatch, tmp_path):
+    t, common = trainer(), load("_common")
+    fake_launch(t, monkeypatch, tmp_path, "print('never')")
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1, "rollout_tp": 2}')
+    check = t.TrainerCheck(None, profile)
+    with pytest.raises(common.Failed) as failed:
+        check.finish()
+    assert str(failed.value) == "cannot run verl's trainer on this node so: rollout_tp 2 does not divide the 1 GPU(s)"
+    assert check.run is None

@@ -12,6 +12,8 @@ import py_compile
 import subprocess
 import sys
 import textwrap
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -700,3 +702,76 @@ def test_vllm_jit_caches_follow_their_env_vars_and_new_flashinfer_ops_are_nvcc_b
     new = vllm.new_cache_files(before, dirs)
     assert [len(new[n]) for n in ("flashinfer", "triton", "vllm", "inductor")] == [2, 1, 0, 0]
     assert vllm.nvcc_built(new) == [str(ops / "sampling.so")]
+
+
+class FakeCuda:
+    """Test double for torch.cuda's events: wall-clock stamps instead of device ones (no GPU here)."""
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1000
+
+    @staticmethod
+    def synchronize():
+        pass
+
+
+def test_flash_attn_and_sdpa_are_timed_in_turn_so_a_load_beside_slows_both_alike():
+    fa = load("flash_attn")
+    calls = []
+    kernels = {"fa": lambda: calls.append("fa"), "sdpa": lambda: calls.append("sdpa")}
+    times = fa.interleaved_ms(types.SimpleNamespace(cuda=FakeCuda), kernels, calls=4, warmup=1)
+    assert calls == ["fa", "sdpa"] + ["fa", "sdpa", "sdpa", "fa", "fa", "sdpa", "sdpa", "fa"]
+    assert [len(t) for t in times.values()] == [4, 4] and all(ms >= 0 for t in times.values() for ms in t)
+
+
+@pytest.mark.parametrize("rounds_of_ms, want_rounds, complaint", [
+    # A trainer beside it slowed the first round's calls: the second round's best calls meet the floors.
+    ([{"fa": [9.0, 8.0], "sdpa": [2.0, 9.0]}, {"fa": [1.5, 1.6], "sdpa": [1.7, 1.8]}], 2, None),
+    # A bad build is slow in every round: all rounds run, and both floors are missed.
+    ([{"fa": [4.0, 4.1], "sdpa": [1.7, 1.8]}] * 3, 3, "137 TFLOP/s is below the floor of 190; 0.42x torch's flash SDPA"),
+    # Clean: one round.
+    ([{"fa": [1.5, 1.6], "sdpa": [1.7, 1.8]}], 1, None),
+])
+def test_throughput_floors_are_judged_on_the_best_calls_of_up_to_three_rounds(rounds_of_ms, want_rounds, complaint):
+    fa, common = load("flash_attn"), load("_common")
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": '
+                                   '{"flash_attn_min_tflops": 190, "flash_attn_min_ratio_vs_sdpa": 1.0}}')
+    rounds = iter(rounds_of_ms)
+    flops = common.attention_flops(*fa.PERF_SHAPE, causal=True)  # 1.1 PFLOP: 1.5 ms is 367 TFLOP/s
+    best = fa.best_of_rounds(lambda: next(rounds), flops, profile)
+    assert best["rounds"] == want_rounds and len(best["times"]["fa"]) == 2 * want_rounds
+    assert best["tflops"] == common.tflops(flops, min(best["times"]["fa"]))
+    if complaint is None:
+        assert best["problems"] == []
+    else:
+        assert complaint in "; ".join(best["problems"])
+
+
+@pytest.mark.parametrize("beside, status", [([], "fail"), (["verl_trainer"], "pass")])
+def test_the_nccl_floor_is_judged_on_the_best_all_reduce_when_the_trainer_runs_beside(beside, status):
+    nccl, common = load("nccl"), load("_common")
+    profile = common.parse_profile(json.dumps({"key": "h100", "arch": "9.0", "fp8": True, "beside": beside,
+                                               "thresholds": {"nccl_min_busbw_gbs_2gpu": 190}}))
+    nbytes = 2**29  # a median slowed to 150 GB/s by a job sharing the GPUs; the best all-reduce at 300 GB/s
+    row = {"bytes": nbytes, "median_ms": 1.79, "min_ms": 1.79 / 2, "max_ms": 9.0, "repeats": 20,
+           "algbw_gbps": 300.0, "busbw_gbps": 150.0, "best_busbw_gbps": 300.0}
+    state = {"result": {"world": 2, "rows": [row]}}
+    if status == "pass":
+        numbers, note = nccl.check_bandwidth(profile, state)
+        assert note == "300 GB/s bus bandwidth at 512 MiB, bf16 (best of 20, beside verl_trainer) (floor 190)"
+    else:
+        with pytest.raises(common.Failed) as failed:
+            nccl.check_bandwidth(profile, state)
+        assert str(failed.value).startswith("150 GB/s bus bandwidth at 512 MiB (median of 20) is below the floor of 190")
+        numbers = failed.value.numbers
+    assert numbers["512MiB_best_busbw_gbps"] == 300.0 and numbers["512MiB_busbw_gbps"] == 150.0

@@ -775,3 +775,23 @@ def test_the_nccl_floor_is_judged_on_the_best_all_reduce_when_the_trainer_runs_b
         assert str(failed.value).startswith("150 GB/s bus bandwidth at 512 MiB (median of 20) is below the floor of 190")
         numbers = failed.value.numbers
     assert numbers["512MiB_best_busbw_gbps"] == 300.0 and numbers["512MiB_busbw_gbps"] == 150.0
+
+
+def test_vllms_check_fixes_its_kv_cache_only_where_that_vllm_has_the_setting():
+    import dataclasses
+
+    vllm = load("vllm")
+
+    @dataclasses.dataclass
+    class NewEngineArgs:  # test doubles for vllm.engine.arg_utils.EngineArgs of two vLLM generations
+        gpu_memory_utilization: float = 0.9
+        kv_cache_memory_bytes: int | None = None
+
+    @dataclasses.dataclass
+    class OldEngineArgs:
+        gpu_memory_utilization: float = 0.9
+
+    kwargs = {"gpu_memory_utilization": 0.2}
+    assert vllm.fixed_kv_cache(kwargs, NewEngineArgs) and kwargs["kv_cache_memory_bytes"] == 1 << 28
+    kwargs = {"gpu_memory_utilization": 0.2}
+    assert not vllm.fixed_kv_cache(kwargs, OldEngineArgs) and kwargs == {"gpu_memory_utilization": 0.2}

@@ -139,3 +139,37 @@ def test_verify_imports_without_uv_or_conda_lock():
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_report_says_which_mode_ran(cpu_run):
+    _, data, out, printed = cpu_run
+    assert data["mode"] == "fast"  # the default
+    assert "- mode: fast (the fast proof: vLLM eager, checks side by side)" in out["md"].read_text()
+    old = copy.deepcopy(data)
+    old.pop("mode")  # a report written before the fast proof still validates, and says what it ran
+    jsonschema.validate(old, report.SCHEMA)
+    assert "- mode: thorough (written before the fast proof)" in report.markdown(old)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**data, "mode": "quick"}, report.SCHEMA)
+
+
+def test_the_markdown_prints_the_trainers_phase_table(cpu_run):
+    from test_trainer_phases import composed, load
+
+    _, data, _, _ = cpu_run
+    lines, launch = composed()
+    numbers = load("_phases").phases(lines, launch, 170.0, load("verl_trainer").parse_metrics([x.text for x in lines]))
+    data = copy.deepcopy(data)
+    trainer = next(c for c in data["checks"] if c["kind"] == "kernel")
+    trainer["name"] = "verl/trainer/fsdp/grpo-2-steps"
+    trainer["numbers"] = {"step1_step_s": 55.0, **numbers}
+    md = report.markdown(data)
+    section = md.split("## Where verl/trainer/fsdp/grpo-2-steps spent its time", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| phase")]
+    assert len(rows) == len(numbers)
+    assert rows[0] == "| driver_start | 4.2 | 2% |"
+    assert "| rollout_server | 50.1 | 29% |" in rows and "| &nbsp;&nbsp;torch_compile | 10.5 | 6% |" in rows
+    assert rows.index("| rollout_server | 50.1 | 29% |") < rows.index("| &nbsp;&nbsp;torch_compile | 10.5 | 6% |")
+    assert "| **total** | 170.0 |  |" in rows and rows[-1] == "| unattributed | 0.0 | 0% |"
+    assert report.phase_rows({"step1_step_s": 1.0, "phase/flag_s": True}) == []  # only phase numbers
+    assert "spent its time" not in report.markdown(copy.deepcopy(cpu_run[1]))  # no phases, no section

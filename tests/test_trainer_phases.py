@@ -277,3 +277,49 @@ def test_the_markers_are_the_installed_libraries_lines(library_lines):
     found, reported = p.milestones(lines, local(2026, 11, 26, 10, 0, 0))
     assert set(found) - {"launch", "task_runner", "serve_args", "step1_end", "step2_end"} <= set(markers)
     assert set(reported) - {"autotune"} <= set(reports)
+
+
+def benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trainer_phases", REPO / "benchmarks" / "trainer_phases.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_reads_the_committed_reports_numbers():
+    columns = {c["report"]: c for c in benchmark().collect(REPO / "docs" / "verification")}
+    fsdp = columns["2026-11-24-h100-verl-0.9-fsdp.json"]
+    assert fsdp["summary"] == {"whole verify": 591.5, "vLLM check: generate": 101.9, "vLLM check: engine start": 79.9,
+                               "trainer check": 374.2, "trainer: launch to exit": 373.4,
+                               "trainer: launch to step 1": 309.3, "trainer: launch to end of first rollout": 321.5,
+                               "trainer: step 1": 55.4, "trainer: step 1 rollout": 12.2, "trainer: step 2": 3.5,
+                               "trainer: step 2 rollout": 2.2}
+    assert (fsdp["mode"], fsdp["phases"], fsdp["trainer"]) == ("thorough (before the fast proof)", {}, "pass")
+    megatron = columns["2026-11-25-h100-verl-0.9-megatron-relocked.json"]
+    assert megatron["summary"]["whole verify"] == 712.3 and megatron["summary"]["trainer check"] == 404.9
+    died = columns["2026-11-25-h100-verl-0.9-megatron-verl.json"]  # the trainer died at model build
+    assert died["trainer"] == "fail" and "trainer: step 1" not in died["summary"]
+    assert "2026-11-22-h200x2-nccl.json" not in columns  # no trainer check there
+
+
+def test_the_benchmark_prints_a_phase_table_for_a_report_with_phases(tmp_path):
+    bench = benchmark()
+    lines, launch = composed()
+    numbers = phases().phases(lines, launch, 170.0, load("verl_trainer").parse_metrics([x.text for x in lines]))
+    report = json.loads((REPO / "docs" / "verification" / "2026-11-24-h100-verl-0.9-fsdp.json").read_text())
+    trainer = bench.trainer_check(report)
+    trainer["numbers"] = {**trainer["numbers"], **numbers}
+    report["mode"] = "fast"
+    (tmp_path / "new.json").write_text(json.dumps(report))
+    (tmp_path / "not-a-report.json").write_text("[1, 2]")
+    out = tmp_path / "bench" / "trainer-phases"
+    out.parent.mkdir()
+    assert bench.main(["--reports", str(tmp_path), "--out", str(out)]) == 0
+    md = out.with_suffix(".md").read_text()
+    assert "| mode | fast |" in md and "| rollout_server | 50.1 |" in md and "| &nbsp;&nbsp;model_load | 0.4 |" in md
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert [c["report"] for c in data["reports"]] == ["new.json"] and data["reports"][0]["phases"]["step1"] == 55.0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["trainer-phases.json", "trainer-phases.md"]
+    assert bench.main(["--reports", str(tmp_path / "bench")]) == 2  # no report there: said, exit 2

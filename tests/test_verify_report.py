@@ -173,3 +173,23 @@ def test_the_markdown_prints_the_trainers_phase_table(cpu_run):
     assert "| **total** | 170.0 |  |" in rows and rows[-1] == "| unattributed | 0.0 | 0% |"
     assert report.phase_rows({"step1_step_s": 1.0, "phase/flag_s": True}) == []  # only phase numbers
     assert "spent its time" not in report.markdown(copy.deepcopy(cpu_run[1]))  # no phases, no section
+
+
+def test_thorough_and_the_tp_sizes_reach_the_scripts_and_the_report(machine, empty_env, tmp_path):  # noqa: F811
+    machine(H100)
+    folder = tmp_path / "k"
+    folder.mkdir()
+    (folder / "check_verl_trainer.py").write_text(  # test double: echoes what verify told it
+        "import argparse, json\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile'); a = p.parse_args()\n"
+        "profile = json.loads(a.profile)\n"
+        "json.dump([{'check': 'verl/trainer/told', 'package': 'verl', 'status': 'pass', 'numbers': "
+        "{k: profile[k] for k in ('thorough', 'rollout_tp', 'actor_tp')}}], open(a.out, 'w'))\n")
+    r = tmp_path / "r.json"
+    code = main(["verify", "--variant", "megatron", "--only", "verl", "--python", empty_env, "--no-lock",
+                 "--kernels-dir", str(folder), "--report", str(r), "--thorough", "--rollout-tp", "2", "--actor-tp", "2"])
+    data = json.loads(r.read_text())
+    told = next(c for c in data["checks"] if c["name"] == "verl/trainer/told")
+    assert told["numbers"] == {"thorough": True, "rollout_tp": 2, "actor_tp": 2}
+    assert data["mode"] == "thorough" and code == data["exit_code"]
+    assert data["command"][-5:] == ["--thorough", "--rollout-tp", "2", "--actor-tp", "2"]

@@ -282,3 +282,16 @@ def test_the_static_checks_run_beside_the_kernel_checks_only_in_the_fast_proof(t
     kernels = timeline(tmp_path).values()
     assert any(overlap(static, k) for k in kernels) is not thorough
     assert run.settings.mode == ("thorough" if thorough else "fast")
+
+
+def test_a_second_lane_runs_beside_the_trainer_and_is_told_so(timed_kernels, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "BESIDE", ("verl_trainer", "vllm"))  # vLLM's own check in a lane of its own
+    results = runner.run_kernels(settings(timed_kernels, timeout=30.0))
+    assert [r.name for r in results] == ["torch/ran", "flash_attn/ran", "vllm/ran", "verl/ran", "verl_trainer/ran"]
+    spans = timeline(tmp_path)
+    trainer, vllm = spans.pop("verl_trainer"), spans.pop("vllm")
+    assert (trainer["profile"]["beside"], vllm["profile"]["beside"]) == ([], ["verl_trainer"])
+    assert spans["torch"]["profile"]["beside"] == ["verl_trainer", "vllm"]
+    rest = sorted(spans.values(), key=lambda s: s["start"])
+    assert all(a["end"] <= b["start"] for a, b in zip(rest, rest[1:]))
+    assert overlap(trainer, vllm)

@@ -39,9 +39,10 @@ SCRIPT_PREFIX = "check_"
 SCRIPT_PACKAGE = {"verl_trainer": "verl"}
 # Scripts that need longer than --timeout: verl's trainer starts Ray, vLLM and FSDP workers (~5 min cold).
 SCRIPT_TIMEOUT = {"verl_trainer": 600.0}
-# Scripts the fast proof starts first, each in a lane of its own beside the others: verl's trainer is mostly
-# start-up (processes, imports, Ray, vLLM) that waits on CPU and disk, not on the GPU. Scripts that judge a
-# throughput are told it runs beside them (their profile's `beside`).
+# Scripts the fast proof starts first, in this order, each in a lane of its own beside the others: verl's trainer
+# is mostly start-up (processes, imports, Ray, vLLM) that waits on CPU and disk, not on the GPU. Scripts that judge
+# a throughput are told what runs beside them (their profile's `beside`). A lane more (e.g. "vllm", whose engine
+# start is the longest of the rest) is one more name here.
 BESIDE = ("verl_trainer",)
 # The line _common.Report prints after each check: what a check printed before it is that check's output.
 RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
@@ -250,9 +251,12 @@ def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[C
         else:
             found[script] = []
             runnable.append(script)
-    lanes = [] if s.thorough else [p for p in runnable if script_key(p) in BESIDE]
+    keyed = {script_key(p): p for p in runnable}
+    lanes = [] if s.thorough else [keyed[key] for key in BESIDE if key in keyed]  # started in BESIDE's order
     with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:
-        running = {script_key(p): pool.submit(_run_one, s, p, [], progress) for p in lanes}
+        running = {}
+        for script in lanes:
+            running[script_key(script)] = pool.submit(_run_one, s, script, list(running), progress)
         for script in runnable:
             if script not in lanes:
                 beside = [key for key, future in running.items() if not future.done()]

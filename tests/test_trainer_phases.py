@@ -198,22 +198,24 @@ formatters = {
     "flashinfer": logging.Formatter(fmt_from("flashinfer/jit/core.py", r'Formatter\(\s*"([^"]+)"')),
     "print": None,
 }
+TB, MR, TR, VS = "verl/trainer/ppo/v1/trainer_base.py", "vllm/v1/worker/gpu_model_runner.py", "TaskRunnerV1", "vLLMHttpServer"
 CASES = [  # (what, file, phrase, formatter, Ray actor, seconds after launch, number in the message)
     ("ray_init", "verl/trainer/main_ppo.py", "^ray init kwargs: ", "print", None, 4.0, None),
     ("ray_up", "ray/_private/worker.py", "Started a local Ray instance.", "ray", None, 9.25, None),
     ("ray_up", "ray/_private/worker.py", "Connected to Ray cluster.", "ray", None, 9.5, None),
-    ("dataloader", "verl/trainer/ppo/v1/trainer_base.py", "train and validate dataloader initialized", "verl", "TaskRunnerV1", 20.125, None),
-    ("workers_spawned", "verl/trainer/ppo/v1/trainer_base.py", "create worker group ", "verl", "TaskRunnerV1", 30.5, None),
-    ("workers_ready", "verl/trainer/ppo/v1/trainer_base.py", "actor and ref model engine initialized", "verl", "TaskRunnerV1", 45.75, None),
-    ("reward_ready", "verl/trainer/ppo/v1/trainer_base.py", "reward loop manager initialized", "verl", "TaskRunnerV1", 46.0, None),
-    ("rollout_ready", "verl/workers/rollout/llm_server.py", "^LLMServerManager: ", "print", "TaskRunnerV1", 96.0, None),
-    ("fit_ready", "verl/trainer/ppo/v1/trainer_base.py", "all initialize finished, ready to fit", "verl", "TaskRunnerV1", 99.875, None),
-    ("model_load", "vllm/v1/worker/gpu_model_runner.py", "Model loading took", "vllm", "vLLMHttpServer", 70.0, 0.4123),
-    ("torch_compile", "vllm/compilation/monitor.py", "torch.compile took", "vllm", "vLLMHttpServer", 82.0, 10.52),
-    ("graph_capture", "vllm/v1/worker/gpu_model_runner.py", "Graph capturing finished in", "vllm", "vLLMHttpServer", 92.0, 8.0),
-    ("engine_init", "vllm/v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took %.2f s\"", "vllm", "vLLMHttpServer", 92.0, 21.4),
-    ("autotune_start", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process starts", "flashinfer", "vLLMHttpServer", 83.004, None),
-    ("autotune_end", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process ends", "flashinfer", "vLLMHttpServer", 84.504, None),
+    ("dataloader", TB, "train and validate dataloader initialized", "verl", TR, 20.125, None),
+    ("workers_spawned", TB, "create worker group ", "verl", TR, 30.5, None),
+    ("workers_ready", TB, "actor and ref model engine initialized", "verl", TR, 45.75, None),
+    ("reward_ready", TB, "reward loop manager initialized", "verl", TR, 46.0, None),
+    ("rollout_ready", "verl/workers/rollout/llm_server.py", "^LLMServerManager: ", "print", TR, 96.0, None),
+    ("fit_ready", TB, "all initialize finished, ready to fit", "verl", TR, 99.875, None),
+    ("model_load", MR, "Model loading took", "vllm", VS, 70.0, 0.4123),
+    ("torch_compile", "vllm/compilation/monitor.py", "torch.compile took", "vllm", VS, 82.0, 10.52),
+    ("graph_capture", MR, "Graph capturing finished in", "vllm", VS, 92.0, 8.0),
+    ("engine_init", "vllm/v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took %.2f s\"",
+     "vllm", VS, 92.0, 21.4),
+    ("autotune_start", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process starts", "flashinfer", VS, 83.004, None),
+    ("autotune_end", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process ends", "flashinfer", VS, 84.504, None),
 ]
 out = []
 for what, relpath, phrase, kind, actor, at, number in CASES:
@@ -225,7 +227,7 @@ for what, relpath, phrase, kind, actor, at, number in CASES:
         record = logging.LogRecord("x", logging.INFO, relpath, 1, message, None, None)
         record.created, record.msecs = LAUNCH + at, round((LAUNCH + at) % 1 * 1000)
         text = formatters[kind].format(record)
-    if actor == "vLLMHttpServer":  # EngineCore's lines: vLLM's own process prefix, then Ray's
+    if actor == VS:  # EngineCore's lines: vLLM's own process prefix, then Ray's
         text = "(EngineCore pid=11200) " + text
     if actor:
         text = f"\x1b[36m({actor} pid=9251)\x1b[0m {text}"

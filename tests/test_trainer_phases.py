@@ -122,6 +122,9 @@ def test_junk_empty_and_killed_runs_give_what_they_can_without_a_crash():
         time.strptime("2026-02-30", "%Y-%m-%d")  # the stamp above is not a date: it must not be trusted
     out = p.phases(junk, local(2026, 2, 1, 0, 0, 0), exit_s=None, steps={1: {"timing_s/step": "x"}}, wall_s=540.0)
     assert out == {"phase/total_s": 540.0, "phase/unattributed_s": 540.0}
+    steps_only = [p.Line(30.0, "step:1 - timing_s/step:nan"), p.Line(35.0, "step:2 - x:1")]
+    out = p.phases(steps_only, None, exit_s=40.0, steps={1: {"timing_s/step": float("nan")}, 2: {"x": 1.0}})
+    assert out == {"phase/teardown_s": 5.0, "phase/total_s": 40.0, "phase/unattributed_s": 35.0}
 
 
 def test_a_stamp_that_contradicts_its_arrival_yields_to_the_arrival():

@@ -206,7 +206,7 @@ def phases(lines: list[Line], launch_wall: float | None, exit_s: float | None,
         found["exit"] = exit_s
     for step in (1, 2):
         seconds = steps.get(step, {}).get("timing_s/step")
-        if f"step{step}_end" in found and seconds is not None:
+        if f"step{step}_end" in found and isinstance(seconds, (int, float)) and seconds >= 0:
             found[f"step{step}_start"] = found[f"step{step}_end"] - seconds
     out: dict[str, float] = {}
     previous = "launch"

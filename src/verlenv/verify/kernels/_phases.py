@@ -216,6 +216,8 @@ def phases(lines: list[Line], launch_wall: float | None, exit_s: float | None,
         if start is None or end is None or end - start < -CLOCK_SLACK_S:
             continue  # a marker missing, or two that contradict each other: no phase rather than a wrong one
         out[f"phase/{name}_s"] = max(0.0, end - start)
+        if name in ("step1", "step2"):  # its start came from verl's own step time: report that, unrounded
+            out[f"phase/{name}_s"] = steps[int(name[-1])]["timing_s/step"]
         if name == "rollout_server":
             out.update(_rollout_parts(found, reported))
         elif name in ("step1", "step2"):

@@ -12,6 +12,8 @@ import py_compile
 import subprocess
 import sys
 import textwrap
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -40,15 +42,21 @@ PACKAGE_OF = {"verl_trainer": "verl"}
 FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
+# The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
+HELPERS = ("_common", "_phases")
+
+
 def load(name: str):
-    """A kernel script (or _common) as a module, the way the script itself finds _common."""
-    if "_common" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("_common", KERNELS / "_common.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["_common"] = module
-        spec.loader.exec_module(module)
-    if name == "_common":
-        return sys.modules["_common"]
+    """A kernel script (or a helper: _common, _phases) as a module, the way the script itself finds its
+    helpers (the kernel folder is its sys.path[0])."""
+    for helper in HELPERS:
+        if helper not in sys.modules:
+            spec = importlib.util.spec_from_file_location(helper, KERNELS / f"{helper}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[helper] = module
+            spec.loader.exec_module(module)
+    if name in HELPERS:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", KERNELS / f"check_{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -111,7 +119,7 @@ def test_no_kernel_module_is_named_like_an_importable_package(tmp_path):
     assert all(m.startswith(("check_", "_")) for m in modules), sorted(modules)
 
 
-@pytest.mark.parametrize("name", [*NOT_INSTALLED, "_common"])
+@pytest.mark.parametrize("name", [*NOT_INSTALLED, *HELPERS])
 def test_script_compiles(name, tmp_path):
     path = KERNELS / (f"{name}.py" if name.startswith("_") else f"check_{name}.py")
     py_compile.compile(str(path), cfile=str(tmp_path / "out.pyc"), doraise=True)
@@ -138,6 +146,10 @@ def test_without_its_package_a_script_writes_one_skip_and_exits_0(name, tmp_path
     ('{"key": "h100", "arch": "9.0", "fp8": "yes"}', "fp8 must be true or false"),
     ('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": {"bf16_max_rel_err": "big"}}',
      "must be a finite number"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "thorough": "yes"}', "thorough must be true or false"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "rollout_tp": 0}', "rollout_tp must be a positive integer"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "actor_tp": 1.5}', "actor_tp must be a positive integer"),
+    ('{"key": "h100", "arch": "9.0", "fp8": true, "beside": "verl_trainer"}', "beside must be a list"),
 ])
 def test_a_bad_profile_is_one_line_and_exit_2(profile, complaint, tmp_path):
     out = tmp_path / "results.json"
@@ -213,6 +225,11 @@ def test_profile_thresholds_override_the_defaults():
     assert profile.threshold("flash_attn_min_ratio_vs_sdpa") == 1.0
     assert profile.optional_threshold("nccl_min_busbw_gbs_8gpu") == 125.0
     assert profile.optional_threshold("nccl_min_busbw_gbs_2gpu") is None
+    # What the runner adds: the fast proof by default, one rollout and actor TP size, nothing running beside.
+    assert (profile.thorough, profile.rollout_tp, profile.actor_tp, profile.beside) == (False, 1, 1, ())
+    run = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "thorough": true, "rollout_tp": 2, '
+                               '"actor_tp": 2, "beside": ["verl_trainer"]}')
+    assert (run.thorough, run.rollout_tp, run.actor_tp, run.beside) == (True, 2, 2, ("verl_trainer",))
 
 
 def test_timing_stats():
@@ -685,3 +702,96 @@ def test_vllm_jit_caches_follow_their_env_vars_and_new_flashinfer_ops_are_nvcc_b
     new = vllm.new_cache_files(before, dirs)
     assert [len(new[n]) for n in ("flashinfer", "triton", "vllm", "inductor")] == [2, 1, 0, 0]
     assert vllm.nvcc_built(new) == [str(ops / "sampling.so")]
+
+
+class FakeCuda:
+    """Test double for torch.cuda's events: wall-clock stamps instead of device ones (no GPU here)."""
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1000
+
+    @staticmethod
+    def synchronize():
+        pass
+
+
+def test_flash_attn_and_sdpa_are_timed_in_turn_so_a_load_beside_slows_both_alike():
+    fa = load("flash_attn")
+    calls = []
+    kernels = {"fa": lambda: calls.append("fa"), "sdpa": lambda: calls.append("sdpa")}
+    times = fa.interleaved_ms(types.SimpleNamespace(cuda=FakeCuda), kernels, calls=4, warmup=1)
+    assert calls == ["fa", "sdpa"] + ["fa", "sdpa", "sdpa", "fa", "fa", "sdpa", "sdpa", "fa"]
+    assert [len(t) for t in times.values()] == [4, 4] and all(ms >= 0 for t in times.values() for ms in t)
+
+
+@pytest.mark.parametrize("rounds_of_ms, want_rounds, complaint", [
+    # A trainer beside it slowed the first round's calls: the second round's best calls meet the floors.
+    ([{"fa": [9.0, 8.0], "sdpa": [2.0, 9.0]}, {"fa": [1.5, 1.6], "sdpa": [1.7, 1.8]}], 2, None),
+    # A bad build is slow in every round: all rounds run, and both floors are missed.
+    ([{"fa": [4.0, 4.1], "sdpa": [1.7, 1.8]}] * 3, 3, "137 TFLOP/s is below the floor of 190; 0.42x torch's flash SDPA"),
+    # Clean: one round.
+    ([{"fa": [1.5, 1.6], "sdpa": [1.7, 1.8]}], 1, None),
+])
+def test_throughput_floors_are_judged_on_the_best_calls_of_up_to_three_rounds(rounds_of_ms, want_rounds, complaint):
+    fa, common = load("flash_attn"), load("_common")
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "thresholds": '
+                                   '{"flash_attn_min_tflops": 190, "flash_attn_min_ratio_vs_sdpa": 1.0}}')
+    rounds = iter(rounds_of_ms)
+    flops = common.attention_flops(*fa.PERF_SHAPE, causal=True)  # 1.1 PFLOP: 1.5 ms is 367 TFLOP/s
+    best = fa.best_of_rounds(lambda: next(rounds), flops, profile)
+    assert best["rounds"] == want_rounds and len(best["times"]["fa"]) == 2 * want_rounds
+    assert best["tflops"] == common.tflops(flops, min(best["times"]["fa"]))
+    if complaint is None:
+        assert best["problems"] == []
+    else:
+        assert complaint in "; ".join(best["problems"])
+
+
+@pytest.mark.parametrize("beside, status", [([], "fail"), (["verl_trainer"], "pass")])
+def test_the_nccl_floor_is_judged_on_the_best_all_reduce_when_the_trainer_runs_beside(beside, status):
+    nccl, common = load("nccl"), load("_common")
+    profile = common.parse_profile(json.dumps({"key": "h100", "arch": "9.0", "fp8": True, "beside": beside,
+                                               "thresholds": {"nccl_min_busbw_gbs_2gpu": 190}}))
+    nbytes = 2**29  # a median slowed to 150 GB/s by a job sharing the GPUs; the best all-reduce at 300 GB/s
+    row = {"bytes": nbytes, "median_ms": 1.79, "min_ms": 1.79 / 2, "max_ms": 9.0, "repeats": 20,
+           "algbw_gbps": 300.0, "busbw_gbps": 150.0, "best_busbw_gbps": 300.0}
+    state = {"result": {"world": 2, "rows": [row]}}
+    if status == "pass":
+        numbers, note = nccl.check_bandwidth(profile, state)
+        assert note == "300 GB/s bus bandwidth at 512 MiB, bf16 (best of 20, beside verl_trainer) (floor 190)"
+    else:
+        with pytest.raises(common.Failed) as failed:
+            nccl.check_bandwidth(profile, state)
+        assert str(failed.value).startswith("150 GB/s bus bandwidth at 512 MiB (median of 20) is below the floor of 190")
+        numbers = failed.value.numbers
+    assert numbers["512MiB_best_busbw_gbps"] == 300.0 and numbers["512MiB_busbw_gbps"] == 150.0
+
+
+def test_vllms_check_fixes_its_kv_cache_only_where_that_vllm_has_the_setting():
+    import dataclasses
+
+    vllm = load("vllm")
+
+    @dataclasses.dataclass
+    class NewEngineArgs:  # test doubles for vllm.engine.arg_utils.EngineArgs of two vLLM generations
+        gpu_memory_utilization: float = 0.9
+        kv_cache_memory_bytes: int | None = None
+
+    @dataclasses.dataclass
+    class OldEngineArgs:
+        gpu_memory_utilization: float = 0.9
+
+    kwargs = {"gpu_memory_utilization": 0.2}
+    assert vllm.fixed_kv_cache(kwargs, NewEngineArgs) and kwargs["kv_cache_memory_bytes"] == 1 << 28
+    kwargs = {"gpu_memory_utilization": 0.2}
+    assert not vllm.fixed_kv_cache(kwargs, OldEngineArgs) and kwargs == {"gpu_memory_utilization": 0.2}

@@ -139,3 +139,57 @@ def test_verify_imports_without_uv_or_conda_lock():
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_report_says_which_mode_ran(cpu_run):
+    _, data, out, printed = cpu_run
+    assert data["mode"] == "fast"  # the default
+    assert "- mode: fast (the fast proof: vLLM eager, checks side by side)" in out["md"].read_text()
+    old = copy.deepcopy(data)
+    old.pop("mode")  # a report written before the fast proof still validates, and says what it ran
+    jsonschema.validate(old, report.SCHEMA)
+    assert "- mode: thorough (written before the fast proof)" in report.markdown(old)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**data, "mode": "quick"}, report.SCHEMA)
+
+
+def test_the_markdown_prints_the_trainers_phase_table(cpu_run):
+    from test_trainer_phases import composed, load
+
+    _, data, _, _ = cpu_run
+    lines, launch = composed()
+    numbers = load("_phases").phases(lines, launch, 170.0, load("verl_trainer").parse_metrics([x.text for x in lines]))
+    data = copy.deepcopy(data)
+    trainer = next(c for c in data["checks"] if c["kind"] == "kernel")
+    trainer["name"] = "verl/trainer/fsdp/grpo-2-steps"
+    trainer["numbers"] = {"step1_step_s": 55.0, **numbers}
+    md = report.markdown(data)
+    section = md.split("## Where verl/trainer/fsdp/grpo-2-steps spent its time", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| phase")]
+    assert len(rows) == len(numbers)
+    assert rows[0] == "| driver_start | 4.2 | 2% |"
+    assert "| rollout_server | 50.1 | 29% |" in rows and "| &nbsp;&nbsp;torch_compile | 10.5 | 6% |" in rows
+    assert rows.index("| rollout_server | 50.1 | 29% |") < rows.index("| &nbsp;&nbsp;torch_compile | 10.5 | 6% |")
+    assert "| **total** | 170.0 |  |" in rows and rows[-1] == "| unattributed | 0.0 | 0% |"
+    assert report.phase_rows({"step1_step_s": 1.0, "phase/flag_s": True}) == []  # only phase numbers
+    assert "spent its time" not in report.markdown(copy.deepcopy(cpu_run[1]))  # no phases, no section
+
+
+def test_thorough_and_the_tp_sizes_reach_the_scripts_and_the_report(machine, empty_env, tmp_path):  # noqa: F811
+    machine(H100)
+    folder = tmp_path / "k"
+    folder.mkdir()
+    (folder / "check_verl_trainer.py").write_text(  # test double: echoes what verify told it
+        "import argparse, json\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile'); a = p.parse_args()\n"
+        "profile = json.loads(a.profile)\n"
+        "json.dump([{'check': 'verl/trainer/told', 'package': 'verl', 'status': 'pass', 'numbers': "
+        "{k: profile[k] for k in ('thorough', 'rollout_tp', 'actor_tp')}}], open(a.out, 'w'))\n")
+    r = tmp_path / "r.json"
+    code = main(["verify", "--variant", "megatron", "--only", "verl", "--python", empty_env, "--no-lock",
+                 "--kernels-dir", str(folder), "--report", str(r), "--thorough", "--rollout-tp", "2", "--actor-tp", "2"])
+    data = json.loads(r.read_text())
+    told = next(c for c in data["checks"] if c["name"] == "verl/trainer/told")
+    assert told["numbers"] == {"thorough": True, "rollout_tp": 2, "actor_tp": 2}
+    assert data["mode"] == "thorough" and code == data["exit_code"]
+    assert data["command"][-5:] == ["--thorough", "--rollout-tp", "2", "--actor-tp", "2"]

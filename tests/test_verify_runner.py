@@ -199,3 +199,99 @@ def test_scripts_are_told_the_variant(tmp_path):
     for variant in ("fsdp", "megatron"):
         r = by_name(runner.run_kernels(settings(folder, variant, only="torch")))
         assert list(r) == [f"torch/{variant}"]
+
+
+# Test doubles that note when they ran and what profile they got: the trainer takes longest, as the real one does.
+TIMED = WRITE + textwrap.dedent("""\
+    import json, os, sys, time
+    name = os.path.basename(sys.argv[0])[len("check_"):-len(".py")]
+    def note(event):
+        with open(os.environ["TIMELINE"], "a") as f:
+            f.write(json.dumps({"script": name, "event": event, "t": time.time(),
+                                "profile": json.loads(args.profile)}) + "\\n")
+    note("start")
+    time.sleep({"verl_trainer": 2.0}.get(name, 0.3))
+    note("end")
+    write([{"check": name + "/ran", "package": {"verl_trainer": "verl", "flash_attn": "flash-attn"}.get(name, name),
+            "status": "pass"}])
+    """)
+
+
+@pytest.fixture
+def timed_kernels(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "timed-kernels"
+    folder.mkdir()
+    for name in ("torch", "flash_attn", "vllm", "verl", "verl_trainer"):
+        (folder / f"check_{name}.py").write_text(TIMED)
+    monkeypatch.setenv("TIMELINE", str(tmp_path / "timeline.jsonl"))
+    return folder
+
+
+def timeline(tmp_path) -> dict:
+    spans = {}
+    for line in (tmp_path / "timeline.jsonl").read_text().splitlines():
+        event = __import__("json").loads(line)
+        spans.setdefault(event["script"], {})[event["event"]] = event["t"]
+        spans[event["script"]]["profile"] = event["profile"]
+    return spans
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def test_the_fast_proof_runs_the_trainer_from_the_start_beside_the_others_one_at_a_time(timed_kernels, tmp_path):
+    results = runner.run_kernels(settings(timed_kernels, timeout=30.0))
+    assert [r.name for r in results] == ["torch/ran", "flash_attn/ran", "vllm/ran", "verl/ran", "verl_trainer/ran"]
+    spans = timeline(tmp_path)
+    trainer = spans.pop("verl_trainer")
+    # Launched before the first of the others (which was told it runs beside it), and running while they ran.
+    assert spans["torch"]["profile"]["beside"] == ["verl_trainer"] and trainer["profile"]["beside"] == []
+    assert any(overlap(trainer, s) for s in spans.values())
+    others = sorted(spans.values(), key=lambda s: s["start"])
+    assert all(a["end"] <= b["start"] for a, b in zip(others, others[1:]))  # the rest: one at a time, in ORDER
+    assert [k for k, _ in sorted(spans.items(), key=lambda kv: kv[1]["start"])] == ["torch", "flash_attn", "vllm", "verl"]
+    assert {s["profile"]["thorough"] for s in [trainer, *spans.values()]} == {False}
+
+
+def test_thorough_runs_every_script_one_at_a_time_with_the_trainer_last(timed_kernels, tmp_path):
+    runner.run_kernels(settings(timed_kernels, timeout=30.0, thorough=True, rollout_tp=2, actor_tp=2))
+    spans = sorted(timeline(tmp_path).items(), key=lambda kv: kv[1]["start"])
+    assert [k for k, _ in spans] == ["torch", "flash_attn", "vllm", "verl", "verl_trainer"]
+    assert all(a["end"] <= b["start"] for (_, a), (_, b) in zip(spans, spans[1:]))
+    profile = spans[-1][1]["profile"]
+    assert (profile["thorough"], profile["rollout_tp"], profile["actor_tp"], profile["beside"]) == (True, 2, 2, [])
+
+
+@pytest.mark.parametrize("thorough", [False, True])
+def test_the_static_checks_run_beside_the_kernel_checks_only_in_the_fast_proof(timed_kernels, tmp_path, monkeypatch,
+                                                                               thorough):
+    from verlenv.verify.results import CheckResult
+
+    static = {}
+
+    def slow_static(s, facts):  # test double: the real static checks need an installed env and its lock
+        static["start"] = time.time()
+        time.sleep(1.5)
+        static["end"] = time.time()
+        return [CheckResult("lock/match", "env", "static", "pass")], "580.95.05"
+
+    monkeypatch.setattr(runner, "run_static", slow_static)
+    run = runner.verify(settings(timed_kernels, timeout=30.0, thorough=thorough))
+    assert [r.name for r in run.results][:2] == ["lock/match", "torch/ran"] and run.driver == "580.95.05"
+    kernels = timeline(tmp_path).values()
+    assert any(overlap(static, k) for k in kernels) is not thorough
+    assert run.settings.mode == ("thorough" if thorough else "fast")
+
+
+def test_a_second_lane_runs_beside_the_trainer_and_is_told_so(timed_kernels, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "BESIDE", ("verl_trainer", "vllm"))  # vLLM's own check in a lane of its own
+    results = runner.run_kernels(settings(timed_kernels, timeout=30.0))
+    assert [r.name for r in results] == ["torch/ran", "flash_attn/ran", "vllm/ran", "verl/ran", "verl_trainer/ran"]
+    spans = timeline(tmp_path)
+    trainer, vllm = spans.pop("verl_trainer"), spans.pop("vllm")
+    assert (trainer["profile"]["beside"], vllm["profile"]["beside"]) == ([], ["verl_trainer"])
+    assert spans["torch"]["profile"]["beside"] == ["verl_trainer", "vllm"]
+    rest = sorted(spans.values(), key=lambda s: s["start"])
+    assert all(a["end"] <= b["start"] for a, b in zip(rest, rest[1:]))
+    assert overlap(trainer, vllm)

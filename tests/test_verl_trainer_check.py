@@ -76,15 +76,53 @@ def test_the_reward_varies_with_the_response():
     assert score("openai/gsm8k", "w1 7", "7") - score("openai/gsm8k", "w1 8", "7") > 0.5
 
 
-def test_the_overrides_size_the_batch_by_gpus():
+PATHS = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
+
+
+def test_the_overrides_size_the_batch_by_the_gpus_of_all_nodes():
     t = trainer()
-    paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
-    two = dict(o.split("=", 1) for o in t.overrides(paths, 2, "fsdp"))
+    two = dict(o.split("=", 1) for o in t.overrides(PATHS, "fsdp", n_gpus_per_node=2))
     assert two["data.train_batch_size"] == "16" and two["actor_rollout_ref.actor.ppo_mini_batch_size"] == "8"
     assert two["trainer.n_gpus_per_node"] == "2" and two["actor_rollout_ref.rollout.name"] == "vllm"
     assert not any("attn_implementation" in key for key in two)  # verl's default (flash-attn) stays
-    megatron = t.command("python", paths, 1, "megatron")
+    eight = dict(o.split("=", 1) for o in t.overrides(PATHS, "megatron", nnodes=2, n_gpus_per_node=4, rollout_tp=2,
+                                                      actor_tp=2))
+    assert (eight["trainer.nnodes"], eight["trainer.n_gpus_per_node"], eight["data.train_batch_size"]) == ("2", "4", "64")
+    assert eight["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
+    assert eight["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == "2"
+    # verl's epoch is len(dataset) // train_batch_size steps: the parquet holds both steps' prompts.
+    assert t.rows_needed(8) == 128 >= t.STEPS * 64 and t.rows_needed(1) == t.ROWS
+    megatron = t.command("python", PATHS, "megatron")
     assert megatron[:5] == ["python", "-m", "verl.trainer.main_ppo", "--config-name", "ppo_megatron_trainer"]
+
+
+def test_fast_and_thorough_differ_only_in_the_fast_proofs_settings():
+    t = trainer()
+    for variant in ("fsdp", "megatron"):
+        fast, thorough = t.overrides(PATHS, variant), t.overrides(PATHS, variant, thorough=True)
+        assert fast[:len(thorough)] == thorough and fast[len(thorough):] == t.fast_overrides(variant)
+    assert t.fast_overrides("fsdp") == ["actor_rollout_ref.rollout.enforce_eager=True",
+                                        "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=1073741824",
+                                        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False"]
+    assert t.fast_overrides("megatron") == t.fast_overrides("fsdp")[:2]  # the Megatron engine has no such switch
+
+
+@pytest.mark.parametrize("sizes, complaint", [
+    ({"n_gpus_per_node": 2, "rollout_tp": 4}, "rollout_tp 4 does not divide the 2 GPU(s)"),
+    ({"nnodes": 2, "n_gpus_per_node": 4, "rollout_tp": 8}, "rollout_tp 8 does not divide the check model's 4 attention heads"),
+    ({"n_gpus_per_node": 2, "actor_tp": 2}, "actor_tp 2: only the Megatron actor is tensor-parallel"),
+    ({"n_gpus_per_node": 3, "actor_tp": 2, "variant": "megatron"}, "actor_tp 2 does not divide the 3 GPU(s)"),
+    ({"n_gpus_per_node": 4, "actor_tp": 4, "variant": "megatron"}, "actor_tp 4 does not divide the check model's 2 KV heads"),
+    ({"rollout_tp": 0}, "rollout_tp must be a positive integer, not 0"),
+    ({"nnodes": True}, "nnodes must be a positive integer, not True"),
+])
+def test_sizes_the_check_cannot_run_are_one_clear_error(sizes, complaint):
+    t = trainer()
+    variant = sizes.pop("variant", "fsdp")
+    with pytest.raises(ValueError) as e:
+        t.overrides(PATHS, variant, **sizes)
+    assert str(e.value) == complaint or str(e.value).startswith(complaint), str(e.value)
+    assert "\n" not in str(e.value)
 
 
 # Runs in an env with torch, transformers, pyarrow, verl and hydra: writes the inputs, reads them back the way
@@ -93,12 +131,8 @@ IN_ENV = r'''
 import importlib.util, json, os, sys, tempfile
 
 KERNELS, OUT = sys.argv[1], sys.argv[2]
-spec = importlib.util.spec_from_file_location("_common", os.path.join(KERNELS, "_common.py"))
-sys.modules["_common"] = common = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(common)
-spec = importlib.util.spec_from_file_location("check_verl_trainer", os.path.join(KERNELS, "check_verl_trainer.py"))
-t = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(t)
+sys.path.insert(0, KERNELS)  # as when the script runs: its folder first, for _common and _phases
+import check_verl_trainer as t
 
 import pyarrow.parquet as pq
 import torch
@@ -134,7 +168,7 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 for variant in ("fsdp", "megatron"):
     # verl's own entry point parses the command line the check runs; --cfg job prints the config and stops.
-    cmd = t.command(sys.executable, paths, 2, variant) + ["--cfg", "job", "--resolve"]
+    cmd = t.command(sys.executable, paths, variant, n_gpus_per_node=2) + ["--cfg", "job", "--resolve"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=paths["run"])
     if proc.returncode != 0:
         raise SystemExit(f"{variant}: {' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -222,6 +256,117 @@ def test_the_parser_reads_verls_own_console_line(in_env):
     assert in_env["parsed"] == {"1": {"actor/pg_loss": -0.25, "actor/grad_norm": 1.5, "timing_s/step": 3.0}}
 
 
+# Runs in an env with verl and vLLM: verl's own Hydra config composed (as main_ppo composes it) with the check's
+# overrides, fast and thorough, for each size a cluster may ask for; validated by verl's own checks; and the fast
+# proof's vLLM settings passed the way verl's vLLM server passes them, through vLLM's own argument parser.
+COMPOSE = r'''
+import json, os, sys
+
+KERNELS, OUT = sys.argv[1], sys.argv[2]
+sys.path.insert(0, KERNELS)
+import check_verl_trainer as t
+
+import verl
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+SIZES = [dict(), dict(n_gpus_per_node=2), dict(n_gpus_per_node=2, rollout_tp=2), dict(nnodes=2),
+         dict(nnodes=2, n_gpus_per_node=4), dict(nnodes=2, n_gpus_per_node=4, rollout_tp=2)]
+MEGATRON_ONLY = [dict(n_gpus_per_node=2, actor_tp=2), dict(nnodes=2, n_gpus_per_node=4, rollout_tp=2, actor_tp=2)]
+paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
+pick = lambda cfg, key: OmegaConf.select(cfg, key)
+out = []
+with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
+                           version_base=None):
+    for variant in ("fsdp", "megatron"):
+        for sizes in SIZES + (MEGATRON_ONLY if variant == "megatron" else []):
+            for thorough in (False, True):
+                cfg = compose(config_name=t.config_name(variant),
+                              overrides=t.overrides(paths, variant, thorough=thorough, **sizes))
+                validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+                rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+                OmegaConf.resolve(cfg)  # as TaskRunnerV1.run does: every interpolation must resolve
+                keys = ["trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size",
+                        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.rollout.n_gpus_per_node",
+                        "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.cudagraph_capture_sizes",
+                        "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers", "data.dataloader_num_workers",
+                        "actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile",
+                        "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
+                        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+                        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size", "actor_rollout_ref.actor.strategy",
+                        "actor_rollout_ref.actor.ppo_mini_batch_size"]
+                out.append({"variant": variant, "sizes": sizes, "thorough": thorough,
+                            "values": {k: pick(cfg, k) for k in keys},
+                            "vllm_engine_kwargs": dict(rollout.engine_kwargs.get("vllm") or {})})
+
+# The fast proof's vLLM settings, as verl's vLLM server hands them to vLLM (vllm_async_server.py: its args dict
+# with engine_kwargs spread in, build_cli_args_from_config, vLLM's own parser).
+import vllm.platforms
+from vllm.platforms.cpu import CpuPlatform
+
+# Test double: vLLM's parser asks the platform for a device type, and the CUDA platform needs libcuda; the parse
+# itself is the same on any platform.
+vllm.platforms._current_platform = CpuPlatform()
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from verl.workers.rollout.vllm_rollout.utils import build_cli_args_from_config
+
+fast = next(c for c in out if c["variant"] == "fsdp" and not c["thorough"])
+args = {"enforce_eager": fast["values"]["actor_rollout_ref.rollout.enforce_eager"], **fast["vllm_engine_kwargs"]}
+parsed = AsyncEngineArgs.from_cli_args(AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(
+    ["--model", "/m", *build_cli_args_from_config(args)]))
+json.dump({"cases": out, "vllm": {"enforce_eager": parsed.enforce_eager,
+                                  "kv_cache_memory_bytes": parsed.kv_cache_memory_bytes}}, open(OUT, "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory) -> dict:
+    python = torch_python()
+    if python is None:
+        pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
+    probe = subprocess.run([python, "-c", "import verl, hydra, vllm"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("the torch environment lacks verl, hydra or vLLM")
+    out = tmp_path_factory.mktemp("verl-compose") / "out.json"
+    proc = subprocess.run([python, "-c", COMPOSE, str(KERNELS), str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_verls_own_config_takes_every_size_in_both_modes(composed):
+    cases = composed["cases"]
+    assert len(cases) == 2 * (6 + 6 + 2)  # fsdp 6 sizes, megatron 8, each fast and thorough
+    for case in cases:
+        v, sizes = case["values"], case["sizes"]
+        nnodes, per_node = sizes.get("nnodes", 1), sizes.get("n_gpus_per_node", 1)
+        assert (v["trainer.nnodes"], v["trainer.n_gpus_per_node"]) == (nnodes, per_node), case
+        assert v["data.train_batch_size"] == 8 * nnodes * per_node, case
+        assert v["actor_rollout_ref.actor.ppo_mini_batch_size"] == 4 * nnodes * per_node, case
+        assert v["actor_rollout_ref.rollout.tensor_model_parallel_size"] == sizes.get("rollout_tp", 1), case
+        assert v["actor_rollout_ref.rollout.n_gpus_per_node"] == per_node, case  # follows the trainer's
+        assert (v["actor_rollout_ref.rollout.agent.num_workers"], v["reward.num_workers"],
+                v["data.dataloader_num_workers"]) == (1, 1, 0), case
+        assert v["actor_rollout_ref.actor.strategy"] == case["variant"], case
+        if case["variant"] == "megatron":  # the ref model's TP follows the actor's through verl's own oc.select
+            assert v["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == sizes.get("actor_tp", 1), case
+            assert v["actor_rollout_ref.ref.megatron.tensor_model_parallel_size"] == sizes.get("actor_tp", 1), case
+        if case["thorough"]:  # verl's defaults: CUDA graphs and torch.compile, vLLM's own memory profile
+            assert v["actor_rollout_ref.rollout.enforce_eager"] is False and case["vllm_engine_kwargs"] == {}, case
+            if case["variant"] == "fsdp":
+                assert v["actor_rollout_ref.actor.fsdp_config.use_torch_compile"] is True, case
+        else:
+            assert v["actor_rollout_ref.rollout.enforce_eager"] is True, case
+            assert case["vllm_engine_kwargs"] == {"kv_cache_memory_bytes": 1 << 30}, case
+            if case["variant"] == "fsdp":
+                assert v["actor_rollout_ref.actor.fsdp_config.use_torch_compile"] is False, case
+        assert v["actor_rollout_ref.actor.use_torch_compile"] is True, case  # read by no code in verl 0.9.1: kept
+    assert composed["vllm"] == {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
+
+
 def test_the_hf_checkpoint_is_found_in_either_layout(tmp_path):
     t = trainer()
     assert t.hf_checkpoint(tmp_path) is None
@@ -243,15 +388,17 @@ def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
     talk = ("import sys, time; print('ray init', flush=True); time.sleep(0.3); "
             "print('(TaskRunnerV1 pid=1) step:1 - actor/grad_norm:0.5 - timing_s/step:0.1', flush=True)")
     lines, code, walls = t.run_trainer([sys.executable, "-c", talk], str(tmp_path), timeout=60)
-    assert code == 0 and t.parse_metrics(lines) == {1: {"actor/grad_norm": 0.5, "timing_s/step": 0.1}}
+    assert code == 0 and t.parse_metrics([x.text for x in lines]) == {1: {"actor/grad_norm": 0.5, "timing_s/step": 0.1}}
     assert 0.3 <= walls["first_metrics_s"] <= walls["wall_s"] < 30
+    assert [x.text for x in lines][0] == "ray init" and lines[0].arrival <= lines[1].arrival == walls["first_metrics_s"]
+    assert abs(walls["launch_wall"] - time.time()) < 60
     assert "ray init" in capsys.readouterr().out  # echoed, so the runner keeps it with the check's output
     child = tmp_path / "child.pid"
     hang = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
             f"open({str(child)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
     start = time.monotonic()
     lines, code, _ = t.run_trainer([sys.executable, "-c", hang], str(tmp_path), timeout=2)
-    assert code is None and lines == ["started"] and time.monotonic() - start < 30
+    assert code is None and [x.text for x in lines] == ["started"] and time.monotonic() - start < 30
     pid = int(child.read_text())
     for _ in range(50):  # the killed child is reaped shortly after
         if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]:
@@ -276,3 +423,70 @@ def test_the_failure_named_is_the_innermost_exception_not_hydras_hint():
     assert t.failure_line(real[:1]).startswith("ray.exceptions.RayTaskError(AttributeError): ")
     assert t.failure_line(["starting", "killed by a signal", ""]) == "killed by a signal"
     assert t.failure_line([]) == "no output"
+
+
+# A stand-in for main_ppo (test double): what verl prints at start-up and after each step, then it exits.
+FAKE_TRAINER = """
+import time
+print("ray init kwargs: {}", flush=True)
+time.sleep(0.3)
+for step in (1, 2):
+    print(f"(TaskRunnerV1 pid=1) step:{step} - actor/pg_loss:0.1 - actor/grad_norm:0.5 - timing_s/gen:0.05 "
+          f"- training/rollout_actor_probs_pearson_corr:0.9999 - training/rollout_probs_diff_mean:0.001 "
+          f"- timing_s/step:0.1", flush=True)
+"""
+
+
+def fake_launch(t, monkeypatch, tmp_path, script):
+    def write_inputs(workdir, torch, rows):
+        paths = {"model": str(tmp_path / "model"), "checkpoints": str(tmp_path / "ckpt"), "run": workdir}
+        return paths
+    monkeypatch.setattr(t, "write_inputs", write_inputs)
+    monkeypatch.setattr(t, "command", lambda python, paths, variant, **sizes: [sys.executable, "-c", script])
+
+
+def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its_output_after(
+        monkeypatch, tmp_path, capsys):
+    t, common = trainer(), load("_common")
+    fake_launch(t, monkeypatch, tmp_path, FAKE_TRAINER)
+    monkeypatch.setattr(t, "check_import", lambda: (time.sleep(1.0), print("IMPORTED"), ({}, "imports"))[-1])
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1}')
+    (name_import, first), (name_trainer, second) = t.checks(profile, torch=None)
+    assert (name_import, name_trainer) == ("verl/trainer/import", "verl/trainer/fsdp/grpo-2-steps")
+    assert first() == ({}, "imports")
+    imported = time.time()
+    out = capsys.readouterr().out
+    assert "IMPORTED" in out and "step:1" not in out  # the trainer ran meanwhile, its output held back
+    run = second.__self__.run
+    assert run.launch_wall + run.lines[0].arrival < imported  # it was up before the import check ended
+    with pytest.raises(common.Failed) as failed:  # no checkpoint from the stand-in: a failure with its numbers
+        second()
+    out = capsys.readouterr().out
+    assert out.index("running:") < out.index("ray init kwargs") < out.index("step:2")
+    numbers = failed.value.numbers
+    assert str(failed.value) == "verl saved no hf_model checkpoint to compare the weights with"
+    assert numbers["step1_step_s"] == 0.1 and numbers["phase/step1_s"] == 0.1 and numbers["phase/step2/gen_s"] == 0.05
+    assert 0 < numbers["phase/driver_start_s"] < numbers["phase/total_s"] == numbers["wall_s"]
+    assert not os.path.exists(second.__self__.workdir)
+
+
+def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_removed(monkeypatch, tmp_path):
+    t, common = trainer(), load("_common")
+    fake_launch(t, monkeypatch, tmp_path, "import time; print('up', flush=True); time.sleep(120)")
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1}')
+    check = t.TrainerCheck(None, profile)
+    check.launch(hold=True)
+    assert check.error is None and check.run.proc.poll() is None and os.path.isdir(check.workdir)
+    check.abandon()  # what the script's exit runs (atexit) when the import check ends it before finish()
+    assert check.run.proc.wait(timeout=30) == -9 and not os.path.exists(check.workdir)
+
+
+def test_sizes_this_node_cannot_take_fail_the_trainer_check_in_one_line(monkeypatch, tmp_path):
+    t, common = trainer(), load("_common")
+    fake_launch(t, monkeypatch, tmp_path, "print('never')")
+    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1, "rollout_tp": 2}')
+    check = t.TrainerCheck(None, profile)
+    with pytest.raises(common.Failed) as failed:
+        check.finish()
+    assert str(failed.value) == "cannot run verl's trainer on this node so: rollout_tp 2 does not divide the 1 GPU(s)"
+    assert check.run is None

@@ -1,24 +1,14 @@
 """`verlenv build`: compile the variant's source builds against the env's torch, then install and import them."""
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
 from verlenv import build, catalog, gpus, recipes, toolchain, validate
+from verlenv.commands import positive_int
 from verlenv.fsutil import write_atomic
 from verlenv.install import default_python
-
-
-def positive_int(option: str):
-    """An argparse `type` for a count option (--jobs 4), so `--jobs -3` stops before anything starts."""
-    def parse(text: str) -> int:
-        value = validate.positive(text)
-        if value is None:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number; give one such as 4")
-        return value
-    return parse
 
 
 def register(sub) -> None:

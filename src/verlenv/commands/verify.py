@@ -11,6 +11,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from verlenv import catalog, gpus, pins, validate
+from verlenv.commands import positive_int
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.install import default_python
@@ -43,6 +44,14 @@ def register(sub) -> None:
     p.add_argument("--report", type=Path,
                    help="JSON report path (default: reports/verify-<stack>-<variant>-<gpu>-<timestamp>.json)")
     p.add_argument("--markdown", type=Path, help="also write a markdown summary of the report here")
+    proof = p.add_argument_group("verl's trainer")
+    proof.add_argument("--thorough", action="store_true",
+                       help="the production path: verl's and vLLM's defaults (CUDA graphs, torch.compile), every check "
+                            "in turn (default: the fast proof, vLLM eager, checks side by side)")
+    proof.add_argument("--rollout-tp", type=positive_int("--rollout-tp"), default=1, metavar="N",
+                       help="tensor-parallel size of verl's vLLM rollout in the trainer check (default 1)")
+    proof.add_argument("--actor-tp", type=positive_int("--actor-tp"), default=1, metavar="N",
+                       help="tensor-parallel size of verl's Megatron actor in the trainer check (megatron variant; default 1)")
     ray = p.add_argument_group("many nodes")
     ray.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                      help="verify every alive node of a Ray cluster (auto, HOST:PORT or ray://...) and compare them")
@@ -77,7 +86,10 @@ def command_line(args) -> list[str]:
             cmd += [flag, str(value)]
     for name in args.skip_package:
         cmd += ["--skip-package", name]
-    cmd += ["--force"] * args.force + ["--no-lock"] * args.no_lock
+    cmd += ["--force"] * args.force + ["--no-lock"] * args.no_lock + ["--thorough"] * args.thorough
+    for flag, value in (("--rollout-tp", args.rollout_tp), ("--actor-tp", args.actor_tp)):
+        if value != 1:
+            cmd += [flag, str(value)]
     if args.timeout != 150.0:
         cmd += ["--timeout", f"{args.timeout:g}"]
     return cmd
@@ -101,6 +113,9 @@ def handle(args) -> int:
         raise UserError(f"--lock {args.lock}: no such file")
     if args.timeout <= 0:
         raise UserError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+    if args.actor_tp != 1 and variant.name != "megatron":
+        raise UserError(f"--actor-tp {args.actor_tp}: only the Megatron actor is tensor-parallel (--variant megatron); "
+                        f"verl's FSDP actor is not")
     if args.ray is not None:  # each node checks its own GPUs and env; this machine only drives
         python = validate.python3(args.python or default_python(variant, cat.root, "verify"))
         lock = None if args.no_lock else args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
@@ -120,7 +135,8 @@ def handle(args) -> int:
     print(f"verlenv verify {variant.key} on {where}; env {python}", file=sys.stderr, flush=True)
     settings = runner.Settings(python=python, catalog=cat, variant=variant, profile=profile, gpus=visible,
                                lock=None if args.no_lock else lock.absolute(), no_lock=args.no_lock, skipped=skipped,
-                               only=only, kernels_dir=kernels_dir, timeout=args.timeout, forced=args.force)
+                               only=only, kernels_dir=kernels_dir, timeout=args.timeout, forced=args.force,
+                               thorough=args.thorough, rollout_tp=args.rollout_tp, actor_tp=args.actor_tp)
     run = runner.verify(settings, lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     data = report.build(run, command_line(args), started, launcher=launcher())
     written = [_write_or_fallback(path, report.json_text(data), "--report", started)]
@@ -142,6 +158,10 @@ def _verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python
         raise UserError("--kernels-dir: not with --ray (every node runs the packaged checks)")
     if args.markdown:
         raise UserError("--markdown: not with --ray (its report is the JSON and the tables)")
+    for flag, given in (("--thorough", args.thorough), ("--rollout-tp", args.rollout_tp != 1),
+                        ("--actor-tp", args.actor_tp != 1)):
+        if given:
+            raise UserError(f"{flag}: not with --ray yet (each node runs the fast proof on its own GPUs)")
     return launch.verify_cluster(cat, variant, python, lock, address=args.ray, gpu=args.gpu, force=args.force,
                                  skipped=args.skip_package, only=args.only, timeout=args.timeout,
                                  node_timeout=args.node_timeout, allreduce=args.allreduce,

@@ -14,6 +14,10 @@ from verlenv.fsutil import write_atomic
 from verlenv.verify.results import KINDS, STATUSES, totals
 
 SCHEMA_VERSION = 1
+MODES = {"fast": "the fast proof: vLLM eager, checks side by side",
+         "thorough": "verl's and vLLM's defaults (CUDA graphs, torch.compile), one check at a time"}
+# The numbers a check reports about where its time went (verl's trainer check: kernels/_phases.py).
+PHASE_PREFIX = "phase/"
 # Installed versions the report names; CUDA-major-suffixed distributions are matched by pattern.
 VERSIONS = ("torch", "triton", "numpy", "flash-attn", "apex", "transformer-engine", "transformer-engine-torch",
             "megatron-core", "vllm", "verl")
@@ -71,6 +75,8 @@ SCHEMA = {
         "result": {"enum": ["pass", "fail"]},
         "exit_code": {"enum": [0, 1]},
         "wall_seconds": {"type": "number"},
+        # Not in reports written before the fast proof existed (they ran what thorough runs, in turn).
+        "mode": {"enum": list(MODES)},
     },
 }
 
@@ -122,6 +128,7 @@ def build(run, command: list[str], started: datetime, launcher: str = "verlenv")
         "result": "fail" if t["required_failed"] else "pass",
         "exit_code": run.exit_code,
         "wall_seconds": run.seconds,
+        "mode": s.mode,
     }
 
 
@@ -149,6 +156,32 @@ def _scalars(numbers: dict, limit: int = 4) -> str:
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in items[:limit])
 
 
+def phase_rows(numbers: dict) -> list[tuple[str, float, int]]:
+    """(name, seconds, depth) of a check's phase numbers, in the order it reported them: depth 0 for a phase, 1
+    for a part of one (`phase/rollout_server/model_load_s` -> ("rollout_server/model_load", s, 1))."""
+    rows = []
+    for key, value in numbers.items():
+        if key.startswith(PHASE_PREFIX) and key.endswith("_s") and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            name = key[len(PHASE_PREFIX):-len("_s")]
+            rows.append((name, float(value), name.count("/")))
+    return rows
+
+
+def phase_table(numbers: dict) -> list[str]:
+    """A markdown table of a check's phases with each one's share of the total; empty without phases."""
+    rows = phase_rows(numbers)
+    total = next((s for name, s, _ in rows if name == "total"), None)
+    if not rows:
+        return []
+    out = ["| phase | s | share |", "|---|---:|---:|"]
+    for name, seconds, depth in rows:
+        shown = ("&nbsp;&nbsp;" * depth + name.split("/")[-1]) if depth else f"**{name}**" if name == "total" else name
+        share = f"{100 * seconds / total:.0f}%" if total and name != "total" else ""
+        out.append(f"| {shown} | {seconds:.1f} | {share} |")
+    return out
+
+
 def markdown(report: dict) -> str:
     t = report["totals"]
     gpus = report["gpus"]
@@ -169,6 +202,8 @@ def markdown(report: dict) -> str:
                                  + (", forced" if profile["forced"] else "") if profile else ""),
         f"- driver: {report['driver'] or 'none'}; CUDA: stack {report['cuda']['stack']}, torch {report['cuda']['torch']}",
         f"- env: {report['env']['python']} (Python {report['env']['python_version']})",
+        f"- mode: {report.get('mode', 'thorough (written before the fast proof)')}"
+        + (f" ({MODES[report['mode']]})" if report.get("mode") in MODES else ""),
         "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
     ]
     if report["selection"]["skipped_packages"]:
@@ -177,6 +212,13 @@ def markdown(report: dict) -> str:
     for c in report["checks"]:
         lines.append(f"| {c['status']} | {_cell(c['name'], 60)} | {c['package']} | {'yes' if c['required'] else 'no'} "
                      f"| {_cell(_scalars(c['numbers']), 90)} | {_cell(c['reason'])} |")
+    for c in report["checks"]:
+        table = phase_table(c["numbers"])
+        if table:
+            lines += ["", f"## Where {c['name']} spent its time", "",
+                      "Read from the trainer's own output (the marker lines of verl, Ray, vLLM and FlashInfer); a "
+                      "phase whose markers were not seen is left out, and the time no phase accounts for is "
+                      "`unattributed`. Indented rows are parts of the phase above them.", "", *table]
     failed = [c for c in report["checks"] if c["status"] == "fail" and c.get("diagnosis")]
     if failed:
         lines += ["", "## Known failures recognised"]
@@ -201,7 +243,8 @@ def print_table(report: dict, console=None) -> None:
     console = console or Console()
     profile = report["profile"]
     title = (f"verlenv verify {report['stack']}/{report['variant']} on "
-             f"{profile['title'] if profile else 'no GPU (static checks only)'}")
+             f"{profile['title'] if profile else 'no GPU (static checks only)'}"
+             + (f", {report['mode']}" if report.get("mode") else ""))
     table = Table(title=title, title_justify="left", show_lines=False)
     for name, kw in (("status", {}), ("check", {"overflow": "fold"}), ("package", {}), ("req", {}),
                      ("s", {"justify": "right"}), ("reason", {"overflow": "fold", "ratio": 1})):

@@ -1,4 +1,8 @@
-"""Run a verification: the static checks, then each kernel check script in its own process."""
+"""Run a verification: the static checks and each kernel check script in its own process.
+
+The fast proof (the default) runs the static checks beside the kernel checks, and verl's trainer from the start
+beside the other scripts (which run one at a time, in ORDER); thorough runs everything one after the other.
+Results are reported in the same order either way: static first, then the scripts in ORDER."""
 
 import json
 import os
@@ -35,6 +39,11 @@ SCRIPT_PREFIX = "check_"
 SCRIPT_PACKAGE = {"verl_trainer": "verl"}
 # Scripts that need longer than --timeout: verl's trainer starts Ray, vLLM and FSDP workers (~5 min cold).
 SCRIPT_TIMEOUT = {"verl_trainer": 600.0}
+# Scripts the fast proof starts first, in this order, each in a lane of its own beside the others: verl's trainer
+# is mostly start-up (processes, imports, Ray, vLLM) that waits on CPU and disk, not on the GPU. Scripts that judge
+# a throughput are told what runs beside them (their profile's `beside`). A lane more (e.g. "vllm", whose engine
+# start is the longest of the rest) is one more name here.
+BESIDE = ("verl_trainer",)
 # The line _common.Report prints after each check: what a check printed before it is that check's output.
 RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
 
@@ -53,6 +62,15 @@ class Settings:
     kernels_dir: Path = KERNELS_DIR
     timeout: float = 150.0
     forced: bool = False
+    # The production path (verl's and vLLM's defaults, one script at a time) instead of the fast proof; the
+    # tensor-parallel sizes of verl's rollout and Megatron actor in the trainer check.
+    thorough: bool = False
+    rollout_tp: int = 1
+    actor_tp: int = 1
+
+    @property
+    def mode(self) -> str:
+        return "thorough" if self.thorough else "fast"
 
     @property
     def stack(self) -> catalog.Stack:
@@ -112,10 +130,22 @@ def _quiet(_line: str) -> None:
 
 def verify(settings: Settings, progress: Callable[[str], None] = _quiet) -> Run:
     start = time.monotonic()
-    facts = facts_mod.gather(settings.python)
-    results, driver = run_static(settings, facts)
-    progress(f"static checks: {len(results)} in {time.monotonic() - start:.1f} s")
-    results += run_kernels(settings, progress)
+
+    def static_checks():
+        facts = facts_mod.gather(settings.python)
+        results, driver = run_static(settings, facts)
+        progress(f"static checks: {len(results)} in {time.monotonic() - start:.1f} s")
+        return facts, results, driver
+
+    if settings.thorough:
+        facts, results, driver = static_checks()
+        results += run_kernels(settings, progress)
+    else:  # the static checks read files and run the env's interpreter: CPU work beside the GPU's
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            static = pool.submit(static_checks)
+            kernels = run_kernels(settings, progress)
+            facts, results, driver = static.result()
+        results += kernels
     run = Run(settings, facts, driver, results)
     run.seconds = round(time.monotonic() - start, 2)
     return run
@@ -202,28 +232,55 @@ def _lock_result(s: Settings, installed: dict, pins: dict) -> CheckResult:
 
 
 def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[CheckResult]:
+    """Every kernel script's results, in ORDER. The fast proof starts the BESIDE scripts first, each in a thread
+    of its own, and runs the others one at a time meanwhile; thorough runs all one at a time."""
     scope = s.scope
-    out = []
+    found: dict[Path, list[CheckResult]] = {}
+    runnable = []
     for script in scripts(s.kernels_dir):
         package = package_of(script)
         if not scope.wants(package):
             continue
         if package in s.skipped:
-            out.append(CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", SKIPPED_BY_REQUEST,
-                                   package in scope.required))
+            found[script] = [CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", SKIPPED_BY_REQUEST,
+                                         package in scope.required)]
         elif s.profile is None or not s.gpus:
             why = "no GPU on this machine: kernel checks need one" if not s.gpus else "no GPU profile"
-            out.append(CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", why,
-                                   package in scope.required))
+            found[script] = [CheckResult(f"{label_of(script)}/kernels", package, "kernel", "skip", why,
+                                         package in scope.required)]
         else:
-            start = time.monotonic()
-            profile = {**s.profile.for_checks(len(s.gpus)), "variant": s.variant.name}
-            results = run_script(s.python, script, profile, timeout_for(script, s.timeout), scope)
-            failed = sum(r.status == "fail" for r in results)
-            progress(f"kernel checks: {script.name}: {len(results)} results, {failed} failed, "
-                     f"{time.monotonic() - start:.1f} s")
-            out += results
-    return out
+            found[script] = []
+            runnable.append(script)
+    keyed = {script_key(p): p for p in runnable}
+    lanes = [] if s.thorough else [keyed[key] for key in BESIDE if key in keyed]  # started in BESIDE's order
+    with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:
+        running = {}
+        for script in lanes:
+            running[script_key(script)] = pool.submit(_run_one, s, script, list(running), progress)
+        for script in runnable:
+            if script not in lanes:
+                beside = [key for key, future in running.items() if not future.done()]
+                found[script] = _run_one(s, script, beside, progress)
+        for script in lanes:
+            found[script] = running[script_key(script)].result()
+    return [r for results in found.values() for r in results]
+
+
+def script_profile(s: Settings, beside: list[str]) -> dict:
+    """What a script receives as --profile: the GPU profile, the env's variant, the mode and sizes, and which
+    scripts run beside it."""
+    return {**s.profile.for_checks(len(s.gpus)), "variant": s.variant.name, "thorough": s.thorough,
+            "rollout_tp": s.rollout_tp, "actor_tp": s.actor_tp, "beside": beside}
+
+
+def _run_one(s: Settings, script: Path, beside: list[str], progress) -> list[CheckResult]:
+    start = time.monotonic()
+    results = run_script(s.python, script, script_profile(s, beside), timeout_for(script, s.timeout), s.scope)
+    failed = sum(r.status == "fail" for r in results)
+    alongside = f" (beside {', '.join(beside)})" if beside else ""
+    progress(f"kernel checks: {script.name}: {len(results)} results, {failed} failed, "
+             f"{time.monotonic() - start:.1f} s{alongside}")
+    return results
 
 
 def run_script(python: str, script: Path, profile: dict, timeout: float, scope: Scope) -> list[CheckResult]:

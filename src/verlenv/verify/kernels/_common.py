@@ -53,10 +53,17 @@ class ProfileError(ValueError):
 
 class Profile:
     def __init__(self, key: str, arch: str, fp8: bool, thresholds: dict, gpu_count: int | None = None,
-                 variant: str = "fsdp"):
+                 variant: str = "fsdp", thorough: bool = False, rollout_tp: int = 1, actor_tp: int = 1,
+                 beside: tuple[str, ...] = ()):
         self.key, self.arch, self.fp8, self.thresholds = key, arch, fp8, thresholds
         # How many GPUs the run gives the script (None: all it sees), and the env's variant (fsdp, megatron).
         self.gpu_count, self.variant = gpu_count, variant
+        # thorough: the production path (verl's and vLLM's defaults: CUDA graphs, torch.compile), else the fast
+        # proof; the tensor-parallel sizes of verl's rollout and Megatron actor in the trainer check.
+        self.thorough, self.rollout_tp, self.actor_tp = thorough, rollout_tp, actor_tp
+        # The scripts running at the same time on the same GPUs (e.g. "verl_trainer"): a throughput measured now
+        # shares the GPU.
+        self.beside = beside
 
     def threshold(self, name: str) -> float:
         return float(self.thresholds.get(name, DEFAULT_THRESHOLDS[name]))
@@ -98,7 +105,18 @@ def parse_profile(text: str) -> Profile:
         raise ProfileError(f"--profile gpu_count must be a positive integer, not {gpu_count!r}")
     if variant not in ("fsdp", "megatron"):
         raise ProfileError(f"--profile variant must be \"fsdp\" or \"megatron\", not {variant!r}")
-    return Profile(key, arch, fp8, thresholds, gpu_count, variant)
+    thorough = data.get("thorough", False)
+    if not isinstance(thorough, bool):
+        raise ProfileError(f"--profile thorough must be true or false, not {thorough!r}")
+    sizes = {name: data.get(name, 1) for name in ("rollout_tp", "actor_tp")}
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProfileError(f"--profile {name} must be a positive integer, not {value!r}")
+    beside = data.get("beside", [])
+    if not isinstance(beside, list) or not all(isinstance(b, str) for b in beside):
+        raise ProfileError(f"--profile beside must be a list of script names, not {beside!r}")
+    return Profile(key, arch, fp8, thresholds, gpu_count, variant, thorough, sizes["rollout_tp"], sizes["actor_tp"],
+                   tuple(beside))
 
 
 def _parse_arch(arch: str):

@@ -48,7 +48,8 @@ def worker(rank, world, port, result_path):
             stats = _common.timing_stats(_common.cuda_times_ms(torch, lambda buf=buf: dist.all_reduce(buf), 5, 20))
             rows.append({"bytes": nbytes, **stats,
                          "algbw_gbps": _common.algbw_gbps(nbytes, stats["median_ms"]),
-                         "busbw_gbps": _common.busbw_gbps(nbytes, stats["median_ms"], world)})
+                         "busbw_gbps": _common.busbw_gbps(nbytes, stats["median_ms"], world),
+                         "best_busbw_gbps": _common.busbw_gbps(nbytes, stats["min_ms"], world)})
         if rank == 0:
             version = torch.cuda.nccl.version()
             with open(result_path, "w") as f:
@@ -103,14 +104,21 @@ def check_bandwidth(profile, state):
     if result["world"] == 1:
         return numbers, "one GPU: NCCL initialised and the all-reduce ran; bus bandwidth is not meaningful"
     largest = result["rows"][-1]
-    note = f"{largest['busbw_gbps']:.0f} GB/s bus bandwidth at {largest['bytes'] // 2**20} MiB, bf16"
+    # Beside another GPU job (verl's trainer in the fast proof) the median shares the GPU: the fastest of the
+    # all-reduces is judged, which a load beside slows only if it slows every one.
+    numbers[f"{largest['bytes'] // 2**20}MiB_best_busbw_gbps"] = largest["best_busbw_gbps"]
+    if profile.beside:
+        judged, how = largest["best_busbw_gbps"], f"best of {largest['repeats']}, beside {', '.join(profile.beside)}"
+    else:
+        judged, how = largest["busbw_gbps"], f"median of {largest['repeats']}"
+    note = f"{judged:.0f} GB/s bus bandwidth at {largest['bytes'] // 2**20} MiB, bf16 ({how})"
     key = f"nccl_min_busbw_gbs_{result['world']}gpu"
     floor = profile.optional_threshold(key)
     if floor is None:
         return numbers, f"{note}; profile {profile.key!r} sets no {key}"
     problems = []
-    if not _common.at_least(largest["busbw_gbps"], floor):
-        problems.append(f"{largest['busbw_gbps']:.0f} GB/s bus bandwidth at {largest['bytes'] // 2**20} MiB is "
+    if not _common.at_least(judged, floor):
+        problems.append(f"{judged:.0f} GB/s bus bandwidth at {largest['bytes'] // 2**20} MiB ({how}) is "
                         f"below the floor of {floor:.0f} (PCIe path instead of NVLink?)")
     return _common.verdict(numbers, problems, f"{note} (floor {floor:.0f})")
 

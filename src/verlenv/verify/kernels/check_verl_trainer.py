@@ -7,12 +7,19 @@ its own, as a user would give it) depends on each response's tokens, so GRPO adv
 Judged from verl's own console metrics and its own checkpoint: finite actor/pg_loss, actor/grad_norm > 0 on every
 step, the actor's weights after the 2 steps (verl's hf_model checkpoint) differ from the initial ones, and vLLM's
 rollout log-probs agree with the actor's (training/rollout_actor_probs_pearson_corr >= 0.99 and
-training/rollout_probs_diff_mean <= 0.01 on every step). Reports step times and the time to the first rollout.
+training/rollout_probs_diff_mean <= 0.01 on every step). Reports step times, the time to the first rollout and
+where the time went (`phase/<name>_s`, read from the trainer's output by _phases.py).
+
+Two modes (the profile's `thorough`): the fast proof (default) runs vLLM eager with a fixed KV cache and the FSDP
+actor without torch.compile, and starts the trainer before its import check; thorough keeps verl's defaults (CUDA
+graphs, torch.compile). The profile's rollout_tp and actor_tp set the tensor-parallel sizes.
+VERLENV_TRAINER_LOG=<file> keeps the trainer's whole output there, each line with its arrival (_phases.read_timed_log).
 
 Thresholds: none (the agreement bounds are above).
 Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
 
+import atexit
 import contextlib
 import math
 import os
@@ -24,8 +31,10 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 import _common
+import _phases
 
 PACKAGE = "verl"
 STEPS = 2
@@ -34,11 +43,19 @@ SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
 CHAT_WORDS = ["system", "user", "assistant", ":", "+", "=", "?"]
 DIGITS = [str(d) for d in range(10)]
 VOCAB = 512
+# The tiny Llama's attention heads: what tensor parallelism can split (vLLM divides the heads; Megatron the KV
+# groups too).
+HEADS, KV_HEADS = 4, 2
 PROMPTS_PER_GPU, RESPONSES_PER_PROMPT = 8, 4
 MAX_PROMPT, MAX_RESPONSE = 64, 32
 ROWS = 64
 # NVLink multicast off: the lent multi-GPU machines need it (as check_nccl.py has it).
 NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# vLLM's own INFO lines (model load, torch.compile, graph capture, engine init) are what splits the rollout server's
+# start in the phase table; verl sets WARN for its workers only where the launching process has no value.
+LOG_DEFAULTS = {"VLLM_LOGGING_LEVEL": "INFO"}
+# The fast proof's vLLM KV cache: 32 sequences of 96 tokens need a few MiB; 1 GiB is plenty at any size here.
+KV_CACHE_BYTES = 1 << 30
 # Rollout and actor compute the same probabilities from the same weights (bf16 vs the actor's bf16 compute).
 MIN_PEARSON, MAX_PROB_DIFF_MEAN = 0.99, 0.01
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
@@ -87,7 +104,7 @@ def write_model(directory, torch):
 
     ids = {w: i for i, w in enumerate(words())}
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=512,
                          bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<pad>"],
                          tie_word_embeddings=False)
     torch.manual_seed(0)
@@ -125,7 +142,12 @@ def write_dataset(path, rows):
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-def write_inputs(workdir, torch) -> dict:
+def rows_needed(gpus: int) -> int:
+    """Rows of the parquet: verl's epoch is len(dataset) // train_batch_size steps, and the check runs one epoch."""
+    return max(ROWS, STEPS * PROMPTS_PER_GPU * gpus)
+
+
+def write_inputs(workdir, torch, rows: int = ROWS) -> dict:
     """Everything the trainer reads, under workdir: model (with tokenizer), train parquet, reward file; and the
     folders it writes to."""
     paths = {"model": os.path.join(workdir, "model"), "data": os.path.join(workdir, "train.parquet"),
@@ -136,7 +158,7 @@ def write_inputs(workdir, torch) -> dict:
     os.makedirs(paths["run"])
     write_tokenizer(paths["model"])
     write_model(paths["model"], torch)
-    write_dataset(paths["data"], dataset_rows())
+    write_dataset(paths["data"], dataset_rows(rows))
     with open(paths["reward"], "w") as f:
         f.write(REWARD_SOURCE)
     return paths
@@ -146,10 +168,57 @@ def config_name(variant: str) -> str:
     return "ppo_megatron_trainer" if variant == "megatron" else "ppo_trainer"
 
 
-def overrides(paths: dict, n_gpus: int, variant: str) -> list[str]:
+def parallel_problem(variant: str, nnodes: int, n_gpus_per_node: int, rollout_tp: int, actor_tp: int) -> str | None:
+    """Why these sizes cannot run the check, in one line; None when they can."""
+    for name, value in (("nnodes", nnodes), ("n_gpus_per_node", n_gpus_per_node), ("rollout_tp", rollout_tp),
+                        ("actor_tp", actor_tp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{name} must be a positive integer, not {value!r}"
+    gpus = nnodes * n_gpus_per_node
+    problems = []
+    if gpus % rollout_tp:
+        problems.append(f"rollout_tp {rollout_tp} does not divide the {gpus} GPU(s)")
+    if HEADS % rollout_tp:
+        problems.append(f"rollout_tp {rollout_tp} does not divide the check model's {HEADS} attention heads")
+    if variant != "megatron" and actor_tp != 1:
+        problems.append(f"actor_tp {actor_tp}: only the Megatron actor is tensor-parallel (verl's FSDP actor is not)")
+    elif gpus % actor_tp:
+        problems.append(f"actor_tp {actor_tp} does not divide the {gpus} GPU(s)")
+    elif KV_HEADS % actor_tp:
+        problems.append(f"actor_tp {actor_tp} does not divide the check model's {KV_HEADS} KV heads")
+    return "; ".join(problems) or None
+
+
+def fast_overrides(variant: str) -> list[str]:
+    """What the fast proof changes in verl's defaults; each keeps what the check proves (verl trains, vLLM rolls
+    out the actor's probabilities) and drops start-up the proof does not need."""
+    out = [
+        # vLLM without torch.compile and CUDA graphs (vllm/config/vllm.py: enforce_eager sets compilation mode and
+        # cudagraph_mode to NONE): the whole trainer took 151 s on a fresh H100 so, 330-379 s with verl's defaults.
+        "actor_rollout_ref.rollout.enforce_eager=True",
+        # A fixed KV cache: vLLM then skips its memory profile, which fails when free GPU memory grows meanwhile
+        # (vllm/v1/worker/gpu_worker.py determine_available_memory) - as it does when a check running beside the
+        # trainer on the same GPU exits.
+        f"++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={KV_CACHE_BYTES}",
+    ]
+    if variant != "megatron":
+        # The FSDP engine's one torch.compile: entropy_from_logits, compiled in step 1's old_log_prob
+        # (verl/workers/engine/fsdp/transformer_impl.py). actor.use_torch_compile is read by no code in verl 0.9.1.
+        # The Megatron engine compiles its entropy's mul_reduce unconditionally (utils/megatron/tensor_parallel.py).
+        out.append("actor_rollout_ref.actor.fsdp_config.use_torch_compile=False")
+    return out
+
+
+def overrides(paths: dict, variant: str, *, nnodes: int = 1, n_gpus_per_node: int = 1, rollout_tp: int = 1,
+              actor_tp: int = 1, thorough: bool = False) -> list[str]:
     """Hydra overrides of verl's own config: only sizes, paths and what a check must not do (download, log to
-    wandb, validate); attention, trainer (V1) and engines stay verl's defaults."""
-    prompts = PROMPTS_PER_GPU * n_gpus
+    wandb, validate), plus, unless thorough, the fast proof's settings; attention, trainer (V1) and engines stay
+    verl's defaults. The batch grows with the GPUs of all nodes; raises ValueError (one line) for sizes the
+    check's model or GPUs cannot take."""
+    problem = parallel_problem(variant, nnodes, n_gpus_per_node, rollout_tp, actor_tp)
+    if problem:
+        raise ValueError(problem)
+    prompts = PROMPTS_PER_GPU * nnodes * n_gpus_per_node
     actor = "actor_rollout_ref.actor"
     out = [
         "algorithm.adv_estimator=grpo",
@@ -168,7 +237,7 @@ def overrides(paths: dict, n_gpus: int, variant: str) -> list[str]:
         f"{actor}.checkpoint.save_contents=['model','hf_model']",
         "actor_rollout_ref.rollout.name=vllm",
         f"actor_rollout_ref.rollout.n={RESPONSES_PER_PROMPT}",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={RESPONSES_PER_PROMPT * 2}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
@@ -178,8 +247,8 @@ def overrides(paths: dict, n_gpus: int, variant: str) -> list[str]:
         "trainer.logger=['console']",
         "trainer.project_name=verlenv",
         "trainer.experiment_name=verify",
-        "trainer.nnodes=1",
-        f"trainer.n_gpus_per_node={n_gpus}",
+        f"trainer.nnodes={nnodes}",
+        f"trainer.n_gpus_per_node={n_gpus_per_node}",
         f"trainer.total_training_steps={STEPS}",
         "trainer.total_epochs=1",
         "trainer.val_before_train=False",
@@ -189,7 +258,9 @@ def overrides(paths: dict, n_gpus: int, variant: str) -> list[str]:
         f"trainer.default_local_dir={paths['checkpoints']}",
     ]
     if variant == "megatron":
-        out += [f"{actor}.megatron.tensor_model_parallel_size=1", f"{actor}.megatron.pipeline_model_parallel_size=1",
+        # The ref model's Megatron sizes follow the actor's (oc.select in verl's ppo_megatron_trainer.yaml).
+        out += [f"{actor}.megatron.tensor_model_parallel_size={actor_tp}",
+                f"{actor}.megatron.pipeline_model_parallel_size=1",
                 # verl 0.9.1 bridges HF and Megatron with Megatron-Bridge by default (verl.models.mcore.bridge imports
                 # megatron.bridge); its ==0.5.2 is not on PyPI, so the env carries mbridge, which verl selects so.
                 f"{actor}.megatron.vanilla_mbridge=True",
@@ -198,12 +269,14 @@ def overrides(paths: dict, n_gpus: int, variant: str) -> list[str]:
                 # built 2.8.3.post2: no backend is left. auto lets TE choose its cuDNN fused attention. The ref model
                 # follows the actor's setting (oc.select in verl's config).
                 f"{actor}.megatron.override_transformer_config.attention_backend=auto"]
-    return out
+    return out if thorough else out + fast_overrides(variant)
 
 
-def command(python: str, paths: dict, n_gpus: int, variant: str) -> list[str]:
+def command(python: str, paths: dict, variant: str, **sizes) -> list[str]:
+    """The trainer's command line; sizes: overrides()'s keywords (nnodes, n_gpus_per_node, rollout_tp, actor_tp,
+    thorough)."""
     return [python, "-m", "verl.trainer.main_ppo", "--config-name", config_name(variant),
-            *overrides(paths, n_gpus, variant)]
+            *overrides(paths, variant, **sizes)]
 
 
 def parse_value(text: str):
@@ -317,38 +390,79 @@ def failure_line(lines) -> str:
     return next((line for line in reversed(text) if EXCEPTION_LINE.match(line)), text[-1] if text else "no output")
 
 
-def run_trainer(cmd, workdir, timeout=TIMEOUT_S) -> tuple[list[str], int | None, dict]:
-    """Run the trainer, echoing its output (the report keeps a failure's tail); returns its lines, exit code
-    (None when killed at the timeout) and the wall times seen from here."""
-    # No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
-    # NCCL check has it (the lent multi-GPU machines need it), unless the user set those.
-    env = {**NCCL_DEFAULTS, **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           # hydra prints the whole traceback (the cause inside Ray's wrappers), not only a hint to set this.
-           "HYDRA_FULL_ERROR": "1",
-           "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
-    start = time.monotonic()
-    lines, seen = [], {}
-    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", start_new_session=True)
+def trainer_env(environ=os.environ) -> dict:
+    """No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
+    NCCL check has it (the lent multi-GPU machines need it), and vLLM's INFO lines on, unless the user set those."""
+    return {**NCCL_DEFAULTS, **LOG_DEFAULTS, **environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            # hydra prints the whole traceback (the cause inside Ray's wrappers), not only a hint to set this.
+            "HYDRA_FULL_ERROR": "1",
+            "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
 
-    def read():  # in a thread: a silent hang must not keep the timeout from firing
-        for line in proc.stdout:
-            print(line, end="", flush=True)
-            lines.append(line.rstrip("\n"))
-            if "first_metrics_s" not in seen and METRICS_LINE.search(line):
-                seen["first_metrics_s"] = time.monotonic() - start
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        code = None
-        with contextlib.suppress(ProcessLookupError):  # it may have exited just now
-            os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started in its session (Ray, vLLM)
-        proc.wait()
-    reader.join(timeout=30)
-    return lines, code, {"wall_s": time.monotonic() - start, "first_metrics_s": seen.get("first_metrics_s")}
+class TrainerRun:
+    """The trainer in its own session (its Ray and vLLM processes with it), its output read line by line in a
+    thread (a silent hang must not keep the timeout from firing), each line with its arrival. Its output is echoed
+    (the report keeps a failure's tail) from the start, or, with hold=True, from echo() on: output printed while
+    another check runs would be filed under that check."""
+
+    def __init__(self, cmd, workdir, hold: bool = False):
+        self.launch_wall, self.start = time.time(), time.monotonic()
+        self.lines: list[_phases.Line] = []
+        self._lock = threading.Lock()
+        self._echoing, self._echoed = not hold, 0
+        self.proc = subprocess.Popen(cmd, cwd=workdir, env=trainer_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            with self._lock:
+                self.lines.append(_phases.Line(time.monotonic() - self.start, raw.rstrip("\n")))
+                if self._echoing:
+                    self._flush()
+
+    def _flush(self):
+        for line in self.lines[self._echoed:]:
+            print(line.text, flush=True)
+        self._echoed = len(self.lines)
+
+    def echo(self):
+        """Print what was held and every line from now on."""
+        with self._lock:
+            self._echoing = True
+            self._flush()
+
+    def wait(self, timeout: float = TIMEOUT_S) -> int | None:
+        """The exit code, or None when the trainer did not finish within timeout seconds of its launch (then its
+        whole session is killed)."""
+        try:
+            code = self.proc.wait(timeout=max(0.0, timeout - (time.monotonic() - self.start)))
+        except subprocess.TimeoutExpired:
+            code = None
+            self.kill()
+            self.proc.wait()
+        self.wall_s = time.monotonic() - self.start
+        self._reader.join(timeout=30)
+        self.echo()
+        return code
+
+    def kill(self):
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # it may have exited just now
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the driver and everything it started in its session
+
+    def first_metrics_s(self) -> float | None:
+        return next((line.arrival for line in self.lines if METRICS_LINE.search(line.text)), None)
+
+
+def run_trainer(cmd, workdir, timeout=TIMEOUT_S) -> tuple[list[_phases.Line], int | None, dict]:
+    """Run the trainer to its end, echoing its output: its lines (with arrivals), exit code (None when killed at
+    the timeout) and the times seen from here."""
+    run = TrainerRun(cmd, workdir)
+    code = run.wait(timeout)
+    return run.lines, code, {"wall_s": run.wall_s, "first_metrics_s": run.first_metrics_s(),
+                             "launch_wall": run.launch_wall}
 
 
 def check_import():
@@ -360,40 +474,104 @@ def check_import():
     return {}, f"verl {verl.__version__}: main_ppo and TransferQueue import"
 
 
-def check_trainer(torch, profile):
-    n_gpus = profile.gpu_count or torch.cuda.device_count()
-    workdir = tempfile.mkdtemp(prefix="verlenv-verl-trainer-")
-    try:
-        paths = write_inputs(workdir, torch)
-        cmd = command(sys.executable, paths, n_gpus, profile.variant)
-        print("running:", " ".join(cmd), flush=True)
-        lines, code, walls = run_trainer(cmd, paths["run"])
-        steps = parse_metrics(lines)
-        final = hf_checkpoint(os.path.join(paths["checkpoints"], f"global_step_{STEPS}", "actor"))
-        weights = weight_change(torch, paths["model"], final) if final else None
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    numbers, problems = judge(steps, weights)
-    numbers.update({"gpus": n_gpus, "wall_s": walls["wall_s"]})
-    if walls["first_metrics_s"] is not None and "step1_step_s" in numbers and "step1_gen_s" in numbers:
-        # From launch to the end of the first rollout: start-up (Ray, workers, vLLM) plus step 1's generation.
-        startup = walls["first_metrics_s"] - numbers["step1_step_s"]
-        numbers["startup_s"] = startup
-        numbers["time_to_first_rollout_s"] = startup + numbers["step1_gen_s"]
-    if code is None:
-        problems.insert(0, f"verl's trainer did not finish in {TIMEOUT_S} s")
-    elif code != 0:
-        problems.insert(0, f"verl's trainer exited with {code}: {failure_line(lines)[:300]}")
-    times = ", ".join(f"{numbers.get(f'step{s}_step_s', math.nan):.1f}" for s in range(1, STEPS + 1))
-    note = f"{STEPS} GRPO steps, {n_gpus} GPU(s), {profile.variant} actor, vLLM rollout; step times {times} s"
-    return _common.verdict(numbers, problems, note)
+def keep_log(run: TrainerRun, environ=os.environ) -> None:
+    """The trainer's whole output with arrivals, where VERLENV_TRAINER_LOG asks for it (a failure to write it is
+    said, not a failed check)."""
+    path = environ.get("VERLENV_TRAINER_LOG")
+    if path:
+        try:
+            _phases.write_timed_log(path, run.lines, run.launch_wall)
+        except OSError as e:
+            print(f"VERLENV_TRAINER_LOG {path}: cannot write it ({e.strerror})", flush=True)
+
+
+class TrainerCheck:
+    """The trainer check in two halves: launch (inputs written, trainer started) and finish (waited for, judged).
+    The fast proof launches before the import check, which then runs while the trainer starts up."""
+
+    def __init__(self, torch, profile):
+        self.torch, self.profile = torch, profile
+        self.gpus = profile.gpu_count or torch.cuda.device_count()
+        self.sizes = {"n_gpus_per_node": self.gpus, "rollout_tp": profile.rollout_tp, "actor_tp": profile.actor_tp,
+                      "thorough": profile.thorough}
+        self.workdir = self.paths = self.cmd = self.run = self.error = None
+
+    def launch(self, hold: bool = False):
+        """Start the trainer; a failure here is kept for finish() to report as the trainer check's."""
+        try:
+            problem = parallel_problem(self.profile.variant, 1, self.gpus, self.profile.rollout_tp,
+                                       self.profile.actor_tp)
+            if problem:
+                raise _common.Failed(f"cannot run verl's trainer on this node so: {problem}")
+            self.workdir = tempfile.mkdtemp(prefix="verlenv-verl-trainer-")
+            atexit.register(self.abandon)  # the import check failing ends the script before finish()
+            self.paths = write_inputs(self.workdir, self.torch, rows_needed(self.gpus))
+            self.cmd = command(sys.executable, self.paths, self.profile.variant, **self.sizes)
+            self.run = TrainerRun(self.cmd, self.paths["run"], hold=hold)
+        except Exception as e:  # noqa: BLE001  reported by finish(), under the trainer check's name
+            self.error = e
+            if not isinstance(e, _common.Failed):
+                traceback.print_exc()
+
+    def abandon(self):
+        if self.run is not None:
+            self.run.kill()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def finish(self):
+        if self.run is None and self.error is None:
+            self.launch()
+        if self.error is not None:
+            raise self.error
+        run = self.run
+        print("running:", " ".join(self.cmd), flush=True)
+        run.echo()
+        try:
+            code = run.wait(TIMEOUT_S)
+            texts = [line.text for line in run.lines]
+            steps = parse_metrics(texts)
+            final = hf_checkpoint(os.path.join(self.paths["checkpoints"], f"global_step_{STEPS}", "actor"))
+            weights = weight_change(self.torch, self.paths["model"], final) if final else None
+            keep_log(run)
+        finally:
+            self.abandon()
+        numbers, problems = judge(steps, weights)
+        numbers.update({"gpus": self.gpus, "rollout_tp": self.profile.rollout_tp, "actor_tp": self.profile.actor_tp,
+                        "wall_s": run.wall_s})
+        first_metrics = run.first_metrics_s()
+        if first_metrics is not None and "step1_step_s" in numbers and "step1_gen_s" in numbers:
+            # From launch to the end of the first rollout: start-up (Ray, workers, vLLM) plus step 1's generation.
+            startup = first_metrics - numbers["step1_step_s"]
+            numbers["startup_s"] = startup
+            numbers["time_to_first_rollout_s"] = startup + numbers["step1_gen_s"]
+        numbers.update(_phases.phases(run.lines, run.launch_wall, run.wall_s if code is not None else None, steps,
+                                      wall_s=run.wall_s))
+        if code is None:
+            problems.insert(0, f"verl's trainer did not finish in {TIMEOUT_S} s")
+        elif code != 0:
+            problems.insert(0, f"verl's trainer exited with {code}: {failure_line(texts)[:300]}")
+        times = ", ".join(f"{numbers.get(f'step{s}_step_s', math.nan):.1f}" for s in range(1, STEPS + 1))
+        mode = "thorough (verl's defaults)" if self.profile.thorough else "fast (vLLM eager)"
+        tp = f", rollout TP {self.profile.rollout_tp}" + (f", actor TP {self.profile.actor_tp}"
+                                                          if self.profile.variant == "megatron" else "")
+        note = (f"{STEPS} GRPO steps, {self.gpus} GPU(s), {self.profile.variant} actor, vLLM rollout{tp}, {mode}; "
+                f"step times {times} s; {run.wall_s:.0f} s in all")
+        return _common.verdict(numbers, problems, note)
 
 
 def checks(profile, torch):
     name = "verl/trainer/megatron" if profile.variant == "megatron" else "verl/trainer/fsdp"
+    trainer = TrainerCheck(torch, profile)
+    if profile.thorough:
+        import_check = check_import
+    else:
+        def import_check():  # the trainer starts first: its start-up, not this import, is the long pole
+            trainer.launch(hold=True)
+            return check_import()
     return [
-        ("verl/trainer/import", check_import),
-        (f"{name}/grpo-{STEPS}-steps", lambda: check_trainer(torch, profile)),
+        ("verl/trainer/import", import_check),
+        (f"{name}/grpo-{STEPS}-steps", trainer.finish),
     ]
 
 

@@ -6,6 +6,10 @@ First, the time to the first token of a sampled (top-k/top-p) request on a fresh
 files that appeared in FlashInfer's JIT cache (nvcc at run time: a warning), Triton's, vLLM's and torch
 inductor's caches while the engine started and produced it.
 
+The engine is eager in both modes. In the fast proof it gets a fixed KV cache, so it skips vLLM's memory profile,
+which fails when free GPU memory grows while it profiles - as it does when verl's trainer, running beside this
+check on the same GPU, frees memory; thorough keeps vLLM's own sizing.
+
 Thresholds: none.
 Run: python check_vllm.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
 """
@@ -29,6 +33,8 @@ JIT_CACHES = (("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfe
               ("vllm", "VLLM_CACHE_ROOT", "~/.cache/vllm", ""),
               ("inductor", "TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{os.environ.get('USER', 'root')}", ""))
 VOCAB, PROMPTS, NEW_TOKENS = 256, 16, 8
+# The fast proof's KV cache: 16 prompts of at most 128 tokens need well under 1 MiB per layer.
+KV_CACHE_BYTES = 1 << 28
 SPECIAL = ["<unk>", "<s>", "</s>"]
 
 
@@ -82,6 +88,16 @@ def attention_backend(llm_class, kwargs):
     return "vLLM's default backend (FLASH_ATTN not registered)"
 
 
+def fixed_kv_cache(kwargs, engine_args_class) -> bool:
+    """Give the engine a KV cache of its own size (no memory profile) where this vLLM has the setting."""
+    import dataclasses
+
+    if "kv_cache_memory_bytes" not in {f.name for f in dataclasses.fields(engine_args_class)}:
+        return False
+    kwargs["kv_cache_memory_bytes"] = KV_CACHE_BYTES
+    return True
+
+
 def transformers_greedy(torch, directory, prompts, device="cuda"):
     """Greedy continuation of each prompt by transformers, one full forward per token (no cache, no stopping)."""
     from transformers import AutoModelForCausalLM
@@ -124,8 +140,9 @@ def check_import():
     return {}, f"vllm {vllm.__version__}"
 
 
-def check_generate(torch):
+def check_generate(torch, profile):
     from vllm import LLM, SamplingParams
+    from vllm.engine.arg_utils import EngineArgs
 
     directory = tempfile.mkdtemp(prefix="verlenv-vllm-")
     try:
@@ -133,6 +150,7 @@ def check_generate(torch):
         kwargs = dict(model=directory, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.2,
                       max_model_len=128, seed=0, enable_prefix_caching=False)
         backend = attention_backend(LLM, kwargs)
+        fixed = not profile.thorough and fixed_kv_cache(kwargs, EngineArgs)
         dirs = jit_cache_dirs()
         before = {name: cache_files(path) for name, path in dirs.items()}
         start = time.perf_counter()
@@ -175,16 +193,18 @@ def check_generate(torch):
         problems.append(f"the first generation JIT-compiled {len(built)} FlashInfer files with nvcc (e.g. "
                         f"{built[0]}); is VLLM_USE_FLASHINFER_SAMPLER=0 in effect (the env's runtime defaults)?")
     jit = ", ".join(f"{n} {len(f)}" for n, f in compiled.items() if f) or "nothing"
+    cache = f"a fixed {KV_CACHE_BYTES >> 20} MiB KV cache" if fixed else "vLLM's own KV cache sizing"
+    beside = f", beside {', '.join(profile.beside)}" if profile.beside else ""
     return _common.verdict(numbers, problems, f"attention {backend}; {produced / seconds:.0f} tokens/s for "
-                                              f"{len(prompts)} prompts x {NEW_TOKENS} tokens, eager, bf16; first "
-                                              f"token {first_token_s:.1f} s after a {engine_s:.0f} s engine start, "
-                                              f"new JIT cache files: {jit}")
+                                              f"{len(prompts)} prompts x {NEW_TOKENS} tokens, eager, bf16, {cache}"
+                                              f"{beside}; first token {first_token_s:.1f} s after a "
+                                              f"{engine_s:.0f} s engine start, new JIT cache files: {jit}")
 
 
 def checks(profile, torch):
     return [
         ("vllm/import", check_import),
-        ("vllm/generate/bf16", lambda: check_generate(torch)),
+        ("vllm/generate/bf16", lambda: check_generate(torch, profile)),
     ]
 
 

@@ -35,7 +35,8 @@ def fake_nvidia_smi(folder: Path, devices: list[dict]) -> Path:
         "query = [a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--query-gpu=')]\n"
         "if not query:\n"
         "    sys.exit('test double answers --query-gpu only')\n"
-        "for d in DEVICES:\n"
+        "for i, d in enumerate(DEVICES):\n"
+        "    d = {'index': i, 'uuid': f'GPU-{i:08x}-1111-2222-3333-444455556666', **d}\n"
         "    print(', '.join(str(d[f]) for f in query[0].split(',')))\n"
     )
     script.chmod(0o755)
@@ -123,11 +124,24 @@ def test_unknown_and_mixed_gpus_are_refused():
         gpus.select_profile("v100", [gpu(H100)])
 
 
-def test_gpu_details_reads_nvidia_smi(machine):
+def test_gpu_details_reads_nvidia_smi(machine, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     machine(H100, H100)
     found = gpus.gpu_details()
     assert found == [gpus.Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559, "580.95.05")] * 2
     assert gpus.visible_gpus() == [("NVIDIA H100 80GB HBM3", "9.0")] * 2
+
+
+@pytest.mark.parametrize("visible, expected", [
+    ("1", ["NVIDIA H200"]), ("1,0", ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]), ("", []),
+    ("GPU-00000001", ["NVIDIA H200"]), ("0,7,1", ["NVIDIA H100 80GB HBM3"]), ("0,0", ["NVIDIA H100 80GB HBM3"]),
+])
+def test_gpu_details_see_only_the_gpus_cuda_visible_devices_gives(machine, monkeypatch, visible, expected):
+    """One Ray node per GPU, Slurm's binding: nvidia-smi lists the host's GPUs, CUDA (and verify) only these."""
+    machine(H100, H200)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert [g.name for g in gpus.gpu_details()] == expected
+    assert [name for name, _ in gpus.visible_gpus()] == expected
 
 
 def one_line_exit_2(capsys, argv: list[str], expected: str) -> None:

@@ -1,5 +1,6 @@
 """GPU profiles (data in data/gpus.toml) and detection of the GPUs this machine has."""
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -54,16 +55,37 @@ def profile(key: str) -> GpuProfile:
     return all_[key]
 
 
-def visible_gpus() -> list[tuple[str, str]]:
-    """(name, compute capability) of each visible GPU, from nvidia-smi; [] when there is none."""
+def _smi(fields: str, environ=None) -> list[list[str]]:
+    """nvidia-smi's --query-gpu `fields` of each GPU this process may use: every GPU nvidia-smi lists, narrowed
+    to CUDA_VISIBLE_DEVICES (indexes or GPU-UUID prefixes, in its order) where that is set, as Slurm's GPU
+    binding and one Ray node per GPU set it; nvidia-smi itself ignores the variable."""
+    environ = os.environ if environ is None else environ
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu=index,uuid,{fields}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
     if out.returncode != 0:
         return []
-    return [tuple(x.strip() for x in line.split(",", 1)) for line in out.stdout.splitlines() if "," in line]
+    width = fields.count(",") + 3
+    rows = [cells for line in out.stdout.splitlines() if len(cells := [c.strip() for c in line.split(",")]) == width]
+    wanted = environ.get("CUDA_VISIBLE_DEVICES")
+    if wanted is None:
+        return [r[2:] for r in rows]
+    chosen = []
+    for token in (t.strip() for t in wanted.split(",")):
+        # CUDA stops at the first entry it cannot resolve; so does this.
+        match = next((r for r in rows if (token.isdigit() and r[0] == token)
+                      or (token.startswith("GPU-") and r[1].startswith(token))), None)
+        if match is None or match in chosen:
+            break
+        chosen.append(match)
+    return [r[2:] for r in chosen]
+
+
+def visible_gpus() -> list[tuple[str, str]]:
+    """(name, compute capability) of each visible GPU, from nvidia-smi; [] when there is none."""
+    return [(cells[0], cells[1]) for cells in _smi("name,compute_cap")]
 
 
 @dataclass(frozen=True)
@@ -76,20 +98,8 @@ class Gpu:
 
 def gpu_details() -> list[Gpu]:
     """Name, compute capability, memory and driver of each visible GPU, from nvidia-smi; [] when none."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap,memory.total,driver_version",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if out.returncode != 0:
-        return []
-    gpus = []
-    for line in out.stdout.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) == 4:
-            memory = int(cells[2]) if cells[2].isdigit() else None
-            gpus.append(Gpu(cells[0], cells[1], memory, cells[3] or None))
-    return gpus
+    return [Gpu(c[0], c[1], int(c[2]) if c[2].isdigit() else None, c[3] or None)
+            for c in _smi("name,compute_cap,memory.total,driver_version")]
 
 
 def profile_for_name(name: str) -> GpuProfile | None:

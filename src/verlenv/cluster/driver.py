@@ -167,7 +167,8 @@ def main(argv: list[str]) -> int:
                                    if k in ("CPU", "GPU", "memory")}, **r})
     fingerprints = {row["name"]: row["fingerprint"] for row in rows if row.get("fingerprint")}
     data = {"address": spec["address"], "nodes": rows, "differences": compare.differences(fingerprints),
-            "allreduce": reduce, "seconds": round(time.monotonic() - start, 2)}
+            "placement": compare.placement(fingerprints), "allreduce": reduce,
+            "seconds": round(time.monotonic() - start, 2)}
     out_path.write_text(json.dumps(data, indent=1))
     return 0
 

@@ -120,6 +120,15 @@ def print_report(data: dict, console=None) -> None:
     for n in nodes:
         for line in node_problems(n)[:10]:
             console.print(f"[red]{n['name']}[/red] {line}", markup=True, highlight=False)
+    if data.get("placement"):
+        placed = Table(title="placement (shown, not compared)")
+        placed.add_column("fact")
+        for n in nodes:
+            placed.add_column(n["name"], overflow="fold")
+        for p in data["placement"]:
+            placed.add_row(p["fact"], *[compare.shown(p["values"].get(n["name"])) if n["name"] in p["values"] else "-"
+                                        for n in nodes])
+        console.print(placed)
     if data["differences"]:
         diff = Table(title=f"{len(data['differences'])} fingerprint difference(s)")
         for col in ("fact", "node", "value"):
@@ -130,7 +139,7 @@ def print_report(data: dict, console=None) -> None:
                 diff.add_row(d["fact"] if i == 0 else "", name + mark, compare.shown(value))
         console.print(diff)
     else:
-        console.print("fingerprints: identical on every node that answered")
+        console.print("fingerprints: the env is identical on every node that answered")
     reduce = data.get("allreduce")
     if reduce and reduce.get("rows"):
         # Bus bandwidth is 0 by definition with one rank: nothing crossed a link.

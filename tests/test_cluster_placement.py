@@ -74,7 +74,9 @@ def test_nodes_that_differ_only_in_placement_pass(cluster, env_python, tmp_path)
         assert fact in shown, sorted(shown)
     assert shown["node:ip"][names[b]] == b
     assert "placement (shown, not compared)" in err and "env:SLURM_NODEID" in err
-    assert "result: pass" in err
+    # Ray's GPU resource is not a GPU: the nodes' own checks saw none, so verl's trainer has nowhere to run.
+    assert data["trainer"] == {"status": "skipped", "reason": "no GPU node in the cluster: verl's trainer needs GPUs"}
+    assert "verl's trainer across the cluster: skipped (no GPU node" in err and "result: pass" in err
 
 
 def test_an_identity_difference_fails_naming_the_fact_and_the_node(cluster, env_python, tmp_path):
@@ -86,3 +88,4 @@ def test_an_identity_difference_fails_naming_the_fact_and_the_node(cluster, env_
     assert [(d["fact"], d["odd_nodes"]) for d in data["differences"]] == [("env:PYTORCH_CUDA_ALLOC_CONF", [odd_name])]
     assert data["differences"][0]["values"][odd_name] == "expandable_segments:True"
     assert "env:PYTORCH_CUDA_ALLOC_CONF" in err and "result: FAIL" in err
+    assert data["trainer"]["status"] == "skipped" and data["trainer"]["reason"].startswith("not every node passed")

@@ -89,6 +89,30 @@ def test_the_trainer_is_judged_in_the_exit_code(status, code):
     assert verdict.exit_code({**GOOD, "trainer": {"status": status}}) == code
 
 
+@pytest.mark.parametrize("change", [
+    lambda d: d["nodes"].append({"name": "b", "state": "hung", "error": "no answer"}),
+    lambda d: d["differences"].append({"fact": "record:torch"}),
+    lambda d: d.update(allreduce={"ok": False}),
+    lambda d: d.update(nodes=[]),
+])
+def test_the_trainer_runs_only_on_a_cluster_whose_nodes_all_pass(change):
+    data = json.loads(json.dumps(GOOD))
+    assert verdict.nodes_pass(data)
+    change(data)
+    assert not verdict.nodes_pass(data)
+
+
+def test_skip_cluster_trainer_reaches_the_cluster_run(monkeypatch):
+    from verlenv.cli import main
+
+    seen = {}
+    monkeypatch.setattr(launch, "verify_cluster", lambda *args, **kwargs: seen.update(kwargs) or 0)  # no cluster here
+    assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock", "--skip-cluster-trainer"]) == 0
+    assert seen["skip_cluster_trainer"] is True
+    assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock"]) == 0
+    assert seen["skip_cluster_trainer"] is False
+
+
 def test_the_report_shows_the_trainer_run():
     ran = {"status": "fail", "nnodes": 2, "n_gpus_per_node": 1, "nodes": ["127.0.0.1", "127.0.0.2"], "seconds": 128.4,
            "metrics": {"step1_step_s": 55.0, "step2_step_s": 3.2, "step1_pearson": 0.99997, "step2_pearson": 0.9,

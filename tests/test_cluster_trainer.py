@@ -74,6 +74,10 @@ def test_every_worker_gets_nvlink_multicast_off_and_the_jobs_own_variables():
                         "+ray_kwargs.ray_init.runtime_env.env_vars.NCCL_NVLS_ENABLE='0'"]
 
 
+def test_the_tool_waits_for_the_trainers_whole_budget():
+    assert launch.TRAINER_S == trainer.BUDGET_S
+
+
 def test_phases_are_verls_timings_per_step_and_the_start_up():
     steps = {1: {"timing_s/step": 40.0, "timing_s/gen": 12.5, "actor/pg_loss": 0.1}, 2: {"timing_s/step": 3.0}}
     assert trainer.phases(steps, {"wall_s": 128.04, "first_metrics_s": 100.0}) == {

@@ -140,7 +140,7 @@ def test_a_file_truncated_while_read_keeps_what_was_read_and_says_so(tmp_path, m
     reading = diagnose_path(str(tmp_path))
     assert ids(reading) == {"F10"}
     (note,) = reading.notes
-    assert note.read and note.text.startswith("shrank while read (truncated or rewritten): ")
+    assert note.kind == "shrank" and note.text.startswith("shrank while read (truncated or rewritten): ")
     assert note.text.endswith(f" of {size} bytes read")
 
 
@@ -183,7 +183,8 @@ def test_a_gzip_still_being_written_keeps_its_findings(tmp_path):
     reading = diagnose_path(str(tmp_path))
     assert ids(reading) == {"F10"}
     (note,) = reading.notes
-    assert note.read and note.text.startswith("a damaged gzip file (") and "still being written" in note.text
+    assert note.kind == "damaged" and note.read
+    assert note.text.startswith("a damaged gzip file (") and "still being written" in note.text
     assert ids(diagnose_path(str(cut))) == {"F10"}  # the file alone: its findings, with the note
 
 

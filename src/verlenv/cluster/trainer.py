@@ -197,6 +197,8 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
            "inputs": base}
     try:
         out.update(_stage_and_train(base, spec, gpus, everywhere, names, progress))
+    except Exception as e:  # the job broke (a node lost mid-way, an error of Ray's): the nodes' report still stands
+        out.update(status="fail", problems=[f"the cluster job broke: {_error(e)}"])
     finally:
         removed = on_each(remove_here, everywhere, base)
     out["cleaned"] = sorted(names[i] for i, r in removed.items() if not isinstance(r, Exception))

@@ -49,7 +49,7 @@ def _diagnose_log(log: str, as_json: bool) -> int:
     source, diagnoses, notes = logs.diagnose_path(log)
     if as_json:
         _emit(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses],
-                          "notes": [n._asdict() for n in notes]}, indent=2))
+                          "notes": [{**n._asdict(), "read": n.read} for n in notes]}, indent=2))
     else:
         _emit("\n".join([matcher.format_diagnoses(diagnoses, source), *logs.format_notes(notes)]))
     return 1 if diagnoses else 0

@@ -43,15 +43,19 @@ MAGIC = (
     (0, b"\x93NUMPY", "a numpy array"),
     (0, b"SQLite format 3\x00", "an SQLite database"),
 )
-DAMAGED = "a damaged gzip file"
 # Reading a file can fail mid-way when it changes under the reader: these make a note, not an abort.
 READ_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
 
 
 class Note(NamedTuple):
     file: str
+    kind: str  # skipped (not read: binary, vanished, unreadable), shrank, damaged (a gzip cut short), stopped
     text: str
-    read: bool  # part of the file was read and its findings count; False: skipped unread
+
+    @property
+    def read(self) -> bool:
+        """Part of the file was read, and its findings count."""
+        return self.kind != "skipped"
 
 
 class Reading(NamedTuple):
@@ -119,10 +123,12 @@ def diagnose_path(log: str) -> Reading:
     if not path.is_file():
         raise UserError(f"{log}: not a regular file ({VALID})")
     diagnoses, note = diagnose_file(path, str(path))
-    # The one file asked for, unreadable or damaged with nothing found: that is the answer. (A log that shrank
-    # while read is a live log; what was read is its answer.)
-    if note and not diagnoses and (not note.read or note.text.startswith(DAMAGED)):
-        raise UserError(f"{log}: {note.text}" + ("" if note.read else f" ({VALID})"))
+    # The one file asked for, not read or damaged with nothing found: that is the answer. (A log that shrank while
+    # read is a live log; what was read is its answer.)
+    if note and not diagnoses and note.kind == "skipped":
+        raise UserError(f"{log}: {note.text} ({VALID})")
+    if note and not diagnoses and note.kind == "damaged":
+        raise UserError(f"{log}: {note.text}; nothing found in what could be read")
     return Reading(str(path), diagnoses, [note] if note else [])
 
 
@@ -133,22 +139,23 @@ def diagnose_file(path: Path, name: str) -> tuple[list[Diagnosis], Note | None]:
         f = open(path, "rb")
     except OSError as e:
         why = "vanished before it was read" if isinstance(e, FileNotFoundError) else f"cannot be read ({e.strerror or e})"
-        return [], Note(name, why, False)
+        return [], Note(name, "skipped", why)
     matcher = _matcher()
     with f:
         try:
             raw = Snapshot(f)
             stream, binary = _opened(f, raw)
             if binary:
-                return [], Note(name, f"{binary}, not a log: skipped", False)
+                return [], Note(name, "skipped", f"{binary}, not a log: skipped")
             _feed(stream, matcher)
-            note = (Note(name, f"shrank while read (truncated or rewritten): {raw.read_bytes} of {raw.size} bytes read",
-                         True) if raw.shrank else None)
+            note = (Note(name, "shrank", f"shrank while read (truncated or rewritten): {raw.read_bytes} of {raw.size} "
+                         "bytes read") if raw.shrank else None)
         except READ_ERRORS as e:
             if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
-                note = Note(name, f"{DAMAGED} ({e}), or one still being written: read up to there", True)
+                note = Note(name, "damaged", f"a damaged gzip file ({e}), cut short or still being written: read up "
+                            "to there")
             else:
-                note = Note(name, f"stopped being readable ({e.strerror or e}): read up to there", True)
+                note = Note(name, "stopped", f"stopped being readable ({e.strerror or e}): read up to there")
         return matcher.result(name), note
 
 
@@ -225,7 +232,7 @@ def format_notes(notes: list[Note], shown: int = 10) -> list[str]:
     """Lines after the findings: the files skipped or read in part (binary files counted, not listed one by one)."""
     if not notes:
         return []
-    binary = [n for n in notes if n.text.endswith("not a log: skipped")]
+    binary = [n for n in notes if n.text.endswith("not a log: skipped")]  # many, in a folder of wheels
     others = [n for n in notes if n not in binary]
     out = [""]
     out += [f"note: {n.file}: {n.text}" for n in others[:shown]]

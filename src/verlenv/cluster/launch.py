@@ -151,7 +151,7 @@ def trainer_report(t: dict, console) -> None:
         console.print(f"verl's trainer across the cluster: {t['status']} ({t['reason']})")
         return
     m, ph = t.get("metrics", {}), t.get("phases", {})
-    steps = sorted(int(s) for s in ph.get("steps", {}))
+    steps = sorted({int(k[4:].split("_", 1)[0]) for k in m if k.startswith("step") and k.endswith("_step_s")})
 
     def per_step(key, fmt):
         return ", ".join(format(m[f"step{s}_{key}"], fmt) if f"step{s}_{key}" in m else "-" for s in steps) or "-"
@@ -160,7 +160,13 @@ def trainer_report(t: dict, console) -> None:
                   f"{'pass' if t['status'] == 'pass' else 'FAIL'} in {t.get('seconds', 0):.0f} s", highlight=False)
     if steps:
         console.print(f"  steps {per_step('step_s', '.1f')} s; rollout/actor pearson {per_step('pearson', '.5f')}; "
-                      f"grad norm {per_step('grad_norm', '.3g')}; start-up {ph.get('startup_s', '-')} s", highlight=False)
+                      f"grad norm {per_step('grad_norm', '.3g')}", highlight=False)
+    # The check's phases at the top level (phase/<name>_s), in the order the trainer ran them.
+    top = [(k[len("phase/"):-2], v) for k, v in ph.items() if k.startswith("phase/") and k.count("/") == 1
+           and k.endswith("_s") and k != "phase/total_s"]
+    if top:
+        console.print("  phases (s): " + ", ".join(f"{name} {v:.1f}" for name, v in top)
+                      + (f"; total {ph['phase/total_s']:.0f}" if "phase/total_s" in ph else ""), highlight=False)
     if "weights_rel_change" in m:
         console.print(f"  weights changed by {m['weights_rel_change']:.3g} (checkpoint on {t.get('checkpoint_node')})",
                       highlight=False)

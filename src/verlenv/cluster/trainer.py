@@ -24,6 +24,8 @@ import tempfile
 import time
 import uuid
 
+from verlenv.verify.kernels import _phases
+
 TIMEOUT_S = 900  # verl's start-up over several nodes (Ray workers, FSDP, one vLLM engine per GPU) plus 2 steps
 NODE_TASK_S = 300  # writing the inputs (torch imports on a busy node), finding the checkpoint, cleaning up
 BUDGET_S = TIMEOUT_S + 3 * NODE_TASK_S  # the most this module adds to the driver's time
@@ -34,11 +36,12 @@ LOG_TAIL = 80  # lines of the trainer's output kept in the report when it fails
 
 
 def check_module():
-    """kernels/check_verl_trainer.py as a module: it imports its sibling `_common` by that name (it runs as a
-    script in verify), so that name is given the packaged module first."""
+    """kernels/check_verl_trainer.py as a module: it imports its siblings `_common` and `_phases` by those names (it
+    runs as a script in verify), so those names are given the packaged modules first."""
     from verlenv.verify.kernels import _common
 
     sys.modules.setdefault("_common", _common)
+    sys.modules.setdefault("_phases", _phases)
     return importlib.import_module("verlenv.verify.kernels.check_verl_trainer")
 
 
@@ -94,17 +97,18 @@ def tree_digest(root: str) -> str:
     return h.hexdigest()
 
 
-def write_inputs_here(base: str) -> dict:
-    """Write the check's inputs to `base` on this node, unless a node sharing this filesystem (another raylet of
-    the same host) did: into a temp sibling, then one rename. Returns their layout (paths relative to base) and
-    digest."""
+def write_inputs_here(base: str, gpus: int) -> dict:
+    """Write the check's inputs for `gpus` GPUs in all to `base` on this node, unless a node sharing this filesystem
+    (another raylet of the same host) did: into a temp sibling, then one rename. Returns their layout (paths
+    relative to base) and digest."""
     import torch
 
     check = check_module()
     os.makedirs(os.path.dirname(base), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(base)}.", dir=os.path.dirname(base))
     try:
-        layout = {k: os.path.relpath(v, tmp) for k, v in check.write_inputs(tmp, torch).items()}
+        written = check.write_inputs(tmp, torch, check.rows_needed(gpus))
+        layout = {k: os.path.relpath(v, tmp) for k, v in written.items()}
         try:
             os.rename(tmp, base)
         except OSError:
@@ -168,20 +172,6 @@ def _error(e: Exception) -> str:
     return f"{type(e).__name__}: {(lines[-1] if lines else '')[:300]}"
 
 
-def phases(steps: dict[int, dict[str, float]], walls: dict) -> dict:
-    """Where the time went: verl's own timing_s/* metrics per step, and from here the wall time and the start-up
-    (launch to the first metrics line, less step 1)."""
-    out = {"wall_s": round(walls["wall_s"], 1),
-           "steps": {s: {k.removeprefix("timing_s/"): v for k, v in m.items() if k.startswith("timing_s/")}
-                     for s, m in sorted(steps.items())}}
-    first, step1 = walls.get("first_metrics_s"), steps.get(1, {})
-    if first is not None and "timing_s/step" in step1:
-        out["startup_s"] = round(first - step1["timing_s/step"], 1)
-        if "timing_s/gen" in step1:
-            out["time_to_first_rollout_s"] = round(out["startup_s"] + step1["timing_s/gen"], 1)
-    return out
-
-
 def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str], spec: dict,
         progress=lambda line: None) -> dict:
     """verl's trainer across the GPU nodes of a cluster whose every node passed: the report's `trainer` section."""
@@ -208,7 +198,7 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
 
 def _stage_and_train(base: str, spec: dict, gpus: dict, everywhere: list[str], names: dict[str, str], progress) -> dict:
     progress(f"verl's trainer: writing its inputs to {base} on {len(everywhere)} node(s)")
-    written = on_each(write_inputs_here, everywhere, base)
+    written = on_each(write_inputs_here, everywhere, base, len(gpus) * next(iter(gpus.values())))
     bad = {names[i]: _error(r) for i, r in written.items() if isinstance(r, Exception)}
     digests = {names[i]: r["digest"] for i, r in written.items() if not isinstance(r, Exception)}
     if bad or len(set(digests.values())) != 1:
@@ -236,27 +226,34 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, gpus: dict, everywh
     # A fresh, empty working folder on this machine: it is on the trainer's sys.path, so nothing there may shadow.
     with tempfile.TemporaryDirectory(prefix="verlenv-trainer-run-") as cwd, open(log, "w") as sink:
         try:
-            print("running:", " ".join(cmd), file=sink, flush=True)
-            with contextlib.redirect_stdout(sink):  # run_trainer echoes every line: into the log
+            # run_trainer echoes every line: into the log as it comes (readable while verl runs), then the log is
+            # replaced by the same lines with their arrivals (the check's timed log, which its phase reader reads).
+            with contextlib.redirect_stdout(sink):
                 lines, code, walls = check.run_trainer(cmd, cwd, timeout=TIMEOUT_S)
         finally:
             if saved is None:
                 os.environ.pop("RAY_ADDRESS", None)
             else:
                 os.environ["RAY_ADDRESS"] = saved
+    _phases.write_timed_log(log, lines, walls["launch_wall"])
+    texts = [line.text for line in lines]
     found = {i: r for i, r in on_each(weights_here, everywhere, base, layout).items()
              if r is not None and not isinstance(r, Exception)}
     weights = next((r for r in found.values() if "error" not in r), None)
-    steps = check.parse_metrics(lines)
+    steps = check.parse_metrics(texts)
     metrics, problems = check.judge(steps, None if weights is None else
                                     {k: weights[k] for k in ("weights_rel_change", "tensors_changed", "tensors_compared")})
     if code is None:
         problems.insert(0, f"verl's trainer did not finish in {TIMEOUT_S} s")
     elif code != 0:
-        problems.insert(0, f"verl's trainer exited with {code}: {check.failure_line(lines)[:300]}")
+        problems.insert(0, f"verl's trainer exited with {code}: {check.failure_line(texts)[:300]}")
     problems += [f"verl's checkpoint on {names[i]} could not be read: {r['error']}" for i, r in found.items()
                  if "error" in r and weights is None]
+    # Where the time went, read by the check's own phase reader: verl's start-up markers, the rollout server's
+    # parts, each step's timing_s/* parts, the total.
+    phases = _phases.phases(lines, walls["launch_wall"], walls["wall_s"] if code is not None else None, steps,
+                            wall_s=walls["wall_s"])
     return {"status": "fail" if problems else "pass", "command": cmd, "exit_code": code,
-            "metrics": metrics, "problems": problems, "phases": phases(steps, walls),
+            "metrics": metrics, "problems": problems, "phases": {**phases, "first_metrics_s": walls["first_metrics_s"]},
             "checkpoint_node": next((names[i] for i, r in found.items() if r is weights), None), "log": log,
-            **({"log_tail": lines[-LOG_TAIL:]} if problems else {})}
+            **({"log_tail": texts[-LOG_TAIL:]} if problems else {})}

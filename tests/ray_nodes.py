@@ -14,6 +14,7 @@ from pathlib import Path
 
 START_TIMEOUT_S = 180
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # the plasma store's floor is 75 MiB; nothing big travels
+COMMON = ("--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats")
 
 
 def free_port() -> int:
@@ -76,6 +77,15 @@ class LocalCluster:
     def stop(self) -> None:
         _kill(self.pids())
 
+    def add_worker(self, python: str, extra: dict, args: tuple[str, ...] = ()) -> str:
+        """One more worker node (python's env, `extra` in its environment, `args` to its `ray start`); its IP."""
+        ip = f"127.0.0.{2 + len(self.workers)}"
+        _start(str(Path(python).parent / "ray"),
+               ["--address", self.address, "--node-ip-address", ip, *COMMON, *args], {**_base(), **extra})
+        self.workers.append(ip)
+        _wait_alive(python, self.address, 1 + len(self.workers))
+        return ip
+
 
 def _kill(pids: set[int]) -> None:
     for pid in pids:
@@ -91,21 +101,25 @@ def _start(ray: str, args: list[str], env: dict) -> None:
         raise RuntimeError(f"ray start {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
-def start(head_python: str, workers: list[tuple[str, dict]]) -> LocalCluster:
-    """A head from head_python's env, then one worker node per (python, extra environment) on 127.0.0.2, .3, ..."""
+def _base() -> dict:
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+
+
+def start(head_python: str, workers: list[tuple], head_env: dict | None = None) -> LocalCluster:
+    """A head from head_python's env (head_env added to its environment), then one worker node per (python, extra
+    environment[, extra `ray start` arguments]) on 127.0.0.2, .3, ..."""
     temp_dir = tempfile.mkdtemp(prefix="vray")  # short: Ray's socket paths must stay under 108 bytes
     cluster = LocalCluster(temp_dir, free_port())
-    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
-    common = ["--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats"]
     try:
         _start(str(Path(head_python).parent / "ray"),
                ["--head", "--node-ip-address", "127.0.0.1", "--port", str(cluster.port), "--temp-dir", temp_dir,
                 "--include-dashboard", "false", "--dashboard-port", str(free_port()),
-                "--ray-client-server-port", str(free_port()), *common], base)
+                "--ray-client-server-port", str(free_port()), *COMMON], {**_base(), **(head_env or {})})
         # One at a time: a raylet has 30 s to register, which parallel starts on a small machine exceed.
-        for i, (python, extra) in enumerate(workers, start=2):
+        for i, (python, extra, *args) in enumerate(workers, start=2):
             _start(str(Path(python).parent / "ray"),
-                   ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *common], {**base, **extra})
+                   ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON, *(args[0] if args else ())],
+                   {**_base(), **extra})
         cluster.workers += [f"127.0.0.{i}" for i in range(2, 2 + len(workers))]
         _wait_alive(head_python, cluster.address, 1 + len(workers))
     except BaseException:

@@ -3,6 +3,7 @@ differences between nodes, the exit code and the table, and `verify --ray`'s bad
 
 import hashlib
 import json
+from fnmatch import fnmatchcase
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from verlenv.cluster import compare, fingerprint, launch
+from verlenv.cluster import compare, fact_kinds, fingerprint, launch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -92,12 +93,60 @@ def test_a_tie_names_every_node_and_absence_is_a_value():
 
 
 def test_gpu_facts_compare_among_gpu_nodes_only():
-    head = {"gpu:count": "0", "gpu:model": None, "env:CUDA_VISIBLE_DEVICES": ""}
-    gpu = {"gpu:count": "8", "gpu:model": "NVIDIA H100 80GB HBM3", "env:CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    head = {"gpu:count": "0", "gpu:model": None, "gpu:driver": None}
+    gpu = {"gpu:count": "8", "gpu:model": "NVIDIA H100 80GB HBM3", "gpu:driver": "580.95.05"}
     assert compare.differences({"head": head, "w1": gpu, "w2": dict(gpu)}) == []
     other = {**gpu, "gpu:model": "NVIDIA A100-SXM4-80GB"}
     diff = compare.differences({"head": head, "w1": gpu, "w2": gpu, "w3": other})
     assert [(d["fact"], d["odd_nodes"], list(d["values"])) for d in diff] == [("gpu:model", ["w3"], ["w1", "w2", "w3"])]
+
+
+def test_placement_is_shown_never_compared():
+    """The H100 run of issue 27: two raylets of one host, one GPU each; only their placement differs."""
+    same = {"gpu:count": "1", "record:torch": "aa", "env:NCCL_CUMEM_ENABLE": None}
+    fps = {"127.0.0.1": {**same, "env:CUDA_VISIBLE_DEVICES": "0", "env:SLURM_NODEID": "0", "node:ip": "127.0.0.1",
+                         "env:VLLM_HOST_IP": "127.0.0.1", "env:SLURM_JOB_ID": "7"},
+           "127.0.0.2": {**same, "env:CUDA_VISIBLE_DEVICES": "1", "env:SLURM_NODEID": "1", "node:ip": "127.0.0.2",
+                         "env:VLLM_HOST_IP": "127.0.0.2", "env:SLURM_JOB_ID": "7"}}
+    assert compare.differences(fps) == []
+    assert [p["fact"] for p in compare.placement(fps)] == ["env:CUDA_VISIBLE_DEVICES", "env:SLURM_NODEID",
+                                                           "env:VLLM_HOST_IP", "node:ip"]  # the job id is equal
+    assert compare.placement(fps)[0]["values"] == {"127.0.0.1": "0", "127.0.0.2": "1"}
+    fps["127.0.0.2"]["env:PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    assert [(d["fact"], d["odd_nodes"]) for d in compare.differences(fps)] == [
+        ("env:PYTORCH_CUDA_ALLOC_CONF", ["127.0.0.1", "127.0.0.2"])]
+
+
+@pytest.mark.parametrize("fact, kind", [
+    ("env:CUDA_VISIBLE_DEVICES", "placement"), ("env:NVIDIA_VISIBLE_DEVICES", "placement"),
+    ("env:ROCR_VISIBLE_DEVICES", "placement"), ("env:SLURM_PROCID", "placement"), ("env:SLURMD_NODENAME", "placement"),
+    ("env:LOCAL_RANK", "placement"), ("env:RANK", "placement"), ("env:VLLM_HOST_IP", "placement"),
+    ("node:hostname", "placement"), ("node:id", "placement"),
+    # What changes how the job runs stays identity: NCCL's and the allocator's settings, vLLM's, the libraries.
+    ("env:NCCL_CUMEM_ENABLE", "identity"), ("env:NCCL_SOCKET_IFNAME", "identity"), ("env:NCCL_NVLS_ENABLE", "identity"),
+    ("env:TORCH_NCCL_ASYNC_ERROR_HANDLING", "identity"), ("env:PYTORCH_CUDA_ALLOC_CONF", "identity"),
+    ("env:VLLM_USE_V1", "identity"), ("env:LD_LIBRARY_PATH", "identity"), ("env:WORLD_SIZE", "identity"),
+    ("verlenv-env", "identity"), ("installed-set", "identity"), ("record:torch", "identity"),
+    ("abi:flash-attn", "identity"), ("torch:nccl", "identity"), ("python:executable", "identity"),
+    ("gpu:driver", "identity among GPU nodes"),
+])
+def test_the_table_decides_each_facts_kind(fact, kind):
+    assert fact_kinds.kind(fact) == kind
+
+
+def test_every_fact_a_node_computes_has_a_row_of_its_own():
+    """No fact falls through to the table's catch-all: each kind was decided on purpose."""
+    facts = fingerprint.compute([], {"PATH": "/usr/bin", "SLURM_NODEID": "3", "SLURMD_NODENAME": "n3",
+                                     "NCCL_IB_HCA": "mlx5", "VERL_X": "1"})
+    assert {"node:hostname", "env:SLURM_NODEID", "env:SLURMD_NODENAME", "env:NVIDIA_VISIBLE_DEVICES"} <= set(facts)
+    catch_all = fact_kinds.TABLE[-1]
+    for fact in facts:
+        row = next(r for r in fact_kinds.TABLE if fnmatchcase(fact, r.pattern))
+        assert row is not catch_all, fact
+
+
+def test_readme_prints_the_table():
+    assert fact_kinds.markdown() in (ROOT / "README.md").read_text()
 
 
 def _node(name: str, state: str = "checked", failed: bool = False) -> dict:
@@ -130,6 +179,16 @@ def test_table_names_nodes_checks_and_differences():
     assert "10.0.0.2 intact/torch: 1 file missing" in text
     assert "10.0.0.3 died: no answer within 60 s" in text
     assert "record:torch" in text and "10.0.0.2 *" in text and "result: FAIL" in text
+
+
+def test_table_shows_placement_apart_from_differences():
+    data = {"nodes": [_node("10.0.0.1"), _node("10.0.0.2")], "differences": [], "allreduce": None, "exit_code": 0,
+            "placement": [{"fact": "env:CUDA_VISIBLE_DEVICES", "values": {"10.0.0.1": "0", "10.0.0.2": "1"}}]}
+    console = Console(record=True, width=200)
+    launch.print_report(data, console)
+    text = console.export_text()
+    assert "placement (shown, not compared)" in text and "env:CUDA_VISIBLE_DEVICES" in text
+    assert "fingerprints: the env is identical on every node that answered" in text and "result: pass" in text
 
 
 @pytest.mark.parametrize("world, shown", [(1, "bus bandwidth not meaningful with one rank"),

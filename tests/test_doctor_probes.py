@@ -500,3 +500,15 @@ def test_an_installed_stack_env():
     found = by_probe(report)
     assert {name: p["status"] for name, p in found.items()} == {
         "torch-extensions": "ok", "lock-drift": "ok", "numpy": "ok", "cuda-majors": "ok"}, found
+
+
+def test_a_file_vanishing_under_one_probe_skips_that_probe_only(monkeypatch):
+    """`doctor --ray` on a live node: a probe whose file vanished is skipped with the reason, the others run."""
+    def vanished(facts):  # stand-in for the race: the file the probe found is gone when it reads it
+        raise FileNotFoundError(2, "No such file or directory", "/env/lib/python3.12/site-packages/apex/__init__.py")
+
+    monkeypatch.setattr(probes, "probe_apex", vanished)
+    results = {r.name: r for r in probes.run_all(facts_mod.gather(sys.executable), only=["apex", "threads"])}
+    assert results["apex"].status == "skipped"
+    assert results["apex"].summary.startswith("a file changed or vanished while probed ([Errno 2] No such file")
+    assert results["threads"].status in ("ok", "problem")

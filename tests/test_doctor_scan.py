@@ -92,8 +92,8 @@ def make_ray_logs(root):
 
 def test_a_directory_is_read_recursively_with_gzip_and_each_finding_names_its_file(tmp_path):
     folder = make_ray_logs(tmp_path)
-    source, diagnoses = diagnose_path(str(folder))
-    assert source == f"{folder} (4 files)"
+    source, diagnoses, notes = diagnose_path(str(folder))
+    assert source == f"{folder} (4 files)" and notes == []
     by_id = {d.id: d for d in diagnoses}
     assert set(by_id) == {"F10", "F27"}
     (f10,) = by_id["F10"].evidence

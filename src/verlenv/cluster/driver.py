@@ -2,7 +2,8 @@
 
 python -m verlenv.cluster.driver REQUEST.json OUT.json: connects to the cluster, runs `node.check` once per
 alive node (hard node affinity), waits for each within a bounded time, runs the cross-node all-reduce over the
-GPUs of the nodes that answered, compares fingerprints, and writes one JSON document.
+GPUs of the nodes that answered, compares fingerprints, runs verl's own trainer across the GPU nodes when every
+node passed (cluster/trainer.py), and writes one JSON document.
 """
 
 import json
@@ -18,7 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import verlenv
 from verlenv import catalog
-from verlenv.cluster import allreduce, compare, node
+from verlenv.cluster import allreduce, compare, node, trainer, verdict
 
 CONNECT_S = 10.0
 UNREACHABLE = 3  # exit code: the cluster's address does not answer
@@ -157,19 +158,32 @@ def main(argv: list[str]) -> int:
         checked = check_nodes(request, nodes, spec["node_timeout"], node.doctor if doctor else node.check)
         answered = {i: r for i, r in checked.items() if r["state"] == "checked"}
         reduce = None if doctor else cross_node_allreduce(answered, nodes, spec["allreduce"])
+        rows = []
+        for node_id in sorted(nodes, key=lambda i: names[i]):
+            rows.append({"name": names[node_id], "node_id": node_id,
+                         "address": nodes[node_id].get("NodeManagerAddress"),
+                         "resources": {k: v for k, v in nodes[node_id].get("Resources", {}).items()
+                                       if k in ("CPU", "GPU", "memory")}, **checked[node_id]})
+        fingerprints = {row["name"]: row["fingerprint"] for row in rows if row.get("fingerprint")}
+        data = {"address": spec["address"], "nodes": rows, "differences": compare.differences(fingerprints),
+                "placement": compare.placement(fingerprints), "allreduce": reduce}
+        if not doctor:
+            data["trainer"] = cluster_trainer(data, answered, nodes, names, spec)
     finally:
         ray.shutdown()
-    rows = []
-    for node_id in sorted(nodes, key=lambda i: names[i]):
-        r = checked[node_id]
-        rows.append({"name": names[node_id], "node_id": node_id, "address": nodes[node_id].get("NodeManagerAddress"),
-                     "resources": {k: v for k, v in nodes[node_id].get("Resources", {}).items()
-                                   if k in ("CPU", "GPU", "memory")}, **r})
-    fingerprints = {row["name"]: row["fingerprint"] for row in rows if row.get("fingerprint")}
-    data = {"address": spec["address"], "nodes": rows, "differences": compare.differences(fingerprints),
-            "allreduce": reduce, "seconds": round(time.monotonic() - start, 2)}
+    data["seconds"] = round(time.monotonic() - start, 2)
     out_path.write_text(json.dumps(data, indent=1))
     return 0
+
+
+def cluster_trainer(data: dict, answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str],
+                    spec: dict) -> dict:
+    """verl's own trainer across the cluster, once every node passed: the report's `trainer` section."""
+    if spec.get("skip_cluster_trainer"):
+        return {"status": "skipped", "reason": "--skip-cluster-trainer"}
+    if not verdict.nodes_pass(data):
+        return {"status": "skipped", "reason": "not every node passed (it runs on a cluster whose nodes all pass)"}
+    return trainer.run(answered, nodes, names, spec, progress)
 
 
 if __name__ == "__main__":

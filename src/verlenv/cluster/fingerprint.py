@@ -1,9 +1,11 @@
-"""A node's environment fingerprint, computed inside a Ray worker: what must be equal on every node of a job.
+"""A node's environment fingerprint, computed inside a Ray worker: what must be equal on every node of a job, and
+where the node sits in it.
 
 Flat {fact: value} so nodes compare key by key. Facts start with what they are about: `package:NAME` (installed
 version), `record:NAME` (sha256 of the distribution's RECORD: its every file's hash), `abi:NAME` (the wheel
 cache's ABI fingerprint of a source-built wheel), `torch:*` (as torch reports them), `gpu:*`, `env:NAME` (as the
-Ray worker sees it), `nccl-net-plugin`, `jit-cache:NAME`.
+Ray worker sees it), `nccl-net-plugin`, `jit-cache:NAME`, `node:*` (hostname, IP, Ray node id). Which of them are
+identity and which placement: cluster/fact_kinds.py.
 """
 
 import glob
@@ -12,6 +14,7 @@ import json
 import os
 import platform
 import re
+import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -25,8 +28,10 @@ ENV_NAMES = ("NCCL_CUMEM_ENABLE", "VLLM_WORKER_MULTIPROC_METHOD", "FLASHINFER_WO
              "PYTORCH_CUDA_ALLOC_CONF", "TOKENIZERS_PARALLELISM", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
              "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_CACHE_ROOT",
              "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH",
-             "CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN")
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "VLLM_", "VERL_")
+             "CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN",
+             # Placement: shown beside the other nodes' values, never compared (fact_kinds.py).
+             "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "LOCAL_RANK", "RANK", "NODE_RANK")
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "VLLM_", "VERL_", "SLURM")  # SLURM: SLURM_* and SLURMD_NODENAME
 SOURCE_BUILDS = ("flash-attn", "transformer-engine-torch", "apex")
 TORCH_SCRIPT = r"""
 import json, torch
@@ -154,6 +159,20 @@ def _writable(path: str) -> str:
     return "can be created" if ok else "cannot be created"
 
 
+def node_facts() -> dict[str, str | None]:
+    """Where this worker runs (placement): hostname, and inside Ray the node's IP and id."""
+    out = {"node:hostname": socket.gethostname(), "node:ip": None, "node:id": None}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            out["node:ip"] = ray.util.get_node_ip_address()
+            out["node:id"] = ray.get_runtime_context().get_node_id()
+    except ImportError:  # outside the env (tests of this module): the hostname is all there is
+        pass
+    return out
+
+
 def compute(gpus: list, environ: dict | None = None) -> dict[str, str | None]:
     environ = dict(os.environ) if environ is None else environ
     out: dict[str, str | None] = {"python": platform.python_version(), "python:executable": sys.executable,
@@ -172,4 +191,5 @@ def compute(gpus: list, environ: dict | None = None) -> dict[str, str | None]:
     out.update(env_vars(environ))
     out["nccl-net-plugin"] = nccl_net_plugins(environ)
     out.update(jit_caches(environ))
+    out.update(node_facts())
     return out

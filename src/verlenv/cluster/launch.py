@@ -1,5 +1,6 @@
 """`verify --ray` and `doctor --ray`, the tool's side: hand the work to the env's interpreter (the Ray driver), then
-report: a node x check table, the fingerprint differences, the cross-node all-reduce; JSON with `nodes`."""
+report: a node x check table, the placement, the fingerprint differences, the cross-node all-reduce, verl's trainer
+across the cluster; JSON with `nodes`."""
 
 import json
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from verlenv import catalog
 from verlenv.cluster import compare
+from verlenv.cluster.verdict import exit_code, node_problems
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.sources import sha256_file
@@ -18,6 +20,7 @@ from verlenv.sources import sha256_file
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONNECT_S = 120  # joining the cluster and shipping verlenv to it, beyond the nodes' own time
 ALLREDUCE_S = 420  # allreduce.run's own bound (300 s per step) plus starting its actors
+TRAINER_S = 1800  # cluster/trainer.py's BUDGET_S: verl's trainer (900 s) and three rounds of tasks on every node
 UNREACHABLE = 3  # the driver's exit code when the cluster's address does not answer
 
 
@@ -41,14 +44,6 @@ def run_driver(python: str, spec: dict, timeout: float) -> dict:
         return json.loads(out.read_text())
 
 
-def node_problems(row: dict) -> list[str]:
-    if row["state"] != "checked":
-        return [f"{row['state']}: {row.get('error', '')}"]
-    if "probes" in row:  # the doctor's
-        return [f"{p['probe']}: {p['summary']}" for p in row["probes"] if p["status"] == "problem"]
-    return [f"{r['name']}: {r['reason']}" for r in row["results"] if r["required"] and r["status"] == "fail"]
-
-
 def statuses(row: dict) -> dict[str, str]:
     """check (or probe) -> its status on this node."""
     if "probes" in row:
@@ -56,32 +51,28 @@ def statuses(row: dict) -> dict[str, str]:
     return {r["name"]: r["status"] for r in row.get("results", [])}
 
 
-def exit_code(data: dict) -> int:
-    reduce = data.get("allreduce")
-    bad = (any(node_problems(n) for n in data["nodes"]) or data["differences"]
-           or (reduce is not None and not reduce["ok"]) or not data["nodes"])
-    return 1 if bad else 0
-
-
 def verify_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None, *, address: str,
                    gpu: str, force: bool, skipped: list[str], only: str | None, timeout: float, node_timeout: float,
-                   allreduce: str, runtime_env: dict, report: Path | None, command: list[str]) -> int:
-    """Verify every node of the cluster at `address`; write the JSON report, print the tables, return the exit code."""
+                   allreduce: str, runtime_env: dict, report: Path | None, command: list[str],
+                   skip_cluster_trainer: bool = False) -> int:
+    """Verify every node of the cluster at `address`, then (unless skip_cluster_trainer) run verl's trainer across
+    it; write the JSON report, print the tables, return the exit code."""
     started = datetime.now(timezone.utc)
     spec = {"address": address, "runtime_env": runtime_env, "catalog": str(cat.root / "stacks.toml"),
             "stack": variant.stack.name,
             "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": gpu,
             "force": force, "skipped": sorted(skipped), "only": only, "timeout": timeout,
-            "node_timeout": node_timeout, "allreduce": allreduce}
+            "node_timeout": node_timeout, "allreduce": allreduce, "skip_cluster_trainer": skip_cluster_trainer}
+    path = report or cat.root / "reports" / f"verify-cluster-{variant.key}-{started:%Y%m%dT%H%M%SZ}.json"
+    spec["trainer_log"] = str(path.absolute().with_name(path.stem + ".trainer.log"))
     print(f"verlenv verify --ray {address}: {variant.key}, driver {python}", file=sys.stderr, flush=True)
-    data = run_driver(python, spec, node_timeout + CONNECT_S + ALLREDUCE_S)
+    data = run_driver(python, spec, node_timeout + CONNECT_S + ALLREDUCE_S + (0 if skip_cluster_trainer else TRAINER_S))
     data = {"schema_version": 1, "command": command,
             "timestamp": started.isoformat(timespec="seconds"), "stack": variant.stack.name, "variant": variant.name,
             "lock": {"path": str(lock), "sha256": sha256_file(lock)} if lock else None, **data}
     data["exit_code"] = exit_code(data)
     data["result"] = "pass" if data["exit_code"] == 0 else "fail"
     data["wall_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 2)
-    path = report or cat.root / "reports" / f"verify-cluster-{variant.key}-{started:%Y%m%dT%H%M%SZ}.json"
     write_atomic(path, json.dumps(data, indent=1) + "\n")
     print_report(data)
     print(f"report: {path}", file=sys.stderr)
@@ -120,6 +111,15 @@ def print_report(data: dict, console=None) -> None:
     for n in nodes:
         for line in node_problems(n)[:10]:
             console.print(f"[red]{n['name']}[/red] {line}", markup=True, highlight=False)
+    if data.get("placement"):
+        placed = Table(title="placement (shown, not compared)")
+        placed.add_column("fact")
+        for n in nodes:
+            placed.add_column(n["name"], overflow="fold")
+        for p in data["placement"]:
+            placed.add_row(p["fact"], *[compare.shown(p["values"].get(n["name"])) if n["name"] in p["values"] else "-"
+                                        for n in nodes])
+        console.print(placed)
     if data["differences"]:
         diff = Table(title=f"{len(data['differences'])} fingerprint difference(s)")
         for col in ("fact", "node", "value"):
@@ -130,7 +130,7 @@ def print_report(data: dict, console=None) -> None:
                 diff.add_row(d["fact"] if i == 0 else "", name + mark, compare.shown(value))
         console.print(diff)
     else:
-        console.print("fingerprints: identical on every node that answered")
+        console.print("fingerprints: the env is identical on every node that answered")
     reduce = data.get("allreduce")
     if reduce and reduce.get("rows"):
         # Bus bandwidth is 0 by definition with one rank: nothing crossed a link.
@@ -140,4 +140,37 @@ def print_report(data: dict, console=None) -> None:
                       f"{'exact sums' if reduce['ok'] else reduce.get('error')}; bus bandwidth {sizes}")
     elif reduce:
         console.print(f"all-reduce: {reduce.get('skipped') or reduce.get('error')}")
+    if data.get("trainer"):
+        trainer_report(data["trainer"], console)
     console.print(f"result: {'pass' if data['exit_code'] == 0 else 'FAIL'}")
+
+
+def trainer_report(t: dict, console) -> None:
+    """verl's trainer across the cluster: what ran, the numbers judged, the phases, and why it failed."""
+    if t["status"] in ("skipped", "refused"):
+        console.print(f"verl's trainer across the cluster: {t['status']} ({t['reason']})")
+        return
+    m, ph = t.get("metrics", {}), t.get("phases", {})
+    steps = sorted({int(k[4:].split("_", 1)[0]) for k in m if k.startswith("step") and k.endswith("_step_s")})
+
+    def per_step(key, fmt):
+        return ", ".join(format(m[f"step{s}_{key}"], fmt) if f"step{s}_{key}" in m else "-" for s in steps) or "-"
+    shape = f"{t['nnodes']} node(s) x {t['n_gpus_per_node']} GPU(s)"
+    console.print(f"verl's trainer across the cluster ({shape}: {', '.join(t['nodes'])}): "
+                  f"{'pass' if t['status'] == 'pass' else 'FAIL'} in {t.get('seconds', 0):.0f} s", highlight=False)
+    if steps:
+        console.print(f"  steps {per_step('step_s', '.1f')} s; rollout/actor pearson {per_step('pearson', '.5f')}; "
+                      f"grad norm {per_step('grad_norm', '.3g')}", highlight=False)
+    # The check's phases at the top level (phase/<name>_s), in the order the trainer ran them.
+    top = [(k[len("phase/"):-2], v) for k, v in ph.items() if k.startswith("phase/") and k.count("/") == 1
+           and k.endswith("_s") and k != "phase/total_s"]
+    if top:
+        console.print("  phases (s): " + ", ".join(f"{name} {v:.1f}" for name, v in top)
+                      + (f"; total {ph['phase/total_s']:.0f}" if "phase/total_s" in ph else ""), highlight=False)
+    if "weights_rel_change" in m:
+        console.print(f"  weights changed by {m['weights_rel_change']:.3g} (checkpoint on {t.get('checkpoint_node')})",
+                      highlight=False)
+    for line in t.get("problems", [])[:10]:
+        console.print(f"  [red]{line}[/red]", markup=True, highlight=False)
+    if t.get("log"):
+        console.print(f"  log: {t['log']}", highlight=False)

@@ -46,11 +46,12 @@ def handle(args) -> int:
 
 
 def _diagnose_log(log: str, as_json: bool) -> int:
-    source, diagnoses = logs.diagnose_path(log)
+    source, diagnoses, notes = logs.diagnose_path(log)
     if as_json:
-        _emit(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses]}, indent=2))
+        _emit(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses],
+                          "notes": [{**n._asdict(), "read": n.read} for n in notes]}, indent=2))
     else:
-        _emit(matcher.format_diagnoses(diagnoses, source))
+        _emit("\n".join([matcher.format_diagnoses(diagnoses, source), *logs.format_notes(notes)]))
     return 1 if diagnoses else 0
 
 

@@ -61,6 +61,8 @@ def register(sub) -> None:
                      help="the cross-node all-reduce: over every GPU (nccl), one rank per node on CPU (gloo), or none")
     ray.add_argument("--runtime-env", type=Path, metavar="FILE",
                      help="JSON file of the Ray runtime_env the job's workers get (e.g. verl's env_vars): checks run under it")
+    ray.add_argument("--skip-cluster-trainer", action="store_true",
+                     help="leave out the last step: verl's own trainer run once across every GPU node")
     p.set_defaults(func=handle)
 
 
@@ -166,7 +168,7 @@ def _verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python
                                  skipped=args.skip_package, only=args.only, timeout=args.timeout,
                                  node_timeout=args.node_timeout, allreduce=args.allreduce,
                                  runtime_env=_runtime_env(args.runtime_env), report=args.report,
-                                 command=["verlenv", *sys.argv[1:]])
+                                 command=["verlenv", *sys.argv[1:]], skip_cluster_trainer=args.skip_cluster_trainer)
 
 
 def _runtime_env(path: Path | None) -> dict:

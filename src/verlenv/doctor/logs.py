@@ -1,5 +1,11 @@
 """The logs a path names, each diagnosed on its own: a file (plain or gzipped), stdin, or a directory read
-recursively (a Ray job's `session_latest/logs`), the findings of several files merged with their file."""
+recursively (a Ray job's `session_latest/logs`), the findings of several files merged with their file.
+
+A directory may be live (a job writing it): files appear, vanish, rotate, grow or shrink during the scan. Each
+file is read as it was when opened (up to the size it had then); one that cannot be read, or ends early, is a
+note beside the findings, never the end of the scan, and what was read of it still counts. Binary files and
+archives other than gzip (wheels, core dumps, tarballs) are recognised by their first bytes and skipped unread.
+"""
 
 import gzip
 import io
@@ -7,9 +13,8 @@ import os
 import sys
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from verlenv.doctor.matcher import Diagnosis, Matcher, lines_of, merged
 from verlenv.errors import UserError
@@ -21,16 +26,76 @@ except ImportError:  # no google-re2 (a GPU host with only the verify path's pac
 
 GZIP_MAGIC = b"\x1f\x8b"
 VALID = "give a log file, a directory of logs, or - for stdin"
+SNIFF = 8192  # bytes looked at to tell a binary file from a log
+# (offset, magic, what): formats that are never a log. gzip is not here: a rotated log is often gzipped.
+MAGIC = (
+    (0, b"PK\x03\x04", "a zip archive (wheel, jar, checkpoint)"),
+    (0, b"PK\x05\x06", "a zip archive"),
+    (0, b"\x7fELF", "an ELF binary (program, library or core dump)"),
+    (257, b"ustar", "a tar archive"),
+    (0, b"\xfd7zXZ\x00", "an xz archive"),
+    (0, b"\x28\xb5\x2f\xfd", "a zstd archive"),
+    (0, b"7z\xbc\xaf\x27\x1c", "a 7z archive"),
+    (0, b"Rar!\x1a\x07", "a rar archive"),
+    (0, b"\x04\x22\x4d\x18", "an lz4 archive"),
+    (0, b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (0, b"PAR1", "a parquet file"),
+    (0, b"\x93NUMPY", "a numpy array"),
+    (0, b"SQLite format 3\x00", "an SQLite database"),
+)
+# Reading a file can fail mid-way when it changes under the reader: these make a note, not an abort.
+READ_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
+
+
+class Note(NamedTuple):
+    file: str
+    kind: str  # skipped (not read: binary, vanished, unreadable), shrank, damaged (a gzip cut short), stopped
+    text: str
+
+    @property
+    def read(self) -> bool:
+        """Part of the file was read, and its findings count."""
+        return self.kind != "skipped"
+
+
+class Reading(NamedTuple):
+    source: str  # what was read, for the report's first line
+    diagnoses: list[Diagnosis]
+    notes: list[Note]  # files skipped, or read only in part
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What a file is, from its first bytes, when it is not text; None for text (a log)."""
+    for offset, magic, what in MAGIC:
+        if head[offset:offset + len(magic)] == magic:
+            return what
+    if head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY":
+        return "a bzip2 archive"
+    # NUL bytes after text: binary. A leading run of NULs is kept as text: a log truncated under a writer that
+    # does not append (logrotate's copytruncate) starts with a hole.
+    if b"\0" in head.lstrip(b"\0"):
+        return "binary (NUL bytes)"
+    return None
 
 
 def diagnose_stream(stream: BinaryIO, file: str = "") -> list[Diagnosis]:
+    matcher = _matcher()
+    _feed(stream, matcher)
+    return matcher.result(file)
+
+
+def _matcher() -> Matcher:
     if scan is None:
-        matcher = Matcher()
+        return Matcher()
+    return Matcher(contexts_found_elsewhere=True, holds_keyword=scan.holds_keyword())
+
+
+def _feed(stream: BinaryIO, matcher: Matcher) -> None:
+    if scan is None:
         for line in lines_of(stream):
             matcher.feed(line)
-        return matcher.result(file)
-    matcher = Matcher(contexts_found_elsewhere=True, holds_keyword=scan.holds_keyword())
-    return scan.scan(stream, matcher).result(file)
+    else:
+        scan.scan(stream, matcher)
 
 
 def diagnose_text(text: str) -> list[Diagnosis]:
@@ -38,26 +103,144 @@ def diagnose_text(text: str) -> list[Diagnosis]:
     return diagnose_stream(io.BytesIO(text.encode("utf-8", errors="replace")))
 
 
-def diagnose_path(log: str) -> tuple[str, list[Diagnosis]]:
-    """(what was read, its diagnoses) for LOG: `-` (stdin), a file, or a directory."""
+def diagnose_path(log: str) -> Reading:
+    """What LOG holds: `-` (stdin), a file, or a directory."""
     if log == "-":
-        return "stdin", diagnose_stream(sys.stdin.buffer)
+        return Reading("stdin", diagnose_stream(sys.stdin.buffer), [])
     path = Path(log)
     if path.is_dir():
         files = list(_files_under(path))
         if not files:
             raise UserError(f"{log}: a directory with no files in it ({VALID})")
-        per_file = []
+        per_file, notes = [], []
         for f in files:
-            with _open(f) as stream:
-                per_file.append(diagnose_stream(stream, str(f.relative_to(path))))
-        return f"{path} ({len(files)} files)", merged(per_file)
+            diagnoses, note = diagnose_file(f, str(f.relative_to(path)))
+            per_file.append(diagnoses)
+            notes += [note] if note else []
+        return Reading(f"{path} ({len(files)} files)", merged(per_file), notes)
     if not path.exists():
         raise UserError(f"{log}: no such file or directory ({VALID})")
     if not path.is_file():
         raise UserError(f"{log}: not a regular file ({VALID})")
-    with _open(path) as stream:
-        return str(path), diagnose_stream(stream)
+    diagnoses, note = diagnose_file(path, str(path))
+    # The one file asked for, not read or damaged with nothing found: that is the answer. (A log that shrank while
+    # read is a live log; what was read is its answer.)
+    if note and not diagnoses and note.kind == "skipped":
+        raise UserError(f"{log}: {note.text} ({VALID})")
+    if note and not diagnoses and note.kind == "damaged":
+        raise UserError(f"{log}: {note.text}; nothing found in what could be read")
+    return Reading(str(path), diagnoses, [note] if note else [])
+
+
+def diagnose_file(path: Path, name: str) -> tuple[list[Diagnosis], Note | None]:
+    """(findings, note) for one file; the note says why it was skipped or read only in part. Never raises for a
+    file that changes or vanishes while it is read."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        why = "vanished before it was read" if isinstance(e, FileNotFoundError) else f"cannot be read ({e.strerror or e})"
+        return [], Note(name, "skipped", why)
+    matcher = _matcher()
+    with f:
+        try:
+            raw = Snapshot(f)
+            stream, binary = _opened(f, raw)
+            if binary:
+                return [], Note(name, "skipped", f"{binary}, not a log: skipped")
+            _feed(stream, matcher)
+            note = (Note(name, "shrank", f"shrank while read (truncated or rewritten): {raw.read_bytes} of {raw.size} "
+                         "bytes read") if raw.shrank else None)
+        except READ_ERRORS as e:
+            if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
+                note = Note(name, "damaged", f"a damaged gzip file ({e}), cut short or still being written: read up "
+                            "to there")
+            else:
+                note = Note(name, "stopped", f"stopped being readable ({e.strerror or e}): read up to there")
+        return matcher.result(name), note
+
+
+class Snapshot(io.RawIOBase):
+    """A file as it was when opened: reading stops at the size it had then, so a log still being written does not
+    keep the scan going; one that shrank under the reader ends early, and says so."""
+
+    def __init__(self, f: BinaryIO):
+        self.f = f
+        self.size = os.fstat(f.fileno()).st_size
+        self.read_bytes = 0
+        self.shrank = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self.size - self.read_bytes
+        if left <= 0:
+            return 0
+        n = self.f.readinto(memoryview(buffer)[:left]) or 0
+        self.read_bytes += n
+        self.shrank |= n == 0
+        return n
+
+
+def _opened(f: BinaryIO, raw: Snapshot) -> tuple[BinaryIO | None, str | None]:
+    """(the text stream of an open file, gzip unpacked, None) or (None, what it is) for a binary file, which is
+    looked at by its first bytes only."""
+    head = f.read(SNIFF)
+    f.seek(0)
+    if head[:2] != GZIP_MAGIC:
+        what = binary_kind(head)
+        return (None, what) if what else (raw, None)
+    # A .tar.gz is a gzip of a tar archive: unpack what the first bytes hold (a stream cut short is fine here).
+    inner = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS).decompress(head, SNIFF)
+    what = binary_kind(inner)
+    if what:
+        return None, f"a gzip of {what}"
+    return Unpacked(raw), None
+
+
+class Unpacked(io.RawIOBase):
+    """A gzip file's text, handing over what it unpacked before the packed file ended early or broke (a rotated log
+    still being compressed); the error comes at the next read, so the findings in that text are kept."""
+
+    def __init__(self, raw: BinaryIO):
+        self.z = gzip.GzipFile(fileobj=raw)
+        self.error: Exception | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.error is not None:
+            raise self.error
+        view, n = memoryview(buffer), 0
+        while n < len(view):
+            try:
+                chunk = self.z.read1(len(view) - n)
+            except READ_ERRORS as e:
+                self.error = e
+                break
+            if not chunk:
+                break
+            view[n:n + len(chunk)] = chunk
+            n += len(chunk)
+        if n == 0 and self.error is not None:
+            raise self.error
+        return n
+
+
+def format_notes(notes: list[Note], shown: int = 10) -> list[str]:
+    """Lines after the findings: the files skipped or read in part (binary files counted, not listed one by one)."""
+    if not notes:
+        return []
+    binary = [n for n in notes if n.text.endswith("not a log: skipped")]  # many, in a folder of wheels
+    others = [n for n in notes if n not in binary]
+    out = [""]
+    out += [f"note: {n.file}: {n.text}" for n in others[:shown]]
+    if len(others) > shown:
+        out.append(f"note: {len(others) - shown} more file(s) skipped or read in part (--json lists them)")
+    if binary:
+        out.append(f"note: {len(binary)} binary file(s) skipped unread (archives, libraries), e.g. {binary[0].file}")
+    return out
 
 
 def _files_under(root: Path) -> Iterator[Path]:
@@ -67,20 +250,3 @@ def _files_under(root: Path) -> Iterator[Path]:
             p = Path(dirpath, name)
             if p.is_file() and not p.is_symlink():
                 yield p
-
-
-@contextmanager
-def _open(path: Path) -> Iterator[BinaryIO]:
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror})") from None
-    with f:
-        if f.peek(2)[:2] != GZIP_MAGIC:
-            yield f
-            return
-        try:
-            with gzip.GzipFile(fileobj=f) as z:
-                yield z
-        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-            raise UserError(f"{path}: a damaged gzip file ({e}); give it unpacked, or the whole .gz") from None

@@ -578,7 +578,16 @@ def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None 
         "cuda-majors": lambda: probe_cuda_majors(facts),
         "pip": lambda: probe_pip(facts, environ),
     }
-    return [run[name]() for name in PROBES if not only or name in only]
+    return [_guarded(name, run[name]) for name in PROBES if not only or name in only]
+
+
+def _guarded(name: str, probe) -> ProbeResult:
+    """One probe's result; a file that changed or vanished under it (a live env, a cache being written) skips that
+    probe with the reason, and the others still run."""
+    try:
+        return probe()
+    except OSError as e:
+        return skipped(name, f"a file changed or vanished while probed ({e}); run it again")
 
 
 def format_probes(results: list[ProbeResult], python: str) -> str:

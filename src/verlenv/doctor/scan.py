@@ -122,6 +122,8 @@ def scan(stream: BinaryIO, matcher: Matcher, failures: Iterable[Failure] | None 
             break
         if b"\x1b" in fresh:
             fresh = ANSI.sub(b"", fresh)
+        if b"\0" in fresh:  # a log truncated under a writer that does not append starts with a hole of NULs
+            fresh = fresh.replace(b"\0", b"")  # the matcher drops them anyway; here they would make one line too long
         block = carried + fresh
         found = patterns.sieve(contexts_left).Match(block) or ()
         keywords = frozenset(i for i in found if i < n_keywords)

@@ -1,0 +1,367 @@
+"""verl's trainer once across the cluster (cluster/trainer.py), on this CPU machine.
+
+- Which nodes it runs on and when it refuses, its command, the workers' variables, its report lines: plain Python.
+- Its config for N nodes x G GPUs, composed by Hydra from verl's own ppo_trainer / ppo_megatron_trainer and
+  validated by verl's own validate_config; the workers' variables merged as verl's run_ppo merges them and
+  checked by Ray's own RuntimeEnv: in the default env.
+- The inputs every node writes (the same bytes from the same seed, one folder when nodes share a filesystem), the
+  checkpoint lookup and the cleanup: in the default env.
+- The whole flow on a real 3-node Ray cluster (tests/ray_nodes.py; a CPU head, two workers with one GPU each in
+  Ray's view): inputs written by a Ray task per node, verl's own run_ppo joining the running cluster through
+  RAY_ADDRESS with the workers' variables in its runtime_env, the checkpoint found where rank 0 wrote it, the
+  judging, the log, the cleanup on every node. GPU training cannot run here, so a stand-in TaskRunner (a test
+  double, named so) takes verl's place inside run_ppo: it places one worker per GPU, checks what each sees, writes
+  an hf checkpoint from rank 0 and prints its metrics with verl's own console logger.
+Needs the default env (VERLENV_CLUSTER_ENV=<its python>) for all but the first part.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).parent))
+import ray_nodes  # noqa: E402
+from verlenv.cluster import launch, trainer, verdict  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+
+def node(gpus: int) -> dict:
+    return {"Resources": {"CPU": 8.0, **({"GPU": float(gpus)} if gpus else {})}}
+
+
+def seen(gpus: int) -> dict:
+    return {"state": "checked", "fingerprint": {"gpu:count": str(gpus)}}
+
+
+NAMES = {"h": "10.0.0.1", "a": "10.0.0.2", "b": "10.0.0.3"}
+
+
+def test_trainer_nodes_are_the_gpu_nodes_a_cpu_head_is_not_one():
+    nodes = {"h": node(0), "a": node(8), "b": node(8)}
+    assert trainer.trainer_nodes({"h": seen(0), "a": seen(8), "b": seen(8)}, nodes) == {"a": 8, "b": 8}
+    # Ray's GPU resource alone (a CPU node started with --num-gpus) is not a GPU the checks saw.
+    assert trainer.trainer_nodes({"h": seen(0), "a": seen(0), "b": seen(0)}, nodes) == {}
+
+
+def test_no_gpu_node_skips_and_uneven_gpu_counts_refuse_with_one_line():
+    answered = {"h": seen(0), "a": seen(8), "b": seen(4)}
+    nodes = {"h": node(0), "a": node(8), "b": node(4)}
+    result = trainer.run(answered, nodes, NAMES, {})
+    assert result == {"status": "refused", "reason": "the GPU nodes hold different GPU counts (10.0.0.2: 8, 10.0.0.3: 4); "
+                      "verl's trainer.n_gpus_per_node is one number for every node (--skip-cluster-trainer leaves "
+                      "this job out)"}
+    assert trainer.run({"h": seen(0)}, {"h": node(0)}, NAMES, {}) == {
+        "status": "skipped", "reason": "no GPU node in the cluster: verl's trainer needs GPUs"}
+
+
+def test_every_worker_gets_nvlink_multicast_off_and_the_jobs_own_variables():
+    env = trainer.worker_env({"NCCL_SOCKET_IFNAME": "ib0", "WANDB_MODE": "online", "RETRIES": 3})
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["NCCL_SOCKET_IFNAME"] == "ib0" and env["WANDB_MODE"] == "online" and env["RETRIES"] == "3"
+    paths = {"model": "/t/model", "data": "/t/d.parquet", "reward": "/t/r.py", "checkpoints": "/t/c", "run": "/t/run"}
+    cmd = trainer.command("python", paths, "fsdp", 4, 8, {"A": "it's", "NCCL_NVLS_ENABLE": "0"})
+    assert cmd[:5] == ["python", "-m", "verl.trainer.main_ppo", "--config-name", "ppo_trainer"]
+    assert "trainer.nnodes=4" in cmd and "trainer.n_gpus_per_node=8" in cmd and "data.train_batch_size=256" in cmd
+    assert cmd[-2:] == ["+ray_kwargs.ray_init.runtime_env.env_vars.A='it\\'s'",
+                        "+ray_kwargs.ray_init.runtime_env.env_vars.NCCL_NVLS_ENABLE='0'"]
+
+
+def test_the_tool_waits_for_the_trainers_whole_budget():
+    assert launch.TRAINER_S == trainer.BUDGET_S
+
+
+GOOD = {"nodes": [{"name": "a", "state": "checked", "results": []}], "differences": [], "allreduce": None}
+
+
+@pytest.mark.parametrize("status, code", [("pass", 0), ("skipped", 0), ("fail", 1), ("refused", 1)])
+def test_the_trainer_is_judged_in_the_exit_code(status, code):
+    assert verdict.exit_code({**GOOD, "trainer": {"status": status}}) == code
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["nodes"].append({"name": "b", "state": "hung", "error": "no answer"}),
+    lambda d: d["differences"].append({"fact": "record:torch"}),
+    lambda d: d.update(allreduce={"ok": False}),
+    lambda d: d.update(nodes=[]),
+])
+def test_the_trainer_runs_only_on_a_cluster_whose_nodes_all_pass(change):
+    data = json.loads(json.dumps(GOOD))
+    assert verdict.nodes_pass(data)
+    change(data)
+    assert not verdict.nodes_pass(data)
+
+
+def test_skip_cluster_trainer_reaches_the_cluster_run(monkeypatch):
+    from verlenv.cli import main
+
+    seen = {}
+    monkeypatch.setattr(launch, "verify_cluster", lambda *args, **kwargs: seen.update(kwargs) or 0)  # no cluster here
+    assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock", "--skip-cluster-trainer"]) == 0
+    assert seen["skip_cluster_trainer"] is True
+    assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock"]) == 0
+    assert seen["skip_cluster_trainer"] is False
+
+
+def test_the_report_shows_the_trainer_run():
+    ran = {"status": "fail", "nnodes": 2, "n_gpus_per_node": 1, "nodes": ["127.0.0.1", "127.0.0.2"], "seconds": 128.4,
+           "metrics": {"step1_step_s": 55.0, "step2_step_s": 3.2, "step1_pearson": 0.99997, "step2_pearson": 0.9,
+                       "step1_grad_norm": 12.2, "step2_grad_norm": 11.0, "weights_rel_change": 0.0031},
+           "phases": {"phase/ray_init_s": 12.04, "phase/rollout_server_s": 50.0, "phase/rollout_server/model_load_s": 3.0,
+                      "phase/step1_s": 55.0, "phase/step2_s": 3.2, "phase/total_s": 128.4},
+           "checkpoint_node": "127.0.0.1",
+           "problems": ["step 2: rollout/actor probability correlation 0.90000 below 0.99"], "log": "/r/x.trainer.log"}
+    console = Console(record=True, width=250)
+    launch.trainer_report(ran, console)
+    text = console.export_text()
+    assert "verl's trainer across the cluster (2 node(s) x 1 GPU(s): 127.0.0.1, 127.0.0.2): FAIL in 128 s" in text
+    assert "steps 55.0, 3.2 s; rollout/actor pearson 0.99997, 0.90000; grad norm 12.2, 11" in text
+    assert "phases (s): ray_init 12.0, rollout_server 50.0, step1 55.0, step2 3.2; total 128" in text
+    assert "weights changed by 0.0031 (checkpoint on 127.0.0.1)" in text and "correlation 0.90000 below" in text
+    assert "log: /r/x.trainer.log" in text
+    console = Console(record=True, width=250)
+    launch.trainer_report({"status": "skipped", "reason": "--skip-cluster-trainer"}, console)
+    assert console.export_text().strip() == "verl's trainer across the cluster: skipped (--skip-cluster-trainer)"
+
+
+@pytest.fixture(scope="module")
+def env_python() -> str:
+    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
+    if not python.exists():
+        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
+    return str(python)
+
+
+def in_env(python: str, code: str, *args, timeout: float = 600) -> dict:
+    proc = subprocess.run([python, "-c", code, str(SRC), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# verl's own config, composed by Hydra with the cluster job's command line for N nodes x G GPUs, then verl's own
+# checks of it, and the runtime_env that verl's run_ppo would hand to ray.init, checked by Ray's RuntimeEnv.
+COMPOSE = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from ray.runtime_env import RuntimeEnv
+import verl
+from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
+from verlenv.cluster import trainer
+
+paths = {k: f"/tmp/verlenv-cluster-trainer-x/{k}" for k in ("model", "data", "reward", "checkpoints", "run")}
+out = {}
+with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
+                           version_base=None):
+    for variant in ("fsdp", "megatron"):
+        for nnodes, gpus in ((2, 1), (2, 8), (3, 2), (4, 8)):
+            cmd = trainer.command(sys.executable, paths, variant, nnodes, gpus, trainer.worker_env({"JOB": "7"}))
+            cfg = compose(config_name=cmd[4], overrides=cmd[5:])
+            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+            omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+            # As run_ppo merges them before ray.init (verl/trainer/main_ppo.py).
+            merged = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(cfg),
+                                                            cfg.ray_kwargs.ray_init.runtime_env))
+            RuntimeEnv(**{k: v for k, v in merged.items() if v is not None})
+            out[f"{variant} {nnodes}x{gpus}"] = {
+                "nnodes": cfg.trainer.nnodes, "gpus": cfg.trainer.n_gpus_per_node,
+                "batch": cfg.data.train_batch_size, "mini": cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
+                "strategy": cfg.actor_rollout_ref.actor.strategy, "env": merged["env_vars"]}
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(env_python):
+    out = in_env(env_python, COMPOSE)
+    for (nnodes, gpus) in ((2, 1), (2, 8), (3, 2), (4, 8)):
+        for variant in ("fsdp", "megatron"):
+            cfg = out[f"{variant} {nnodes}x{gpus}"]
+            assert (cfg["nnodes"], cfg["gpus"], cfg["strategy"]) == (nnodes, gpus, variant)
+            assert cfg["batch"] == 8 * nnodes * gpus and cfg["mini"] == cfg["batch"] // 2
+            env = cfg["env"]
+            assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+            assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["HF_HUB_OFFLINE"] == "1" and env["JOB"] == "7"
+            assert env["TOKENIZERS_PARALLELISM"] == "true"  # verl's own defaults are kept beside them
+
+
+# Two nodes sharing a filesystem (two raylets of one host) write the inputs to one path at once; a third node
+# elsewhere writes them to its own disk (another path here): the same bytes everywhere.
+STAGE = r'''
+import json, os, sys, tempfile
+from concurrent.futures import ProcessPoolExecutor
+sys.path.insert(0, sys.argv[1])
+from verlenv.cluster import trainer
+
+root = sys.argv[2]
+shared, other = os.path.join(root, "shared", "inputs"), os.path.join(root, "other", "inputs")
+with ProcessPoolExecutor(3) as pool:
+    results = list(pool.map(trainer.write_inputs_here, [shared, shared, other], [16] * 3))
+before = trainer.weights_here(shared, results[0]["layout"])
+import shutil
+actor = os.path.join(shared, "checkpoints", "global_step_2", "actor", "huggingface")
+shutil.copytree(os.path.join(shared, "model"), actor)  # as verl saves it: the same tensors, unchanged
+after = trainer.weights_here(shared, results[0]["layout"])
+removed = [trainer.remove_here(shared), trainer.remove_here(shared)]
+print(json.dumps({"results": results, "before": before, "after": after, "removed": removed,
+                  "left": sorted(os.listdir(os.path.join(root, "shared")))}))
+'''
+
+
+@pytest.mark.slow
+def test_every_node_writes_the_same_inputs_and_the_checkpoint_is_measured_where_it_is(env_python, tmp_path):
+    out = in_env(env_python, STAGE, tmp_path)
+    digests = {r["digest"] for r in out["results"]}
+    assert len(digests) == 1, out["results"]
+    assert out["results"][0]["layout"] == {"model": "model", "data": "train.parquet", "reward": "verlenv_check_reward.py",
+                                           "checkpoints": "checkpoints", "run": "run"}
+    assert out["before"] is None  # no checkpoint on this node
+    assert out["after"]["tensors_changed"] == 0 and out["after"]["weights_rel_change"] == 0.0
+    assert out["after"]["checkpoint"].endswith("global_step_2/actor/huggingface")
+    assert out["removed"] == [True, False] and out["left"] == []  # no temp sibling left by the node that lost the race
+
+
+# Test double of verl's GPU trainer: verl's own run_ppo (ray.init with its runtime_env, joining the cluster named by
+# RAY_ADDRESS) with a stand-in TaskRunner in place of training, which needs GPUs.
+STANDIN = r'''
+import json, os, sys
+import ray
+from hydra import compose, initialize_config_dir
+import verl
+from verl.trainer.main_ppo import run_ppo
+
+argv = sys.argv[1:]
+name = argv[argv.index("--config-name") + 1]
+with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
+                           version_base=None):
+    config = compose(config_name=name, overrides=[a for a in argv if a not in ("--config-name", name)])
+SEEN = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "HF_HUB_OFFLINE", "JOB_SETTING")
+
+
+@ray.remote(num_cpus=0, num_gpus=1)
+class Worker:
+    def look(self, model, reward):
+        return {"node": ray.get_runtime_context().get_node_id(), "env": {k: os.environ.get(k) for k in SEEN},
+                "inputs": os.path.isfile(os.path.join(model, "model.safetensors")) and os.path.isfile(reward)}
+
+    def save(self, model, out):
+        from safetensors.torch import load_file, save_file
+        tensors = load_file(os.path.join(model, "model.safetensors"))
+        os.makedirs(out)
+        save_file({k: v + 0.01 for k, v in tensors.items()}, os.path.join(out, "model.safetensors"))
+
+
+@ray.remote(num_cpus=0)
+class StandInTaskRunner:
+    def run(self, config):
+        if os.environ.get("JOB_SETTING") == "fail":
+            raise ValueError("the stand-in was told to fail")
+        from verl.utils.logger.aggregate_logger import LocalLogger
+        workers = [Worker.remote() for _ in range(config.trainer.nnodes * config.trainer.n_gpus_per_node)]
+        model, reward = config.actor_rollout_ref.model.path, config.reward.custom_reward_function.path
+        looks = ray.get([w.look.remote(model, reward) for w in workers])
+        print("STANDIN " + json.dumps({"gcs": ray.get_runtime_context().gcs_address, "looks": looks}), flush=True)
+        steps = config.trainer.total_training_steps
+        actor = os.path.join(config.trainer.default_local_dir, f"global_step_{steps}", "actor", "huggingface")
+        ray.get(workers[0].save.remote(model, actor))  # rank 0 saves the hf_model part
+        for step in range(1, steps + 1):
+            LocalLogger().log({"actor/pg_loss": -0.01, "actor/grad_norm": 0.9, "timing_s/step": 1.5,
+                               "timing_s/gen": 0.5, "training/rollout_actor_probs_pearson_corr": 0.9999,
+                               "training/rollout_probs_diff_mean": 0.0004}, step=step)
+
+
+run_ppo(config, StandInTaskRunner)
+'''
+
+# The driver's side, as verlenv.cluster.driver runs it once every node passed.
+DRIVE = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import ray
+import verlenv
+from verlenv.cluster import driver, trainer
+
+address, standin, log, setting = sys.argv[2:6]
+ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]}, logging_level="WARNING",
+         log_to_driver=False)
+nodes = driver.alive_nodes()
+names = driver.labels(nodes)
+# Stand-in for each node's own check, which saw the GPU that Ray gives it (none exists here).
+answered = {i: {"state": "checked", "fingerprint": {"gpu:count": str(int(n["Resources"].get("GPU", 0)))}}
+            for i, n in nodes.items()}
+check = trainer.check_module()
+verls = check.command
+check.command = lambda python, paths, variant, **sizes: [python, standin, *verls(python, paths, variant, **sizes)[3:]]
+spec = {"address": address, "variant": "fsdp", "runtime_env": {"env_vars": {"JOB_SETTING": setting}},
+        "trainer_log": log}
+result = trainer.run(answered, nodes, names, spec, lambda line: print(line, file=sys.stderr))
+ray.shutdown()
+print(json.dumps({"result": result, "names": names}))
+'''
+
+
+@pytest.fixture(scope="module")
+def cluster(env_python):
+    one_gpu = ("--num-gpus", "1")
+    c = ray_nodes.start(env_python, [(env_python, {}, one_gpu), (env_python, {}, one_gpu)])
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tmp_path):
+    standin = tmp_path / "standin_main_ppo.py"
+    standin.write_text(STANDIN)
+    log = tmp_path / "report.trainer.log"
+    out = in_env(env_python, DRIVE, cluster.address, standin, log, "on", timeout=1200)
+    result, names = out["result"], out["names"]
+    workers = sorted(n for n in names.values() if n in cluster.workers)
+    assert result["status"] == "pass", json.dumps(result, indent=1)[-4000:]
+    assert (result["nnodes"], result["n_gpus_per_node"], result["nodes"]) == (2, 1, workers)
+    assert len(result["input_digests"]) == 3 and len(set(result["input_digests"].values())) == 1
+    text = log.read_text()
+    standin_line = next(line for line in text.splitlines() if "STANDIN " in line)
+    seen = json.loads(standin_line.split("STANDIN ", 1)[1])
+    # verl joined the running cluster, it did not start its own: its workers ran on this cluster's GPU nodes.
+    assert seen["gcs"].rsplit(":", 1)[1] == str(cluster.port)
+    assert sorted(names[look["node"]] for look in seen["looks"]) == workers
+    for look in seen["looks"]:  # through verl's runtime_env: a joined cluster's workers get nothing else
+        assert look["env"] == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                               "NVSHMEM_DISABLE_NVLS": "1", "HF_HUB_OFFLINE": "1", "JOB_SETTING": "on"}
+        assert look["inputs"]
+    m = result["metrics"]
+    assert m["step1_pearson"] == m["step2_pearson"] == 0.9999 and m["weights_rel_change"] > 0
+    assert m["tensors_changed"] == m["tensors_compared"] > 0 and result["checkpoint_node"] in names.values()
+    # The check's own phase reader: verl's step timers as each step's parts.
+    assert result["phases"]["phase/step1/gen_s"] == 0.5 and result["phases"]["first_metrics_s"] > 0
+    assert result["log"] == str(log) and text.startswith("# verlenv trainer log: launch_wall=") and "step:2 - " in text
+    assert sorted(result["cleaned"]) == sorted(names.values()) and not Path(result["inputs"]).exists()
+    assert result["problems"] == [] and "log_tail" not in result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_failing_cluster_job_names_the_innermost_exception_and_still_cleans_up(cluster, env_python, tmp_path):
+    standin = tmp_path / "standin_main_ppo.py"
+    standin.write_text(STANDIN)
+    out = in_env(env_python, DRIVE, cluster.address, standin, tmp_path / "x.trainer.log", "fail", timeout=1200)
+    result = out["result"]
+    assert result["status"] == "fail" and result["exit_code"] == 1
+    assert result["problems"][0] == "verl's trainer exited with 1: ValueError: the stand-in was told to fail"
+    assert "verl logged no metrics for step 1" in result["problems"]
+    assert "verl saved no hf_model checkpoint to compare the weights with" in result["problems"]
+    assert result["log_tail"] and not Path(result["inputs"]).exists()

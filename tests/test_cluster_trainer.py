@@ -108,6 +108,10 @@ def test_skip_cluster_trainer_reaches_the_cluster_run(monkeypatch):
     assert seen["skip_cluster_trainer"] is True
     assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock"]) == 0
     assert seen["skip_cluster_trainer"] is False
+    assert (seen["thorough"], seen["rollout_tp"], seen["actor_tp"]) == (False, 1, 1)
+    assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock", "--variant", "megatron",
+                 "--thorough", "--rollout-tp", "2", "--actor-tp", "2"]) == 0
+    assert (seen["thorough"], seen["rollout_tp"], seen["actor_tp"]) == (True, 2, 2)
 
 
 def test_the_report_shows_the_trainer_run():
@@ -178,6 +182,15 @@ with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__
                 "nnodes": cfg.trainer.nnodes, "gpus": cfg.trainer.n_gpus_per_node,
                 "batch": cfg.data.train_batch_size, "mini": cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
                 "strategy": cfg.actor_rollout_ref.actor.strategy, "env": merged["env_vars"]}
+    # verify --ray --thorough --rollout-tp 2 / --actor-tp 2: the same keywords as the one-node check.
+    for variant, proof in (("fsdp", {"rollout_tp": 2, "thorough": True}), ("megatron", {"actor_tp": 2})):
+        cmd = trainer.command(sys.executable, paths, variant, 2, 2, trainer.worker_env({}), **proof)
+        cfg = compose(config_name=cmd[4], overrides=cmd[5:])
+        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        out[f"{variant} proof"] = {"rollout_tp": cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
+                                   "eager": cfg.actor_rollout_ref.rollout.enforce_eager,
+                                   "actor_tp": (cfg.actor_rollout_ref.actor.megatron.tensor_model_parallel_size
+                                                if variant == "megatron" else None)}
 print(json.dumps(out))
 '''
 
@@ -194,6 +207,8 @@ def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(env_python):
             assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
             assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["HF_HUB_OFFLINE"] == "1" and env["JOB"] == "7"
             assert env["TOKENIZERS_PARALLELISM"] == "true"  # verl's own defaults are kept beside them
+    assert out["fsdp proof"] == {"rollout_tp": 2, "eager": False, "actor_tp": None}  # thorough: verl's CUDA graphs
+    assert out["megatron proof"] == {"rollout_tp": 1, "eager": True, "actor_tp": 2}
 
 
 # Two nodes sharing a filesystem (two raylets of one host) write the inputs to one path at once; a third node

@@ -136,7 +136,9 @@ def main(argv: list[str]) -> int:
                            lock_name=lock.name if lock else None, lock_text=lock.read_text() if lock else None,
                            gpu=spec.get("gpu", "auto"), force=spec.get("force", False),
                            skipped=frozenset(spec.get("skipped", [])), only=spec.get("only"),
-                           timeout=spec.get("timeout", 150.0), probes=spec.get("probes"))
+                           timeout=spec.get("timeout", 150.0), probes=spec.get("probes"),
+                           thorough=spec.get("thorough", False), rollout_tp=spec.get("rollout_tp", 1),
+                           actor_tp=spec.get("actor_tp", 1))
     doctor = spec.get("what") == "doctor"
     start = time.monotonic()
     warnings.filterwarnings("ignore", message=".*RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO")  # about a future default

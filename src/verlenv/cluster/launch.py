@@ -54,21 +54,25 @@ def statuses(row: dict) -> dict[str, str]:
 def verify_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None, *, address: str,
                    gpu: str, force: bool, skipped: list[str], only: str | None, timeout: float, node_timeout: float,
                    allreduce: str, runtime_env: dict, report: Path | None, command: list[str],
-                   skip_cluster_trainer: bool = False) -> int:
+                   skip_cluster_trainer: bool = False, thorough: bool = False, rollout_tp: int = 1,
+                   actor_tp: int = 1) -> int:
     """Verify every node of the cluster at `address`, then (unless skip_cluster_trainer) run verl's trainer across
-    it; write the JSON report, print the tables, return the exit code."""
+    it; write the JSON report, print the tables, return the exit code. thorough, rollout_tp and actor_tp apply to
+    every node's checks and to the cluster's trainer alike."""
     started = datetime.now(timezone.utc)
     spec = {"address": address, "runtime_env": runtime_env, "catalog": str(cat.root / "stacks.toml"),
             "stack": variant.stack.name,
             "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": gpu,
             "force": force, "skipped": sorted(skipped), "only": only, "timeout": timeout,
-            "node_timeout": node_timeout, "allreduce": allreduce, "skip_cluster_trainer": skip_cluster_trainer}
+            "node_timeout": node_timeout, "allreduce": allreduce, "skip_cluster_trainer": skip_cluster_trainer,
+            "thorough": thorough, "rollout_tp": rollout_tp, "actor_tp": actor_tp}
     path = report or cat.root / "reports" / f"verify-cluster-{variant.key}-{started:%Y%m%dT%H%M%SZ}.json"
     spec["trainer_log"] = str(path.absolute().with_name(path.stem + ".trainer.log"))
     print(f"verlenv verify --ray {address}: {variant.key}, driver {python}", file=sys.stderr, flush=True)
     data = run_driver(python, spec, node_timeout + CONNECT_S + ALLREDUCE_S + (0 if skip_cluster_trainer else TRAINER_S))
     data = {"schema_version": 1, "command": command,
             "timestamp": started.isoformat(timespec="seconds"), "stack": variant.stack.name, "variant": variant.name,
+            "mode": "thorough" if thorough else "fast",
             "lock": {"path": str(lock), "sha256": sha256_file(lock)} if lock else None, **data}
     data["exit_code"] = exit_code(data)
     data["result"] = "pass" if data["exit_code"] == 0 else "fail"

@@ -31,6 +31,9 @@ class Request:
     only: str | None = None
     timeout: float = 150.0
     probes: list[str] | None = None  # doctor: only these probes
+    thorough: bool = False  # verify's --thorough, --rollout-tp, --actor-tp: as on one node
+    rollout_tp: int = 1
+    actor_tp: int = 1
 
 
 def check(request: Request) -> dict:
@@ -56,7 +59,8 @@ def check(request: Request) -> dict:
             lock.write_text(request.lock_text)
         settings = runner.Settings(python=sys.executable, catalog=request.catalog, variant=variant, profile=profile,
                                    gpus=visible, lock=lock, no_lock=request.lock_text is None,
-                                   skipped=request.skipped, only=request.only, timeout=request.timeout)
+                                   skipped=request.skipped, only=request.only, timeout=request.timeout,
+                                   thorough=request.thorough, rollout_tp=request.rollout_tp, actor_tp=request.actor_tp)
         run = runner.verify(settings)
         fp, fp_seconds = facts.result()
     return {"node": node, "profile": profile.key if profile else None, "driver": run.driver, "fingerprint": fp,

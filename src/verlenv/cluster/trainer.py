@@ -75,10 +75,12 @@ def _hydra_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def command(python: str, paths: dict, variant: str, nnodes: int, n_gpus_per_node: int, env: dict[str, str]) -> list[str]:
-    """The check's own command for nnodes x n_gpus_per_node, plus the workers' variables in verl's runtime_env
-    (`ray_kwargs.ray_init.runtime_env`, merged by verl on top of its defaults)."""
-    return [*check_module().command(python, paths, variant, nnodes=nnodes, n_gpus_per_node=n_gpus_per_node),
+def command(python: str, paths: dict, variant: str, nnodes: int, n_gpus_per_node: int, env: dict[str, str],
+            **proof) -> list[str]:
+    """The check's own command for nnodes x n_gpus_per_node (proof: its thorough, rollout_tp, actor_tp), plus the
+    workers' variables in verl's runtime_env (`ray_kwargs.ray_init.runtime_env`, merged by verl on top of its
+    defaults)."""
+    return [*check_module().command(python, paths, variant, nnodes=nnodes, n_gpus_per_node=n_gpus_per_node, **proof),
             *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_hydra_string(v)}" for k, v in sorted(env.items()))]
 
 
@@ -216,7 +218,8 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, gpus: dict, everywh
 
     check = check_module()
     env = worker_env((spec.get("runtime_env") or {}).get("env_vars"))
-    cmd = command(sys.executable, paths, spec["variant"], len(gpus), next(iter(gpus.values())), env)
+    proof = {k: spec[k] for k in ("thorough", "rollout_tp", "actor_tp") if k in spec}
+    cmd = command(sys.executable, paths, spec["variant"], len(gpus), next(iter(gpus.values())), env, **proof)
     log = spec["trainer_log"]
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     address = spec["address"] if spec["address"].startswith("ray://") else ray.get_runtime_context().gcs_address

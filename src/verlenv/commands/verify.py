@@ -160,15 +160,12 @@ def _verify_cluster(args, cat: catalog.Catalog, variant: catalog.Variant, python
         raise UserError("--kernels-dir: not with --ray (every node runs the packaged checks)")
     if args.markdown:
         raise UserError("--markdown: not with --ray (its report is the JSON and the tables)")
-    for flag, given in (("--thorough", args.thorough), ("--rollout-tp", args.rollout_tp != 1),
-                        ("--actor-tp", args.actor_tp != 1)):
-        if given:
-            raise UserError(f"{flag}: not with --ray yet (each node runs the fast proof on its own GPUs)")
     return launch.verify_cluster(cat, variant, python, lock, address=args.ray, gpu=args.gpu, force=args.force,
                                  skipped=args.skip_package, only=args.only, timeout=args.timeout,
                                  node_timeout=args.node_timeout, allreduce=args.allreduce,
                                  runtime_env=_runtime_env(args.runtime_env), report=args.report,
-                                 command=["verlenv", *sys.argv[1:]], skip_cluster_trainer=args.skip_cluster_trainer)
+                                 command=["verlenv", *sys.argv[1:]], skip_cluster_trainer=args.skip_cluster_trainer,
+                                 thorough=args.thorough, rollout_tp=args.rollout_tp, actor_tp=args.actor_tp)
 
 
 def _runtime_env(path: Path | None) -> dict:

@@ -13,8 +13,8 @@ sync_repo() {  # this call's working tree onto /root/repo (the envs under it sta
   mkdir -p $REPO && tar --exclude=./.carry --exclude=./.git -cf - . | tar -C $REPO -xf -
 }
 
-part() {  # $1 = how many parts $P must hold after this call (each call carries one in .carry/p/)
-  cp -n .carry/p/* $P/; n=$(ls $P | grep -c '\.part'); echo "parts $n, held $(( $(date +%s) - $(cat $R/t0) )) s"
+part() {  # $1 = how many parts $P must hold after this call (each call carries one, under .carry/*.parts/)
+  cp -n .carry/*.parts/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, held $(( $(date +%s) - $(cat $R/t0) )) s"
   [ "$n" -eq "$1" ] || { echo "EXPECTED $1 PARTS: machine restarted? start over"; exit 3; }
 }
 
@@ -27,6 +27,11 @@ bg() {  # $1 = name, rest = command: run in its own session; $R/NAME.out, $R/NAM
 verify_nox() {  # $1 = name, $2 = GPU(s), rest = verify options: `nox -s verify-h100` offline, on those GPUs only
   local name=$1 gpus=$2; shift 2
   bg "$name" "CUDA_VISIBLE_DEVICES=$gpus RAY_TMPDIR=/tmp/ray-$name VERLENV_TRAINER_LOG=$R/$name.trainer.log $NOX -s verify-h100 -- --report $R/$name.json --markdown $R/$name.md $*"
+}
+
+fresh() {  # R1, a fresh node: fsdp on GPU 0 and megatron on GPU 1 at once, the fast proof, each by `nox -s verify-h100`
+  verify_nox fsdp-fresh 0
+  verify_nox megatron-fresh 1 --variant megatron
 }
 
 case $step in
@@ -59,11 +64,10 @@ install)  # the last part; both envs from the one bundle, offline, fresh venvs; 
     $VERLENV build $b --stack verl-0.9 --variant megatron --python $REPO/.venv-verl-0.9-megatron/bin/python \
       --gpu h100 --wheelhouse /root/wheelhouse 2>&1 | tail -3
   done
-  echo "held $(( $(date +%s) - $(cat $R/t0) )) s" ;;
-fresh)    # R1: a fresh node: fsdp on GPU 0 and megatron on GPU 1, fast proof, each by `nox -s verify-h100`
-  sync_repo
-  verify_nox fsdp-fresh 0
-  verify_nox megatron-fresh 1 --variant megatron ;;
+  echo "held $(( $(date +%s) - $(cat $R/t0) )) s"
+  fresh ;;
+fresh)    # a fresh node's runs, again (after a fix)
+  sync_repo; fresh ;;
 run)      # $1 = name, $2 = GPUs, rest = verify options (e.g. --thorough --only verl, --rollout-tp 2)
   sync_repo; verify_nox "$@" ;;
 ray2)     # two Ray nodes on this host (127.0.0.1 with GPU 0, 127.0.0.2 with GPU 1), verify --ray over them; $@: options

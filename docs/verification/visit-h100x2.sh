@@ -35,7 +35,7 @@ fresh() {  # R1, a fresh node: fsdp on GPU 0 and megatron on GPU 1 at once, the 
 }
 
 case $step in
-start)    # machine facts; apex and TE's torch part start building against the host's torch; the first part
+start)    # machine facts; apex and TE's torch part start building against the host's torch; the parts' index
   date +%s > $R/t0
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; nproc; free -g | head -2
   nvidia-smi topo -m | head -4
@@ -47,7 +47,7 @@ start)    # machine facts; apex and TE's torch part start building against the h
     n=${b%% *}
     bg "build-$n" "PYTHONPATH=$REPO/src:/root/site python3 -m verlenv build $b --stack verl-0.9 --variant megatron --python $py --gpu h100 --jobs 16 --wheelhouse /root/wheelhouse --no-install --json $R/build-$n.json"
   done
-  part 1 ;;
+  cp .carry/*.parts/SHA256SUMS .carry/*.parts/parts.json $P/; ls $P ;;
 part)     # $1 = parts expected after this one
   part "$1" ;;
 install)  # the last part; both envs from the one bundle, offline, fresh venvs; apex and TE from the wheel cache; R1

@@ -68,7 +68,15 @@ install)  # the last part; both envs from the one bundle, offline, fresh venvs; 
   fresh ;;
 fresh)    # a fresh node's runs, again (after a fix)
   sync_repo; fresh ;;
-run)      # $1 = name, $2 = GPUs, rest = verify options (e.g. --thorough --only verl, --rollout-tp 2)
+warm)     # R2, the same node again, caches warm: the same two runs
+  sync_repo
+  verify_nox fsdp-warm 0
+  verify_nox megatron-warm 1 --variant megatron ;;
+thorough) # R3, verl's trainer with verl's defaults (CUDA graphs, torch.compile), each variant on its own GPU
+  sync_repo
+  verify_nox fsdp-thorough 0 --thorough --only verl
+  verify_nox megatron-thorough 1 --variant megatron --thorough --only verl ;;
+run)      # $1 = name, $2 = GPUs, rest = verify options (e.g. --rollout-tp 2 on GPUs 0,1)
   sync_repo; verify_nox "$@" ;;
 ray2)     # two Ray nodes on this host (127.0.0.1 with GPU 0, 127.0.0.2 with GPU 1), verify --ray over them; $@: options
   sync_repo

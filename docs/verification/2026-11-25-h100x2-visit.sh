@@ -1,7 +1,7 @@
 # GPU visit on nvidia-h100-x2 (2 x H100): the verl-0.9 bundle of both variants (fsdp + megatron, flash-attn built by the
 # recipe on the CPU machine) carried in parts while apex and TE's torch part build there against the host's torch
 # (2.11.0+cu130, the stack's); installed offline into two fresh venvs; then the project's own nox sessions, offline,
-# from the bundle's tools. One `run` call per step: bash docs/verification/visit-h100x2.sh STEP [ARGS]
+# from the bundle's tools. One `run` call per step: bash docs/verification/2026-11-25-h100x2-visit.sh STEP [ARGS]
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     RAY_USAGE_STATS_ENABLED=0
@@ -53,13 +53,17 @@ part)     # $1 = parts expected after this one
 install)  # the last part; both envs from the one bundle, offline, fresh venvs; apex and TE from the wheel cache; R1
   part "$1"
   sync_repo; cd $REPO
+  # The two envs at once (32 cores; unpacking is most of it): megatron's starts once fsdp's bootstrap has put the
+  # parts together and unpacked the tools (.tool/.stamp appears only when both are complete).
   for v in fsdp megatron; do
-    t=$(date +%s)
-    PYTHONPATH=src python3 -m verlenv.bundle.bootstrap $P --variant $v --prefix $REPO/.venv-verl-0.9-$v > $R/install-$v.txt 2>&1
-    echo "install $v: exit $? in $(( $(date +%s) - t )) s"; tail -4 $R/install-$v.txt
+    [ $v = megatron ] && for i in $(seq 120); do [ -f $P/bundle/.tool/.stamp ] && break; sleep 1; done
+    ( t=$(date +%s)
+      PYTHONPATH=src python3 -m verlenv.bundle.bootstrap $P --variant $v --prefix $REPO/.venv-verl-0.9-$v > $R/install-$v.txt 2>&1
+      echo "install $v: exit $? in $(( $(date +%s) - t )) s" >> $R/install-$v.txt ) &
   done
+  wait; tail -n 5 $R/install-*.txt
   for i in $(seq 60); do [ -f $R/build-apex.done ] && [ -f $R/build-transformer-engine-torch.done ] && break; sleep 5; done
-  cat $R/build-*.done; tail -2 $R/build-*.out
+  cat $R/build-*.done; tail -n 2 $R/build-*.out
   for b in "apex --source /root/apex.git" "transformer-engine-torch --source /root/transformer_engine_torch-2.12.0.tar.gz"; do
     $VERLENV build $b --stack verl-0.9 --variant megatron --python $REPO/.venv-verl-0.9-megatron/bin/python \
       --gpu h100 --wheelhouse /root/wheelhouse 2>&1 | tail -3

@@ -390,13 +390,20 @@ def failure_line(lines) -> str:
     return next((line for line in reversed(text) if EXCEPTION_LINE.match(line)), text[-1] if text else "no output")
 
 
+JOIN_RAY = "VERLENV_TRAINER_RAY_ADDRESS"  # the cluster verl's trainer joins; unset: a Ray of its own
+
+
 def trainer_env(environ=os.environ) -> dict:
     """No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
     NCCL check has it (the lent multi-GPU machines need it), and vLLM's INFO lines on, unless the user set those."""
     return {**NCCL_DEFAULTS, **LOG_DEFAULTS, **environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             # hydra prints the whole traceback (the cause inside Ray's wrappers), not only a hint to set this.
             "HYDRA_FULL_ERROR": "1",
-            "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+            "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1",
+            # verl's ray.init() joins the Ray instance it finds (RAY_ADDRESS, else the last one started on this
+            # machine): run as a node's check inside a cluster, it joined the cluster, whose GPUs the node checks
+            # hold ("Total available GPUs 0"). So a private instance, unless the cluster trainer names its cluster.
+            "RAY_ADDRESS": environ.get(JOIN_RAY) or "local"}
 
 
 class TrainerRun:

@@ -1,7 +1,8 @@
 """Where verl's trainer spends its time (kernels/_phases.py): the phase parser on the real excerpt of verl's
 Megatron trainer output from the 2026-11-25 H100 visit, on a composed full run (a test double whose line formats
 are checked against the installed libraries by test_the_markers_are_the_installed_libraries_lines), and on
-lines the installed Ray, verl, vLLM and FlashInfer format themselves.
+lines the installed Ray, verl, vLLM and FlashInfer format themselves; and on the whole trainer logs of the 2 x H100
+visit of 2026-11-25, against the phases their reports recorded.
 """
 
 import json
@@ -328,3 +329,31 @@ def test_the_benchmark_prints_a_phase_table_for_a_report_with_phases(tmp_path):
     assert [c["report"] for c in data["reports"]] == ["new.json"] and data["reports"][0]["phases"]["step1"] == 55.0
     assert sorted(p.name for p in out.parent.iterdir()) == ["trainer-phases.json", "trainer-phases.md"]
     assert bench.main(["--reports", str(tmp_path / "bench")]) == 2  # no report there: said, exit 2
+
+
+# The whole trainer logs of the 2 x H100 visit (VERLENV_TRAINER_LOG, each line with its arrival), and the reports
+# those runs wrote: the phases read again from each log must be the ones its report recorded, and cover the run.
+VISIT = REPO / "docs" / "verification"
+VISIT_RUNS = ["fsdp-fresh", "megatron-fresh", "fsdp-thorough", "megatron-thorough", "fsdp-tp2", "megatron-tp2"]
+
+
+@pytest.mark.parametrize("run", VISIT_RUNS)
+def test_a_whole_real_log_gives_again_the_phases_its_report_recorded(run):
+    import tarfile
+
+    p, check = phases(), load("verl_trainer")
+    with tarfile.open(VISIT / "2026-11-25-h100x2-logs.tar.gz") as tar:
+        text = tar.extractfile(f"{run}.trainer.log").read().decode()
+    report = json.loads((VISIT / f"2026-11-25-h100x2-verl-0.9-{run}.json").read_text())
+    numbers = next(c for c in report["checks"] if c["name"].endswith("-steps"))["numbers"]
+    lines, launch_wall = p.read_timed_log(text)
+    assert launch_wall is not None and len(lines) > 1000
+    again = p.phases(lines, launch_wall, numbers["wall_s"], check.parse_metrics([line.text for line in lines]),
+                     wall_s=numbers["wall_s"])
+    recorded = {k: v for k, v in numbers.items() if k.startswith("phase/")}
+    assert again == pytest.approx(recorded, abs=0.005)  # the log keeps each arrival to the millisecond
+    chain = [k.split("/")[1][:-2] for k in again if k.count("/") == 1]
+    assert chain[:2] == ["driver_start", "ray_up"] and chain[-3:] == ["teardown", "total", "unattributed"]
+    for phase in ("workers_init", "rollout_server", "agent_loop", "step1", "step2"):
+        assert phase in chain, (phase, chain)
+    assert again["phase/unattributed_s"] < 1.0 and again["phase/total_s"] == pytest.approx(numbers["wall_s"])

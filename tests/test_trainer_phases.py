@@ -357,3 +357,19 @@ def test_a_whole_real_log_gives_again_the_phases_its_report_recorded(run):
     for phase in ("workers_init", "rollout_server", "agent_loop", "step1", "step2"):
         assert phase in chain, (phase, chain)
     assert again["phase/unattributed_s"] < 1.0 and again["phase/total_s"] == pytest.approx(numbers["wall_s"])
+
+
+def test_readmes_phase_table_is_the_benchmarks():
+    """README quotes three runs' phases; each number must be the one benchmarks/trainer_phases.py wrote."""
+    runs = {r["report"]: r for r in json.loads((REPO / "docs/benchmarks/trainer-phases.json").read_text())["reports"]}
+    column = {"fsdp, fresh": "fsdp-fresh", "megatron, fresh": "megatron-fresh", "fsdp, --thorough": "fsdp-thorough"}
+    rows = [line.strip("|").split("|") for line in (REPO / "README.md").read_text().splitlines()
+            if line.startswith("| ")]
+    header = next(r for r in rows if r[0].strip() == "phase (s), H100")
+    names = [column[c.strip()] for c in header[1:]]
+    body = rows[rows.index(header) + 1:rows.index(header) + 13]
+    assert [r[0].strip() for r in body][-1] == "total"
+    for row in body:
+        for name, cell in zip(names, row[1:]):
+            phases_ = runs[f"2026-11-25-h100x2-verl-0.9-{name}.json"]["phases"]
+            assert float(cell) == pytest.approx(phases_[row[0].strip()], abs=0.05), (name, row)

@@ -83,6 +83,8 @@ thorough) # R3, verl's trainer with verl's defaults (CUDA graphs, torch.compile)
 run)      # $1 = name, $2 = GPUs, rest = verify options (e.g. --rollout-tp 2 on GPUs 0,1)
   sync_repo; verify_nox "$@" ;;
 ray2)     # two Ray nodes on this host (127.0.0.1 with GPU 0, 127.0.0.2 with GPU 1), verify --ray over them; $@: options
+  # (the second attempt, after the fix of the first's failure, ran with the first's files moved to $R/old/ and
+  # waited on ray2.done itself: see the README of this folder)
   sync_repo
   bg ray2 "VERLENV_NODES=per-gpu VERLENV=$VERLENV RAY_TMPDIR=/tmp/ray-c bash scripts/verify-cluster-one-host.sh $REPO/.venv-verl-0.9-fsdp/bin/python $R/ray2.json $*" ;;
 wait)     # $1 = seconds at most, until every started run is done; then each run's files come back as one .tgz

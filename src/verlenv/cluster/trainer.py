@@ -224,20 +224,13 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, gpus: dict, everywh
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     address = spec["address"] if spec["address"].startswith("ray://") else ray.get_runtime_context().gcs_address
     progress(f"verl's trainer: {len(gpus)} node(s) x {next(iter(gpus.values()))} GPU(s) on {address}; log {log}")
-    saved = os.environ.get(check.JOIN_RAY)
-    os.environ[check.JOIN_RAY] = address  # verl's ray.init() joins this cluster instead of starting one
     # A fresh, empty working folder on this machine: it is on the trainer's sys.path, so nothing there may shadow.
     with tempfile.TemporaryDirectory(prefix="verlenv-trainer-run-") as cwd, open(log, "w") as sink:
-        try:
-            # run_trainer echoes every line: into the log as it comes (readable while verl runs), then the log is
-            # replaced by the same lines with their arrivals (the check's timed log, which its phase reader reads).
-            with contextlib.redirect_stdout(sink):
-                lines, code, walls = check.run_trainer(cmd, cwd, timeout=TIMEOUT_S)
-        finally:
-            if saved is None:
-                os.environ.pop(check.JOIN_RAY, None)
-            else:
-                os.environ[check.JOIN_RAY] = saved
+        # run_trainer echoes every line: into the log as it comes (readable while verl runs), then the log is
+        # replaced by the same lines with their arrivals (the check's timed log, which its phase reader reads).
+        # RAY_ADDRESS: verl's ray.init() joins this cluster instead of starting one.
+        with contextlib.redirect_stdout(sink):
+            lines, code, walls = check.run_trainer(cmd, cwd, timeout=TIMEOUT_S, ray_address=address)
     _phases.write_timed_log(log, lines, walls["launch_wall"])
     texts = [line.text for line in lines]
     found = {i: r for i, r in on_each(weights_here, everywhere, base, layout).items()

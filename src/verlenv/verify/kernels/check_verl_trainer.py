@@ -390,10 +390,7 @@ def failure_line(lines) -> str:
     return next((line for line in reversed(text) if EXCEPTION_LINE.match(line)), text[-1] if text else "no output")
 
 
-JOIN_RAY = "VERLENV_TRAINER_RAY_ADDRESS"  # the cluster verl's trainer joins; unset: a Ray of its own
-
-
-def trainer_env(environ=os.environ) -> dict:
+def trainer_env(environ=os.environ, ray_address: str = "local") -> dict:
     """No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
     NCCL check has it (the lent multi-GPU machines need it), and vLLM's INFO lines on, unless the user set those."""
     return {**NCCL_DEFAULTS, **LOG_DEFAULTS, **environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -403,7 +400,7 @@ def trainer_env(environ=os.environ) -> dict:
             # verl's ray.init() joins the Ray instance it finds (RAY_ADDRESS, else the last one started on this
             # machine): run as a node's check inside a cluster, it joined the cluster, whose GPUs the node checks
             # hold ("Total available GPUs 0"). So a private instance, unless the cluster trainer names its cluster.
-            "RAY_ADDRESS": environ.get(JOIN_RAY) or "local"}
+            "RAY_ADDRESS": ray_address}
 
 
 class TrainerRun:
@@ -412,12 +409,12 @@ class TrainerRun:
     (the report keeps a failure's tail) from the start, or, with hold=True, from echo() on: output printed while
     another check runs would be filed under that check."""
 
-    def __init__(self, cmd, workdir, hold: bool = False):
+    def __init__(self, cmd, workdir, hold: bool = False, ray_address: str = "local"):
         self.launch_wall, self.start = time.time(), time.monotonic()
         self.lines: list[_phases.Line] = []
         self._lock = threading.Lock()
         self._echoing, self._echoed = not hold, 0
-        self.proc = subprocess.Popen(cmd, cwd=workdir, env=trainer_env(), stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, cwd=workdir, env=trainer_env(ray_address=ray_address), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -463,10 +460,11 @@ class TrainerRun:
         return next((line.arrival for line in self.lines if METRICS_LINE.search(line.text)), None)
 
 
-def run_trainer(cmd, workdir, timeout=TIMEOUT_S) -> tuple[list[_phases.Line], int | None, dict]:
+def run_trainer(cmd, workdir, timeout=TIMEOUT_S, ray_address: str = "local"
+                ) -> tuple[list[_phases.Line], int | None, dict]:
     """Run the trainer to its end, echoing its output: its lines (with arrivals), exit code (None when killed at
-    the timeout) and the times seen from here."""
-    run = TrainerRun(cmd, workdir)
+    the timeout) and the times seen from here. ray_address: the cluster it joins ("local": a Ray of its own)."""
+    run = TrainerRun(cmd, workdir, ray_address=ray_address)
     code = run.wait(timeout)
     return run.lines, code, {"wall_s": run.wall_s, "first_metrics_s": run.first_metrics_s(),
                              "launch_wall": run.launch_wall}

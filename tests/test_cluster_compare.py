@@ -53,7 +53,7 @@ def test_abi_fingerprint_is_the_wheel_cache_folder(tmp_path):
     dist_info(tmp_path, "flash-attn", "2.8.3.post2", "",
               "file:///shared/wheelhouse/flash-attn/3f2a9c/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl")
     dist_info(tmp_path, "apex", "0.1", "", "file:///home/u/apex")
-    facts = fingerprint.abi_fingerprints([str(tmp_path)])
+    facts = fingerprint.abi_fingerprints(["flash-attn", "apex", "transformer-engine-torch"], [str(tmp_path)])
     assert facts["abi:flash-attn"] == "3f2a9c"
     assert facts["abi:apex"].startswith("not from the wheel cache: file:///home/u/apex")
     assert "abi:transformer-engine-torch" not in facts
@@ -232,9 +232,11 @@ def test_node_check_without_gpu_runs_the_static_checks_even_for_a_named_profile(
     """What each Ray task runs, here in this interpreter: a GPU-less node (a CPU head) is not an error."""
     from verlenv import catalog
     from verlenv.cluster import node
+    from verlenv.verify.options import VerifyOptions
 
     cat = catalog.load(ROOT / "stacks.toml")
-    out = node.check(node.Request(catalog=cat, stack=None, variant="fsdp", lock_name=None, lock_text=None, gpu="h100"))
+    options = VerifyOptions(variant="fsdp", gpu="h100").for_node()
+    out = node.check(node.Request(catalog=cat, options=options.to_json(), lock_name=None, lock_text=None))
     assert "error" not in out and out["profile"] is None, out.get("error")
     assert out["node"]["python"] == sys.executable and out["fingerprint"]["python:executable"] == sys.executable
     results = {r["name"]: r["status"] for r in out["results"]}

@@ -26,6 +26,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ray_nodes  # noqa: E402
+from verlenv import catalog, families
 from verlenv.cluster import launch, trainer, verdict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,11 +54,11 @@ def test_trainer_nodes_are_the_gpu_nodes_a_cpu_head_is_not_one():
 def test_no_gpu_node_skips_and_uneven_gpu_counts_refuse_with_one_line():
     answered = {"h": seen(0), "a": seen(8), "b": seen(4)}
     nodes = {"h": node(0), "a": node(8), "b": node(4)}
-    result = trainer.run(answered, nodes, NAMES, {})
+    result = trainer.run(answered, nodes, NAMES, {}, None, None)
     assert result == {"status": "refused", "reason": "the GPU nodes hold different GPU counts (10.0.0.2: 8, 10.0.0.3: 4); "
                       "verl's trainer.n_gpus_per_node is one number for every node (--skip-cluster-trainer leaves "
                       "this job out)"}
-    assert trainer.run({"h": seen(0)}, {"h": node(0)}, NAMES, {}) == {
+    assert trainer.run({"h": seen(0)}, {"h": node(0)}, NAMES, {}, None, None) == {
         "status": "skipped", "reason": "no GPU node in the cluster: verl's trainer needs GPUs"}
 
 
@@ -67,7 +68,9 @@ def test_every_worker_gets_nvlink_multicast_off_and_the_jobs_own_variables():
     assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["NCCL_SOCKET_IFNAME"] == "ib0" and env["WANDB_MODE"] == "online" and env["RETRIES"] == "3"
     paths = {"model": "/t/model", "data": "/t/d.parquet", "reward": "/t/r.py", "checkpoints": "/t/c", "run": "/t/run"}
-    cmd = trainer.command("python", paths, "fsdp", 4, 8, {"A": "it's", "NCCL_NVLS_ENABLE": "0"})
+    spec = trainer.trainer_spec(catalog.load(ROOT / "stacks.toml").variant("verl-0.9", "fsdp"))
+    llama = families.table().rows(families.table().select(["llama"], False))[0]
+    cmd = trainer.command("python", paths, spec, llama, 4, 8, {"A": "it's", "NCCL_NVLS_ENABLE": "0"})
     assert cmd[:5] == ["python", "-m", "verl.trainer.main_ppo", "--config-name", "ppo_trainer"]
     assert "trainer.nnodes=4" in cmd and "trainer.n_gpus_per_node=8" in cmd and "data.train_batch_size=256" in cmd
     assert cmd[-2:] == ["+ray_kwargs.ray_init.runtime_env.env_vars.A='it\\'s'",
@@ -102,16 +105,25 @@ def test_the_trainer_runs_only_on_a_cluster_whose_nodes_all_pass(change):
 def test_skip_cluster_trainer_reaches_the_cluster_run(monkeypatch):
     from verlenv.cli import main
 
+    from verlenv.cluster import address
+
     seen = {}
-    monkeypatch.setattr(launch, "verify_cluster", lambda *args, **kwargs: seen.update(kwargs) or 0)  # no cluster here
+    # No cluster here: the address's probe and the cluster run are test doubles that record what they were given.
+    monkeypatch.setattr(address, "probe", lambda where: None)
+    monkeypatch.setattr(launch, "verify_cluster",
+                        lambda cat, variant, python, lock, options, families, *rest: seen.update(
+                            options=options, families=families, variant=variant.name) or 0)
     assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock", "--skip-cluster-trainer"]) == 0
-    assert seen["skip_cluster_trainer"] is True
+    assert seen["options"].skip_cluster_trainer is True
     assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock"]) == 0
-    assert seen["skip_cluster_trainer"] is False
-    assert (seen["thorough"], seen["rollout_tp"], seen["actor_tp"]) == (False, 1, 1)
+    o = seen["options"]
+    assert o.skip_cluster_trainer is False and (o.thorough, o.rollout_tp, o.actor_tp) == (False, 1, 1)
+    assert [f["name"] for f in seen["families"]] == ["llama"]
     assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock", "--variant", "megatron",
                  "--thorough", "--rollout-tp", "2", "--actor-tp", "2"]) == 0
-    assert (seen["thorough"], seen["rollout_tp"], seen["actor_tp"]) == (True, 2, 2)
+    o = seen["options"]
+    assert (o.thorough, o.rollout_tp, o.actor_tp, seen["variant"]) == (True, 2, 2, "megatron")
+    assert len(seen["families"]) == len(families.table().names())  # --thorough trains every family
 
 
 def test_the_report_shows_the_trainer_run():
@@ -162,15 +174,20 @@ import verl
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
+from verlenv import catalog, families
 from verlenv.cluster import trainer
 
 paths = {k: f"/tmp/verlenv-cluster-trainer-x/{k}" for k in ("model", "data", "reward", "checkpoints", "run")}
+CATALOG = catalog.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
+LLAMA = families.table().rows(families.table().select(["llama"], False))[0]
+spec = lambda variant: trainer.trainer_spec(CATALOG.variant("verl-0.9", variant))
 out = {}
 with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
                            version_base=None):
     for variant in ("fsdp", "megatron"):
         for nnodes, gpus in ((2, 1), (2, 8), (3, 2), (4, 8)):
-            cmd = trainer.command(sys.executable, paths, variant, nnodes, gpus, trainer.worker_env({"JOB": "7"}))
+            cmd = trainer.command(sys.executable, paths, spec(variant), LLAMA, nnodes, gpus,
+                                  trainer.worker_env({"JOB": "7"}))
             cfg = compose(config_name=cmd[4], overrides=cmd[5:])
             validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
             omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
@@ -184,7 +201,7 @@ with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__
                 "strategy": cfg.actor_rollout_ref.actor.strategy, "env": merged["env_vars"]}
     # verify --ray --thorough --rollout-tp 2 / --actor-tp 2: the same keywords as the one-node check.
     for variant, proof in (("fsdp", {"rollout_tp": 2, "thorough": True}), ("megatron", {"actor_tp": 2})):
-        cmd = trainer.command(sys.executable, paths, variant, 2, 2, trainer.worker_env({}), **proof)
+        cmd = trainer.command(sys.executable, paths, spec(variant), LLAMA, 2, 2, trainer.worker_env({}), **proof)
         cfg = compose(config_name=cmd[4], overrides=cmd[5:])
         validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
         out[f"{variant} proof"] = {"rollout_tp": cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
@@ -217,12 +234,14 @@ STAGE = r'''
 import json, os, sys, tempfile
 from concurrent.futures import ProcessPoolExecutor
 sys.path.insert(0, sys.argv[1])
+from verlenv import families
 from verlenv.cluster import trainer
 
 root = sys.argv[2]
+LLAMA = families.table().rows(families.table().select(["llama"], False))[0]
 shared, other = os.path.join(root, "shared", "inputs"), os.path.join(root, "other", "inputs")
 with ProcessPoolExecutor(3) as pool:
-    results = list(pool.map(trainer.write_inputs_here, [shared, shared, other], [16] * 3))
+    results = list(pool.map(trainer.write_inputs_here, [shared, shared, other], [16] * 3, [LLAMA] * 3))
 before = trainer.weights_here(shared, results[0]["layout"])
 import shutil
 actor = os.path.join(shared, "checkpoints", "global_step_2", "actor", "huggingface")
@@ -274,7 +293,9 @@ class Worker:
         from safetensors.torch import load_file, save_file
         tensors = load_file(os.path.join(model, "model.safetensors"))
         os.makedirs(out)
-        save_file({k: v + 0.01 for k, v in tensors.items()}, os.path.join(out, "model.safetensors"))
+        # A step's change that bf16 keeps at any magnitude (the check scales the final norm to a few units).
+        save_file({k: (v.float() * 1.05 + 0.01).to(v.dtype) for k, v in tensors.items()},
+                  os.path.join(out, "model.safetensors"))
 
 
 @ray.remote(num_cpus=0)
@@ -305,7 +326,9 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import ray
 import verlenv
+from verlenv import catalog, families
 from verlenv.cluster import driver, trainer
+from verlenv.verify.options import VerifyOptions
 
 address, standin, log, setting = sys.argv[2:6]
 ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]}, logging_level="WARNING",
@@ -317,10 +340,13 @@ answered = {i: {"state": "checked", "fingerprint": {"gpu:count": str(int(n["Reso
             for i, n in nodes.items()}
 check = trainer.check_module()
 verls = check.command
-check.command = lambda python, paths, variant, **sizes: [python, standin, *verls(python, paths, variant, **sizes)[3:]]
-spec = {"address": address, "variant": "fsdp", "runtime_env": {"env_vars": {"JOB_SETTING": setting}},
-        "trainer_log": log}
-result = trainer.run(answered, nodes, names, spec, lambda line: print(line, file=sys.stderr))
+check.command = lambda python, paths, *rest, **sizes: [python, standin, *verls(python, paths, *rest, **sizes)[3:]]
+cat = catalog.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
+llama = families.table().rows(families.table().select(["llama"], False))[0]
+spec = {"runtime_env": {"env_vars": {"JOB_SETTING": setting}}, "trainer_log": log, "families": [llama]}
+options = VerifyOptions(ray=address)
+result = trainer.run(answered, nodes, names, spec, options, cat.variant("verl-0.9", "fsdp"),
+                     lambda line: print(line, file=sys.stderr))
 ray.shutdown()
 print(json.dumps({"result": result, "names": names}))
 '''

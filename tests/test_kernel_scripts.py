@@ -43,7 +43,7 @@ FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
 # The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
-HELPERS = ("_common", "_phases")
+HELPERS = ("_common", "_models", "_phases")
 
 
 def load(name: str):
@@ -386,8 +386,11 @@ def test_the_pypi_apex_fails_with_a_clear_reason(tmp_path):
 
 
 def torch_python() -> str | None:
-    """A python whose environment has torch: $VERLENV_TEST_TORCH_PYTHON, or one of the repo's .venv-* envs."""
-    candidates = [os.environ.get("VERLENV_TEST_TORCH_PYTHON", "")] + sorted(map(str, REPO.glob(".venv-*/bin/python")))
+    """A python whose environment has torch: $VERLENV_TEST_TORCH_PYTHON, or the default stack's env, or another of
+    the repo's .venv-* envs (the tests are written for the default stack's verl and vLLM)."""
+    default = REPO / ".venv-verl-0.9-fsdp" / "bin" / "python"
+    candidates = [os.environ.get("VERLENV_TEST_TORCH_PYTHON", ""), str(default)] + sorted(
+        map(str, REPO.glob(".venv-*/bin/python")))
     for python in filter(None, candidates):
         probe = subprocess.run([python, "-c", "import importlib.util, sys; "
                                 "sys.exit(importlib.util.find_spec('torch') is None)"], capture_output=True)

@@ -15,7 +15,8 @@ PACKAGE = ROOT / "src" / "verlenv"
 # shows the same table, and a test below holds the two equal.
 LAYERS = (
     ("ground", ("__init__.py", "catalog.py", "pins.py", "validate.py", "fsutil.py", "errors.py", "gpus.py", "recipes.py",
-                "sources.py", "wheelcache.py", "parallelism.py", "cubins.py", "mcore_refs.py", "installed_files.py")),
+                "sources.py", "wheelcache.py", "parallelism.py", "cubins.py", "mcore_refs.py", "installed_files.py",
+                "packages.py", "backends.py", "families.py")),
     ("doctor", ("doctor/",)),
     ("lock", ("render.py", "conda_snapshot.py", "conda_layer.py", "lock.py")),
     ("env", ("runtime_env.py", "toolchain.py", "build.py", "install.py")),

@@ -121,7 +121,7 @@ def test_catalog_rejects_a_variant_platform_its_base_lacks(tmp_path):
     text = path.read_text()
     # The base loses aarch64 while megatron (its `platforms` follows `extends` and comment lines) asks for it.
     text = text.replace('platforms = ["linux-64", "linux-aarch64"]', 'platforms = ["linux-64"]')
-    text, n = re.subn(r'(extends = "fsdp"\n(?:#[^\n]*\n)*)platforms = \["linux-64"\]',
+    text, n = re.subn(r'(extends = "fsdp"\n(?:actor = "\w+"\n)?(?:#[^\n]*\n)*)platforms = \["linux-64"\]',
                       r'\1platforms = ["linux-64", "linux-aarch64"]', text)
     assert n == 1
     path.write_text(text)

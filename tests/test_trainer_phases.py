@@ -6,6 +6,7 @@ visit of 2026-11-25, against the phases their reports recorded.
 """
 
 import json
+import re
 import subprocess
 import time
 
@@ -13,12 +14,33 @@ import pytest
 
 from test_kernel_scripts import load, torch_python
 from test_verify_profiles import REPO
+from verlenv import backends
 
 DATA = REPO / "tests" / "data" / "trainer"
 
 
+# The vLLM rollout's row (data/backends.toml), as verify hands it to the trainer check: its server line and reports.
+VLLM = backends.table().rollout("vllm").row()
+
+
+class _WithVllm:
+    """kernels/_phases.py with the vLLM rollout's row given, as the trainer check of a vLLM variant calls it."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def phases(self, *args, **kwargs):
+        return self._module.phases(*args, **{"rollout": VLLM, **kwargs})
+
+    def milestones(self, *args, **kwargs):
+        return self._module.milestones(*args, **{"rollout": VLLM, **kwargs})
+
+
 def phases():
-    return load("_phases")
+    return _WithVllm(load("_phases"))
 
 
 def local(*when) -> float:
@@ -262,7 +284,7 @@ def library_lines(tmp_path_factory) -> tuple[list[dict], float]:
 def test_the_markers_are_the_installed_libraries_lines(library_lines):
     p = phases()
     cases, launch = library_lines
-    reports = {name: pattern for name, pattern, _ in p.VLLM_REPORTS}
+    reports = {r["name"]: re.compile(r["pattern"]) for r in VLLM["reports"]}
     markers = {m.milestone: m.pattern for m in p.MARKERS}
     for case in cases:
         text, actor = p.strip(case["line"])

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from verlenv import backends
+
 from test_verify_profiles import H100, empty_env, machine  # noqa: F401  (fixtures)
 from verlenv.cli import main
 from verlenv.verify import report
@@ -158,7 +160,8 @@ def test_the_markdown_prints_the_trainers_phase_table(cpu_run):
 
     _, data, _, _ = cpu_run
     lines, launch = composed()
-    numbers = load("_phases").phases(lines, launch, 170.0, load("verl_trainer").parse_metrics([x.text for x in lines]))
+    numbers = load("_phases").phases(lines, launch, 170.0, load("verl_trainer").parse_metrics([x.text for x in lines]),
+                                     rollout=backends.table().rollout("vllm").row())
     data = copy.deepcopy(data)
     trainer = next(c for c in data["checks"] if c["kind"] == "kernel")
     trainer["name"] = "verl/trainer/fsdp/grpo-2-steps"

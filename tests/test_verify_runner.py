@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import tables
 from test_verify_profiles import REPO
-from verlenv import catalog, gpus
+from verlenv import catalog, gpus, packages
 from verlenv.verify import runner
 from verlenv.verify.results import SKIPPED_BY_REQUEST
 
@@ -102,7 +103,7 @@ def test_a_crash_is_a_failure_with_the_output_tail_and_the_doctors_diagnosis(ker
 
 
 def test_a_hanging_script_is_killed_with_its_workers(kernels, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "SCRIPT_TIMEOUT", {})  # the stand-in vLLM check hangs: --timeout alone bounds it
+    tables.patch_scripts(monkeypatch, vllm={})  # the stand-in vLLM check hangs: --timeout alone bounds it
     start = time.monotonic()
     r = by_name(runner.run_kernels(settings(kernels, only="vllm", timeout=2.0)))["vllm/run"]
     assert time.monotonic() - start < 20
@@ -171,7 +172,7 @@ def test_without_a_gpu_kernel_checks_are_skipped_not_failed(kernels, tmp_path):
 
 def test_the_whole_run_stays_fast(kernels, monkeypatch):
     """Overheads are one interpreter start per script; the hanging one is the only slow part."""
-    monkeypatch.setattr(runner, "SCRIPT_TIMEOUT", {})  # the stand-in vLLM check hangs: --timeout alone bounds it
+    tables.patch_scripts(monkeypatch, vllm={})  # the stand-in vLLM check hangs: --timeout alone bounds it
     start = time.monotonic()
     results = runner.run_kernels(settings(kernels, timeout=2.0))
     wall = time.monotonic() - start
@@ -185,7 +186,7 @@ def test_the_packaged_scripts_accept_the_profile_verify_sends():
     found = runner.scripts(runner.KERNELS_DIR)
     assert [runner.package_of(p) for p in found] == ["torch", "triton", "flash-attn", "apex", "transformer-engine",
                                                       "megatron-core", "vllm", "nccl", "verl", "verl"]
-    scope = runner.Scope(frozenset(runner.REQUIRED["megatron"]))
+    scope = runner.Scope(packages.table().required("megatron", "vllm"))
     for profile in gpus.profiles().values():
         for script in found:
             results = runner.run_script(sys.executable, script, profile.for_checks(1), 60.0, scope)
@@ -245,7 +246,7 @@ def overlap(a: dict, b: dict) -> bool:
 
 def test_the_fast_proof_runs_the_trainer_from_the_start_beside_the_others_one_at_a_time(timed_kernels, tmp_path,
                                                                                        monkeypatch):
-    monkeypatch.setattr(runner, "BESIDE", ("verl_trainer",))  # one lane; the default's second is tested below
+    tables.patch_scripts(monkeypatch, verl_trainer={"timeout_s": 600, "lane": 1}, vllm={"timeout_s": 300})  # one lane
     results = runner.run_kernels(settings(timed_kernels, timeout=30.0))
     assert [r.name for r in results] == ["torch/ran", "flash_attn/ran", "vllm/ran", "verl/ran", "verl_trainer/ran"]
     spans = timeline(tmp_path)
@@ -290,7 +291,8 @@ def test_the_static_checks_run_beside_the_kernel_checks_only_in_the_fast_proof(t
 
 
 def test_a_second_lane_runs_beside_the_trainer_and_is_told_so(timed_kernels, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "BESIDE", ("verl_trainer", "vllm"))  # vLLM's own check in a lane of its own
+    tables.patch_scripts(monkeypatch, verl_trainer={"timeout_s": 600, "lane": 1},
+                         vllm={"timeout_s": 300, "lane": 2})  # vLLM's own check in a lane of its own
     results = runner.run_kernels(settings(timed_kernels, timeout=30.0))
     assert [r.name for r in results] == ["torch/ran", "flash_attn/ran", "vllm/ran", "verl/ran", "verl_trainer/ran"]
     spans = timeline(tmp_path)

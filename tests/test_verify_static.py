@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from test_verify_profiles import REPO, fake_nvidia_smi
-from verlenv import catalog, cubins
+from verlenv import catalog, cubins, packages
 from verlenv.doctor import facts as facts_mod
 from verlenv.pins import read_lock
 from verlenv.verify import static
@@ -392,13 +392,13 @@ def test_the_locked_te_core_loads_with_torchs_cublas_and_216_would_not(tmp_path)
 
 
 def test_extension_modules_match_by_dotted_path():
-    vllm = static.PACKAGES["vllm"]
+    vllm = packages.table().packages["vllm"]
     probed = {"vllm": [["/sp/vllm/_C.abi3.so", "vllm/_C.abi3.so"],
                        ["/sp/vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so",
                         "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"],
                        ["/sp/vllm/_moe_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so"]]}
     assert static.find_objects(vllm, probed) == ["/sp/vllm/_C.abi3.so", "/sp/vllm/_moe_C_stable_libtorch.abi3.so"]
-    te = static.PACKAGES["transformer-engine"]
+    te = packages.table().packages["transformer-engine"]
     probed = {"transformer-engine-cu13": [["/sp/transformer_engine/libtransformer_engine.so",
                                            "transformer_engine/libtransformer_engine.so"]]}
     assert static.find_objects(te, probed) == ["/sp/transformer_engine/libtransformer_engine.so"]

@@ -16,11 +16,20 @@ import time
 import pytest
 
 from test_kernel_scripts import KERNELS, load, torch_python
+from test_verify_profiles import REPO
+from verlenv import catalog, families
+from verlenv.cluster.trainer import trainer_spec
 
 GOOD_STEP = {"actor/pg_loss": -0.0123, "actor/grad_norm": 0.87, "training/rollout_actor_probs_pearson_corr": 0.99994,
              "training/rollout_probs_diff_mean": 0.0004, "training/rollout_probs_diff_max": 0.01,
              "timing_s/step": 9.5, "timing_s/gen": 4.0}
 GOOD_WEIGHTS = {"weights_rel_change": 3e-3, "tensors_changed": 21, "tensors_compared": 21}
+# What verify hands the check for each variant of the default stack (its actor's and rollout's rows, the env's
+# overrides), and the family rows (data/families.toml).
+CATALOG = catalog.load(REPO / "stacks.toml")
+SPECS = {name: trainer_spec(CATALOG.variant("verl-0.9", name)) for name in ("fsdp", "megatron")}
+FAMILIES = {f["name"]: f for f in families.table().rows(list(families.table().families.values()))}
+LLAMA = FAMILIES["llama"]
 
 
 def trainer():
@@ -41,10 +50,24 @@ def test_judge_passes_a_good_run():
     ({"training/rollout_actor_probs_pearson_corr": 0.9}, "correlation 0.90000 below 0.99"),
     ({"training/rollout_actor_probs_pearson_corr": math.nan}, "correlation nan below"),
     ({"training/rollout_probs_diff_mean": 0.2}, "above 0.01"),
+    ({"actor/entropy": 0.0}, "actor/entropy is 0, below 0.05"),
+    ({"actor/entropy": math.nan}, "actor/entropy is nan"),
 ])
 def test_judge_fails_a_broken_step(broken, complaint):
     numbers, problems = trainer().judge({1: dict(GOOD_STEP), 2: {**GOOD_STEP, **broken}}, GOOD_WEIGHTS)
     assert len(problems) == 1 and problems[0].startswith("step 2:") and complaint in problems[0], problems
+
+
+def test_a_degenerate_run_fails_the_check_though_verl_exits_0():
+    """The H200 run of a tied head drawn at N(0, 0.15): sampling deterministic, so entropy, pg_loss and grad_norm 0
+    and the correlation NaN; verl exited 0. The judge must fail it on every count it can see."""
+    degenerate = {**GOOD_STEP, "actor/entropy": 0.0, "actor/pg_loss": 0.0, "actor/grad_norm": 0.0,
+                  "training/rollout_actor_probs_pearson_corr": math.nan}
+    _, problems = trainer().judge({1: dict(degenerate), 2: dict(degenerate)}, GOOD_WEIGHTS)
+    for step in (1, 2):
+        mine = [p for p in problems if p.startswith(f"step {step}:")]
+        assert any("grad_norm is 0.0" in p for p in mine) and any("entropy is 0" in p for p in mine)
+        assert any("correlation nan" in p for p in mine)
 
 
 def test_judge_fails_missing_steps_metrics_and_unchanged_weights():
@@ -81,38 +104,56 @@ PATHS = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": 
 
 def test_the_overrides_size_the_batch_by_the_gpus_of_all_nodes():
     t = trainer()
-    two = dict(o.split("=", 1) for o in t.overrides(PATHS, "fsdp", n_gpus_per_node=2))
+    two = dict(o.split("=", 1) for o in t.overrides(PATHS, SPECS["fsdp"], LLAMA, n_gpus_per_node=2))
     assert two["data.train_batch_size"] == "16" and two["actor_rollout_ref.actor.ppo_mini_batch_size"] == "8"
     assert two["trainer.n_gpus_per_node"] == "2" and two["actor_rollout_ref.rollout.name"] == "vllm"
     assert not any("attn_implementation" in key for key in two)  # verl's default (flash-attn) stays
-    eight = dict(o.split("=", 1) for o in t.overrides(PATHS, "megatron", nnodes=2, n_gpus_per_node=4, rollout_tp=2,
-                                                      actor_tp=2))
+    eight = dict(o.split("=", 1) for o in t.overrides(PATHS, SPECS["megatron"], LLAMA, nnodes=2, n_gpus_per_node=4,
+                                                      rollout_tp=2, actor_tp=2))
     assert (eight["trainer.nnodes"], eight["trainer.n_gpus_per_node"], eight["data.train_batch_size"]) == ("2", "4", "64")
     assert eight["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
     assert eight["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == "2"
     # verl's epoch is len(dataset) // train_batch_size steps: the parquet holds both steps' prompts.
     assert t.rows_needed(8) == 128 >= t.STEPS * 64 and t.rows_needed(1) == t.ROWS
-    megatron = t.command("python", PATHS, "megatron")
+    megatron = t.command("python", PATHS, SPECS["megatron"], LLAMA)
     assert megatron[:5] == ["python", "-m", "verl.trainer.main_ppo", "--config-name", "ppo_megatron_trainer"]
 
 
 def test_fast_and_thorough_differ_only_in_the_fast_proofs_settings():
     t = trainer()
+    fast_of = {}
     for variant in ("fsdp", "megatron"):
-        fast, thorough = t.overrides(PATHS, variant), t.overrides(PATHS, variant, thorough=True)
-        assert fast[:len(thorough)] == thorough and fast[len(thorough):] == t.fast_overrides(variant)
-    assert t.fast_overrides("fsdp") == ["actor_rollout_ref.rollout.enforce_eager=True",
-                                        "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=1073741824",
-                                        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False"]
-    assert t.fast_overrides("megatron") == t.fast_overrides("fsdp")[:2]  # the Megatron engine has no such switch
+        fast, thorough = t.overrides(PATHS, SPECS[variant], LLAMA), t.overrides(PATHS, SPECS[variant], LLAMA,
+                                                                                  thorough=True)
+        assert fast[:len(thorough)] == thorough
+        fast_of[variant] = fast[len(thorough):]
+    assert fast_of["fsdp"] == ["actor_rollout_ref.rollout.enforce_eager=True",
+                               "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=1073741824",
+                               "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False"]
+    assert fast_of["megatron"] == fast_of["fsdp"][:2]  # the Megatron engine has no such switch
+
+
+def test_each_family_and_the_env_add_their_own_overrides_with_reasons():
+    t = trainer()
+    megatron = t.overrides(PATHS, SPECS["megatron"], LLAMA, thorough=True)
+    for override in CATALOG.variant("verl-0.9", "megatron").trainer_overrides:  # stacks.toml, each with its reason
+        assert override in megatron
+    assert not set(CATALOG.variant("verl-0.9", "megatron").trainer_overrides) & set(
+        t.overrides(PATHS, SPECS["fsdp"], LLAMA, thorough=True))
+    row = {**LLAMA, "name": "tiny", "overrides": ["data.image_key=pictures"]}
+    assert t.overrides(PATHS, SPECS["fsdp"], row, thorough=True)[-1] == "data.image_key=pictures"
+    named = dict(o.split("=", 1) for o in t.overrides(PATHS, SPECS["fsdp"], FAMILIES["qwen3-moe"]))
+    assert named["trainer.experiment_name"] == "verify-qwen3-moe"
 
 
 @pytest.mark.parametrize("sizes, complaint", [
     ({"n_gpus_per_node": 2, "rollout_tp": 4}, "rollout_tp 4 does not divide the 2 GPU(s)"),
-    ({"nnodes": 2, "n_gpus_per_node": 4, "rollout_tp": 8}, "rollout_tp 8 does not divide the check model's 4 attention heads"),
-    ({"n_gpus_per_node": 2, "actor_tp": 2}, "actor_tp 2: only the Megatron actor is tensor-parallel"),
+    ({"nnodes": 2, "n_gpus_per_node": 4, "rollout_tp": 8},
+     "rollout_tp 8 does not divide the llama model's num_attention_heads (4)"),
+    ({"n_gpus_per_node": 2, "actor_tp": 2}, "actor_tp 2: verl's fsdp actor is not tensor-parallel"),
     ({"n_gpus_per_node": 3, "actor_tp": 2, "variant": "megatron"}, "actor_tp 2 does not divide the 3 GPU(s)"),
-    ({"n_gpus_per_node": 4, "actor_tp": 4, "variant": "megatron"}, "actor_tp 4 does not divide the check model's 2 KV heads"),
+    ({"n_gpus_per_node": 4, "actor_tp": 4, "variant": "megatron"},
+     "actor_tp 4 does not divide the llama model's num_key_value_heads (2)"),
     ({"rollout_tp": 0}, "rollout_tp must be a positive integer, not 0"),
     ({"nnodes": True}, "nnodes must be a positive integer, not True"),
 ])
@@ -120,7 +161,7 @@ def test_sizes_the_check_cannot_run_are_one_clear_error(sizes, complaint):
     t = trainer()
     variant = sizes.pop("variant", "fsdp")
     with pytest.raises(ValueError) as e:
-        t.overrides(PATHS, variant, **sizes)
+        t.overrides(PATHS, SPECS[variant], LLAMA, **sizes)
     assert str(e.value) == complaint or str(e.value).startswith(complaint), str(e.value)
     assert "\n" not in str(e.value)
 
@@ -131,7 +172,8 @@ IN_ENV = r'''
 import importlib.util, json, os, sys, tempfile
 
 KERNELS, OUT = sys.argv[1], sys.argv[2]
-sys.path.insert(0, KERNELS)  # as when the script runs: its folder first, for _common and _phases
+TABLES = json.load(open(sys.argv[3]))  # what verify hands the check: each variant's trainer spec, the family rows
+sys.path.insert(0, KERNELS)  # as when the script runs: its folder first, for _common, _models and _phases
 import check_verl_trainer as t
 
 import pyarrow.parquet as pq
@@ -140,7 +182,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 torch.set_num_threads(2)
 work = tempfile.mkdtemp(dir=OUT)
-paths = t.write_inputs(work, torch)
+paths = t.write_inputs(work, torch, TABLES["families"]["llama"])
 tokenizer = AutoTokenizer.from_pretrained(paths["model"])
 model = AutoModelForCausalLM.from_pretrained(paths["model"])
 rows = pq.read_table(paths["data"]).to_pylist()
@@ -168,7 +210,8 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 for variant in ("fsdp", "megatron"):
     # verl's own entry point parses the command line the check runs; --cfg job prints the config and stops.
-    cmd = t.command(sys.executable, paths, variant, n_gpus_per_node=2) + ["--cfg", "job", "--resolve"]
+    cmd = t.command(sys.executable, paths, TABLES["specs"][variant], TABLES["families"]["llama"],
+                    n_gpus_per_node=2) + ["--cfg", "job", "--resolve"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=paths["run"])
     if proc.returncode != 0:
         raise SystemExit(f"{variant}: {' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -204,6 +247,12 @@ json.dump(out, open(os.path.join(OUT, "out.json"), "w"))
 '''
 
 
+def tables_file(folder) -> str:
+    path = folder / "tables.json"
+    path.write_text(json.dumps({"specs": SPECS, "families": FAMILIES}))
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def in_env(tmp_path_factory) -> dict:
     python = torch_python()
@@ -213,7 +262,8 @@ def in_env(tmp_path_factory) -> dict:
     if probe.returncode != 0:
         pytest.skip("the torch environment lacks verl, hydra, pyarrow or transformers")
     out = tmp_path_factory.mktemp("verl-trainer")
-    proc = subprocess.run([python, "-c", IN_ENV, str(KERNELS), str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([python, "-c", IN_ENV, str(KERNELS), str(out), str(tables_file(out))], capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "out.json").read_text())
 
@@ -221,14 +271,14 @@ def in_env(tmp_path_factory) -> dict:
 @pytest.mark.slow
 def test_the_written_model_tokenizer_and_data_load_back(in_env):
     t = trainer()
-    assert in_env["vocab"] == in_env["model_vocab"] == t.VOCAB and in_env["dtype"] == "torch.bfloat16"
+    assert in_env["vocab"] == in_env["model_vocab"] == load("_models").VOCAB and in_env["dtype"] == "torch.bfloat16"
     assert in_env["chat"].startswith("user : w") and in_env["chat"].endswith("assistant : ")
     assert in_env["unk"] not in in_env["ids"]  # every word of the chat prompt is in the vocabulary
     assert in_env["pad"] != in_env["eos"] and in_env["rows"] == t.ROWS
     row = in_env["row"]
     assert row["data_source"] == "openai/gsm8k" and row["prompt"][0]["role"] == "user"
     assert row["reward_model"]["ground_truth"].isdigit() and row["extra_info"]["index"] == 0
-    assert 1 / t.VOCAB * 2 < in_env["top_prob"] < 0.9  # neither uniform nor greedy
+    assert 1 / load("_models").VOCAB * 2 < in_env["top_prob"] < 0.9  # neither uniform nor greedy
     assert in_env["same_weights"]["tensors_changed"] == 0 and in_env["same_weights"]["weights_rel_change"] == 0.0
 
 
@@ -263,6 +313,7 @@ COMPOSE = r'''
 import json, os, sys
 
 KERNELS, OUT = sys.argv[1], sys.argv[2]
+TABLES = json.load(open(sys.argv[3]))
 sys.path.insert(0, KERNELS)
 import check_verl_trainer as t
 
@@ -283,8 +334,9 @@ with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__
     for variant in ("fsdp", "megatron"):
         for sizes in SIZES + (MEGATRON_ONLY if variant == "megatron" else []):
             for thorough in (False, True):
-                cfg = compose(config_name=t.config_name(variant),
-                              overrides=t.overrides(paths, variant, thorough=thorough, **sizes))
+                spec, llama = TABLES["specs"][variant], TABLES["families"]["llama"]
+                cfg = compose(config_name=spec["actor"]["config_name"],
+                              overrides=t.overrides(paths, spec, llama, thorough=thorough, **sizes))
                 validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
                 rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
                 OmegaConf.resolve(cfg)  # as TaskRunnerV1.run does: every interpolation must resolve
@@ -331,7 +383,8 @@ def composed(tmp_path_factory) -> dict:
     if probe.returncode != 0:
         pytest.skip("the torch environment lacks verl, hydra or vLLM")
     out = tmp_path_factory.mktemp("verl-compose") / "out.json"
-    proc = subprocess.run([python, "-c", COMPOSE, str(KERNELS), str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([python, "-c", COMPOSE, str(KERNELS), str(out), str(tables_file(out.parent))],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -438,11 +491,18 @@ for step in (1, 2):
 
 
 def fake_launch(t, monkeypatch, tmp_path, script):
-    def write_inputs(workdir, torch, rows):
-        paths = {"model": str(tmp_path / "model"), "checkpoints": str(tmp_path / "ckpt"), "run": workdir}
+    def write_inputs(workdir, torch, family, rows):
+        paths = {"model": str(tmp_path / "model"), "checkpoints": str(tmp_path / "ckpt"), "run": workdir,
+                 "init": {"entropy_min": 4.0}}
         return paths
     monkeypatch.setattr(t, "write_inputs", write_inputs)
-    monkeypatch.setattr(t, "command", lambda python, paths, variant, **sizes: [sys.executable, "-c", script])
+    monkeypatch.setattr(t, "command", lambda python, paths, spec, family, **sizes: [sys.executable, "-c", script])
+
+
+def profile_json(**extra) -> str:
+    """A profile as verify sends it to the trainer check: the fsdp variant's spec and the llama family."""
+    trainer = {**SPECS["fsdp"], "families": [LLAMA], "parallel": 1, **extra.pop("trainer", {})}
+    return json.dumps({"key": "h100", "arch": "9.0", "fp8": True, "gpu_count": 1, "trainer": trainer, **extra})
 
 
 def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its_output_after(
@@ -450,9 +510,9 @@ def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its
     t, common = trainer(), load("_common")
     fake_launch(t, monkeypatch, tmp_path, FAKE_TRAINER)
     monkeypatch.setattr(t, "check_import", lambda: (time.sleep(1.0), print("IMPORTED"), ({}, "imports"))[-1])
-    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1}')
+    profile = common.parse_profile(profile_json())
     (name_import, first), (name_trainer, second) = t.checks(profile, torch=None)
-    assert (name_import, name_trainer) == ("verl/trainer/import", "verl/trainer/fsdp/grpo-2-steps")
+    assert (name_import, name_trainer) == ("verl/trainer/import", "verl/trainer/fsdp/llama/grpo-2-steps")
     assert first() == ({}, "imports")
     imported = time.time()
     out = capsys.readouterr().out
@@ -473,8 +533,8 @@ def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its
 def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_removed(monkeypatch, tmp_path):
     t, common = trainer(), load("_common")
     fake_launch(t, monkeypatch, tmp_path, "import time; print('up', flush=True); time.sleep(120)")
-    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1}')
-    check = t.TrainerCheck(None, profile)
+    profile = common.parse_profile(profile_json())
+    check = t.TrainerCheck(None, profile, LLAMA)
     check.launch(hold=True)
     assert check.error is None and check.run.proc.poll() is None and os.path.isdir(check.workdir)
     check.abandon()  # what the script's exit runs (atexit) when the import check ends it before finish()
@@ -484,8 +544,8 @@ def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_remov
 def test_sizes_this_node_cannot_take_fail_the_trainer_check_in_one_line(monkeypatch, tmp_path):
     t, common = trainer(), load("_common")
     fake_launch(t, monkeypatch, tmp_path, "print('never')")
-    profile = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true, "gpu_count": 1, "rollout_tp": 2}')
-    check = t.TrainerCheck(None, profile)
+    profile = common.parse_profile(profile_json(rollout_tp=2))
+    check = t.TrainerCheck(None, profile, LLAMA)
     with pytest.raises(common.Failed) as failed:
         check.finish()
     assert str(failed.value) == "cannot run verl's trainer on this node so: rollout_tp 2 does not divide the 1 GPU(s)"

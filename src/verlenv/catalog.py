@@ -8,11 +8,16 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from verlenv import backends
 from verlenv.errors import UserError
 from verlenv.fsutil import read_text
 
 CATALOG_NAME = "stacks.toml"
-VARIANTS = ("fsdp", "megatron")
+DEFAULT_VARIANT = "fsdp"
+DEFAULT_ACTOR, DEFAULT_ROLLOUT = "fsdp", "vllm"
+# The help of the options every command that works on one env shares (commands.add_env_options, VerifyOptions).
+STACK_HELP = "stack (default: the catalog's default)"
+VARIANT_HELP = f"variant of the stack (default: {DEFAULT_VARIANT}; stacks.toml names them, e.g. megatron)"
 TOOLKIT_SOURCES = ("pypi", "conda")
 # Conda's platform names; linux-64 comes first: the env files' pip lists are rendered from its locks.
 PLATFORMS = ("linux-64", "linux-aarch64")
@@ -51,6 +56,11 @@ class Variant:
     # megatron-core names the locked mbridge/verl use but megatron-core lacks, reviewed as optional paths:
     # "<file in the wheel>: <megatron.core name>" -> why it is not on verl's default path (src/verlenv/mcore_refs.py).
     megatron_api_gaps: dict[str, str] = field(default_factory=dict)
+    # verl's actor and rollout in this env (rows of data/backends.toml): what its checks and trainer run.
+    actor: str = "fsdp"
+    rollout: str = "vllm"
+    # Hydra overrides the trainer check adds for this env, each with why (an env fact, e.g. a bridge it lacks).
+    trainer_overrides: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -114,7 +124,7 @@ class Catalog:
         return self.stacks[name]
 
     def variant(self, stack: str | None, variant: str | None) -> Variant:
-        return self.stack(stack).variant(variant or "fsdp")
+        return self.stack(stack).variant(variant or DEFAULT_VARIANT)
 
     def all_variants(self) -> list[Variant]:
         return [v for s in self.stacks.values() for v in s.variants.values()]
@@ -206,6 +216,16 @@ def _api_gaps(table: dict, where: str, path: Path) -> dict[str, str]:
     return dict(gaps)
 
 
+def _trainer_overrides(table: dict, where: str, path: Path) -> dict[str, str]:
+    overrides = _get(table, "trainer_overrides", dict, where, path, default={})
+    for text, reason in overrides.items():
+        if "=" not in text:
+            raise UserError(f"{path}: {where}.trainer_overrides: {text!r} must be a Hydra override (key=value)")
+        if not isinstance(reason, str) or not reason.strip():
+            raise UserError(f"{path}: {where}.trainer_overrides.{text!r} must be a reason (a non-empty string)")
+    return dict(overrides)
+
+
 def _requirement(text: str, where: str, path: Path) -> Requirement:
     try:
         return Requirement(text)
@@ -245,8 +265,6 @@ def _parse(path: Path, data: dict) -> Catalog:
         if toolkit == "conda" and not stack.toolkit_conda:
             raise UserError(f"{path}: {where}.toolkit is 'conda' but {where}.toolkit_conda.packages is empty")
         for vname in raw_variants:
-            if vname not in VARIANTS:
-                raise UserError(f"{path}: {where}.variants.{vname}: unknown variant; valid: {', '.join(VARIANTS)}")
             stack.variants[vname] = _variant(stack, vname, raw_variants, path, seen=())
         stacks[name] = stack
     if default not in stacks:
@@ -271,6 +289,8 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     not_taken = _reasons(table, where, path)
     api_gaps = _api_gaps(table, where, path)
     platforms = _platforms(table, where, path, default=stack.platforms)
+    actor, rollout = table.get("actor"), table.get("rollout")
+    trainer_overrides = _trainer_overrides(table, where, path)
     if parent := table.get("extends"):
         base = _variant(stack, parent, raw, path, (*seen, name))
         # Its locks are resolved against the base's lock of the same platform.
@@ -282,6 +302,16 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         overrides = list(base.overrides) + overrides
         not_taken = base.not_taken | not_taken
         api_gaps = base.megatron_api_gaps | api_gaps
+        actor, rollout = actor or base.actor, rollout or base.rollout
+        trainer_overrides = base.trainer_overrides | trainer_overrides
+    # verl's own defaults where a variant names neither (its FSDP actor and vLLM rollout).
+    actor, rollout = actor or DEFAULT_ACTOR, rollout or DEFAULT_ROLLOUT
+    table_rows = backends.table()
+    for part, value in (("actor", actor), ("rollout", rollout)):
+        known = table_rows.actors if part == "actor" else table_rows.rollouts
+        if not isinstance(value, str) or value not in known:
+            raise UserError(f"{path}: {where}.{part} is {value!r}; valid: {', '.join(known)} "
+                            f"(rows of {table_rows.path.name})")
     pinned = {canonicalize_name(_requirement(r, f"{where}.requirements", path).name) for r in requirements}
     # The resolver drops what is not taken, so a top-level pin of it would silently vanish.
     if clash := sorted(n for n in not_taken if n in pinned):
@@ -298,4 +328,5 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         source_builds.append(build)
     return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
                    extends=table.get("extends"), platforms=platforms, overrides=tuple(overrides),
-                   not_taken=not_taken, megatron_api_gaps=api_gaps)
+                   not_taken=not_taken, megatron_api_gaps=api_gaps, actor=actor, rollout=rollout,
+                   trainer_overrides=trainer_overrides)

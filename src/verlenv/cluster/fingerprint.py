@@ -19,9 +19,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-# Distributions whose exact files matter: one changed file in them is a different build.
-RECORDED = re.compile(r"^(torch|nvidia-cudnn-cu\d+|nvidia-nccl-cu\d+|flash-attn|transformer-engine(-torch|-cu\d+)?"
-                      r"|apex)$")
+from verlenv import packages as package_table
+
 # Variables verl, vLLM, NCCL and Ray read: a value differing on one node changes how the job runs there.
 ENV_NAMES = ("NCCL_CUMEM_ENABLE", "VLLM_WORKER_MULTIPROC_METHOD", "FLASHINFER_WORKSPACE_BASE",
              "RAY_ENABLE_UV_RUN_RUNTIME_ENV", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "PYTHONPATH",
@@ -32,7 +31,6 @@ ENV_NAMES = ("NCCL_CUMEM_ENABLE", "VLLM_WORKER_MULTIPROC_METHOD", "FLASHINFER_WO
              # Placement: shown beside the other nodes' values, never compared (fact_kinds.py).
              "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "LOCAL_RANK", "RANK", "NODE_RANK")
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "VLLM_", "VERL_", "SLURM")  # SLURM: SLURM_* and SLURMD_NODENAME
-SOURCE_BUILDS = ("flash-attn", "transformer-engine-torch", "apex")
 TORCH_SCRIPT = r"""
 import json, torch
 def call(fn):
@@ -63,12 +61,14 @@ def packages(path: list[str] | None = None) -> dict[str, str]:
     of the running interpreter, or of the distributions under `path`."""
     found: dict[str, list[str]] = {}
     records: dict[str, list[str]] = {}
+    # Distributions whose exact files matter (data/packages.toml `recorded`): one changed file is another build.
+    recorded = package_table.table().recorded()
     for d in metadata.distributions(**({} if path is None else {"path": path})):
         name = d.metadata["Name"]
         if not name:
             continue
         found.setdefault(canon(name), []).append(d.version)
-        if RECORDED.match(canon(name)):
+        if canon(name) in recorded:
             records.setdefault(canon(name), []).append(_sha256(d.read_text("RECORD") or ""))
     out = {f"package:{n}": ", ".join(sorted(v)) for n, v in found.items()}
     out.update({f"record:{n}": ", ".join(sorted(v)) for n, v in records.items()})
@@ -76,10 +76,11 @@ def packages(path: list[str] | None = None) -> dict[str, str]:
     return out
 
 
-def abi_fingerprints(path: list[str] | None = None) -> dict[str, str]:
-    """abi:NAME: the wheel cache folder (`<package>/<fingerprint>/<wheel>`) a source-built wheel was installed from."""
+def abi_fingerprints(source_builds: list[str], path: list[str] | None = None) -> dict[str, str]:
+    """abi:NAME: the wheel cache folder (`<package>/<fingerprint>/<wheel>`) each source-built wheel of the variant
+    (stacks.toml source_builds) was installed from."""
     out = {}
-    for name in SOURCE_BUILDS:
+    for name in map(canon, source_builds):
         found = [d for d in metadata.distributions(**({} if path is None else {"path": path}))
                  if canon(d.metadata["Name"] or "") == name]
         if not found:
@@ -173,7 +174,7 @@ def node_facts() -> dict[str, str | None]:
     return out
 
 
-def compute(gpus: list, environ: dict | None = None) -> dict[str, str | None]:
+def compute(gpus: list, environ: dict | None = None, source_builds: list[str] = ()) -> dict[str, str | None]:
     environ = dict(os.environ) if environ is None else environ
     out: dict[str, str | None] = {"python": platform.python_version(), "python:executable": sys.executable,
                                   "platform": f"{platform.system()} {platform.machine()}"}
@@ -185,7 +186,7 @@ def compute(gpus: list, environ: dict | None = None) -> dict[str, str | None]:
     except (OSError, ValueError):
         out["verlenv-env"] = None
     out.update(packages())
-    out.update(abi_fingerprints())
+    out.update(abi_fingerprints(list(source_builds)))
     out.update(torch_facts())
     out.update(gpu_facts(gpus))
     out.update(env_vars(environ))

@@ -2,11 +2,14 @@
 report: a node x check table, the placement, the fingerprint differences, the cross-node all-reduce, verl's trainer
 across the cluster; JSON with `nodes`."""
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,32 +19,74 @@ from verlenv.cluster.verdict import exit_code, node_problems
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.sources import sha256_file
+from verlenv.verify.options import VerifyOptions
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONNECT_S = 120  # joining the cluster and shipping verlenv to it, beyond the nodes' own time
 ALLREDUCE_S = 420  # allreduce.run's own bound (300 s per step) plus starting its actors
 TRAINER_S = 1800  # cluster/trainer.py's BUDGET_S: verl's trainer (900 s) and three rounds of tasks on every node
 UNREACHABLE = 3  # the driver's exit code when the cluster's address does not answer
+STOP_S = 30  # a stopped driver's time to stop its node tasks and clean up before it is killed
 
 
-def run_driver(python: str, spec: dict, timeout: float) -> dict:
-    """Run the driver in the env's interpreter with only the verlenv package added to its path."""
+def run_driver(python: str, spec: dict, timeout: float, connect_s: float = CONNECT_S) -> dict:
+    """Run the driver in the env's interpreter with only the verlenv package added to its path. It must join the
+    cluster within connect_s (an address where something answers that never lets it in is named, not waited on);
+    a signal to this process (Ctrl-C, SIGTERM) stops the driver, which stops its node tasks, and removes the temp
+    folder here."""
     with tempfile.TemporaryDirectory(prefix="verlenv-ray-") as tmp:
         (Path(tmp) / "verlenv").symlink_to(PACKAGE_DIR)
-        request, out = Path(tmp) / "request.json", Path(tmp) / "cluster.json"
-        request.write_text(json.dumps(spec))
+        request, out, connected = Path(tmp) / "request.json", Path(tmp) / "cluster.json", Path(tmp) / "connected"
+        request.write_text(json.dumps({**spec, "connected": str(connected)}))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        proc = subprocess.Popen([python, "-m", "verlenv.cluster.driver", str(request), str(out)], env=env,
+                                stdout=subprocess.PIPE, stderr=None, text=True, start_new_session=True)
+        address = spec["options"].get("ray") or "auto"
         try:
-            proc = subprocess.run([python, "-m", "verlenv.cluster.driver", str(request), str(out)], env=env,
-                                  stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise UserError(f"--ray: the Ray driver did not finish within {timeout:.0f} s") from None
-        if proc.returncode == UNREACHABLE and proc.stdout.strip():
-            raise UserError(proc.stdout.strip().splitlines()[-1])
+            stdout = _wait(proc, connected, timeout, connect_s, address)
+        except BaseException:
+            _stop(proc)
+            raise
+        if proc.returncode == UNREACHABLE and stdout.strip():
+            raise UserError(stdout.strip().splitlines()[-1])
         if proc.returncode != 0 or not out.exists():
             raise UserError(f"--ray: the Ray driver failed (exit {proc.returncode}) on "
-                            f"{spec['address']!r}; is a Ray cluster of this env running there (`ray status`)?")
+                            f"{address!r}; is a Ray cluster of this env running there (`ray status`)?")
         return json.loads(out.read_text())
+
+
+def _wait(proc: subprocess.Popen, connected: Path, timeout: float, connect_s: float, address: str) -> str:
+    """The driver's output once it exits; UserError when it has not joined the cluster within connect_s (while it
+    still runs) or has not finished within timeout."""
+    start = time.monotonic()
+    while not connected.exists():
+        try:
+            return proc.communicate(timeout=0.5)[0]  # it ended before joining: its exit code says why
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() - start > connect_s:
+            _stop(proc)
+            raise UserError(f"--ray {address}: joined no Ray cluster within {connect_s:.0f} s (something answers "
+                            "there, but not a Ray cluster of this Ray version?)")
+    try:
+        return proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))[0]
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        raise UserError(f"--ray: the Ray driver did not finish within {timeout:.0f} s") from None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The driver and its process group: asked to stop (it stops its node tasks), killed after STOP_S."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def statuses(row: dict) -> dict[str, str]:
@@ -51,44 +96,55 @@ def statuses(row: dict) -> dict[str, str]:
     return {r["name"]: r["status"] for r in row.get("results", [])}
 
 
-def verify_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None, *, address: str,
-                   gpu: str, force: bool, skipped: list[str], only: str | None, timeout: float, node_timeout: float,
-                   allreduce: str, runtime_env: dict, report: Path | None, command: list[str],
-                   skip_cluster_trainer: bool = False, thorough: bool = False, rollout_tp: int = 1,
-                   actor_tp: int = 1) -> int:
-    """Verify every node of the cluster at `address`, then (unless skip_cluster_trainer) run verl's trainer across
-    it; write the JSON report, print the tables, return the exit code. thorough, rollout_tp and actor_tp apply to
-    every node's checks and to the cluster's trainer alike."""
+def verify_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None,
+                   options: VerifyOptions, families: list[dict], runtime_env: dict, report: Path,
+                   command: list[str]) -> int:
+    """Verify every node of the cluster at options.ray, then (unless options.skip_cluster_trainer) run verl's
+    trainer across it; write the JSON report to `report` (checked writable by the caller; the temp folder if it
+    fails after all), print the tables, return the exit code. The node options (thorough, families, TP sizes...)
+    apply to every node's checks and to the cluster's trainer alike."""
     started = datetime.now(timezone.utc)
-    spec = {"address": address, "runtime_env": runtime_env, "catalog": str(cat.root / "stacks.toml"),
-            "stack": variant.stack.name,
-            "variant": variant.name, "lock": str(lock.absolute()) if lock else None, "gpu": gpu,
-            "force": force, "skipped": sorted(skipped), "only": only, "timeout": timeout,
-            "node_timeout": node_timeout, "allreduce": allreduce, "skip_cluster_trainer": skip_cluster_trainer,
-            "thorough": thorough, "rollout_tp": rollout_tp, "actor_tp": actor_tp}
-    path = report or cat.root / "reports" / f"verify-cluster-{variant.key}-{started:%Y%m%dT%H%M%SZ}.json"
-    spec["trainer_log"] = str(path.absolute().with_name(path.stem + ".trainer.log"))
+    spec = {"options": options.to_json(), "runtime_env": runtime_env, "catalog": str(cat.root / "stacks.toml"),
+            "lock": str(lock.absolute()) if lock else None, "families": families,
+            "trainer_log": str(report.absolute().with_name(report.stem + ".trainer.log"))}
+    address = options.ray or "auto"
     print(f"verlenv verify --ray {address}: {variant.key}, driver {python}", file=sys.stderr, flush=True)
-    data = run_driver(python, spec, node_timeout + CONNECT_S + ALLREDUCE_S + (0 if skip_cluster_trainer else TRAINER_S))
+    data = run_driver(python, spec, options.node_timeout + CONNECT_S + ALLREDUCE_S
+                      + (0 if options.skip_cluster_trainer else TRAINER_S))
     data = {"schema_version": 1, "command": command,
             "timestamp": started.isoformat(timespec="seconds"), "stack": variant.stack.name, "variant": variant.name,
-            "mode": "thorough" if thorough else "fast",
+            "mode": options.mode, "options": options.to_json(), "families": [f["name"] for f in families],
             "lock": {"path": str(lock), "sha256": sha256_file(lock)} if lock else None, **data}
     data["exit_code"] = exit_code(data)
     data["result"] = "pass" if data["exit_code"] == 0 else "fail"
     data["wall_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 2)
-    write_atomic(path, json.dumps(data, indent=1) + "\n")
+    written = write_or_fallback(report, json.dumps(data, indent=1) + "\n", "--report", started)
     print_report(data)
-    print(f"report: {path}", file=sys.stderr)
-    return data["exit_code"]
+    print(f"report: {written}", file=sys.stderr)
+    return data["exit_code"] if written == report else 2
+
+
+def write_or_fallback(path: Path, text: str, option: str, started: datetime) -> Path:
+    """Write a report where asked; if that fails after all (disk full, a folder gone), write it to the temp folder
+    and say where: a finished run's results are never lost."""
+    try:
+        write_atomic(path, text)
+        return path
+    except OSError as e:
+        fallback = Path(tempfile.gettempdir()) / f"verlenv-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}-{Path(path).name}"
+        write_atomic(fallback, text)
+        print(f"verlenv verify: {option} {path}: cannot write it ({e.strerror}); the report is at {fallback}",
+              file=sys.stderr)
+        return fallback
 
 
 def doctor_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path, *, address: str,
                    probes: list[str] | None, node_timeout: float) -> dict:
     """The doctor's probes on every node of the cluster at `address`, and the fingerprint differences."""
-    spec = {"what": "doctor", "address": address, "catalog": str(cat.root / "stacks.toml"),
-            "stack": variant.stack.name, "variant": variant.name, "lock": str(lock.absolute()), "probes": probes,
-            "node_timeout": node_timeout, "allreduce": "off"}
+    options = VerifyOptions(stack=variant.stack.name, variant=variant.name, ray=address, node_timeout=node_timeout,
+                            allreduce="off")
+    spec = {"what": "doctor", "options": options.to_json(), "catalog": str(cat.root / "stacks.toml"),
+            "lock": str(lock.absolute()), "probes": probes}
     data = run_driver(python, spec, node_timeout + CONNECT_S)
     data["exit_code"] = exit_code(data)
     return data

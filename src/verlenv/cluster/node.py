@@ -7,60 +7,60 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlenv import catalog, gpus
 from verlenv.cluster import fingerprint
 from verlenv.errors import UserError
 from verlenv.verify import runner
+from verlenv.verify.options import VerifyOptions
 
 
 @dataclass
 class Request:
-    """What every node checks against: the driver's catalog and lock, shipped to nodes that have neither."""
+    """What every node checks against: the driver's catalog and lock, shipped to nodes that have neither, the run's
+    options (VerifyOptions.to_json of its node part) and the family rows verl's trainer check trains."""
 
     catalog: catalog.Catalog
-    stack: str | None
-    variant: str
+    options: dict
     lock_name: str | None
     lock_text: str | None
-    gpu: str = "auto"
-    force: bool = False
-    skipped: frozenset[str] = frozenset()
-    only: str | None = None
-    timeout: float = 150.0
+    families: list[dict] = field(default_factory=list)
     probes: list[str] | None = None  # doctor: only these probes
-    thorough: bool = False  # verify's --thorough, --rollout-tp, --actor-tp: as on one node
-    rollout_tp: int = 1
-    actor_tp: int = 1
+
+    @property
+    def verify_options(self) -> VerifyOptions:
+        return VerifyOptions.from_json(self.options)
 
 
 def check(request: Request) -> dict:
     """Verify the env this worker runs in (its own interpreter) on this node; never raises for a failed check."""
     start = time.monotonic()
     visible = gpus.gpu_details()
+    options = request.verify_options
     node = {"hostname": socket.gethostname(), "ip": _ip(), "pid": os.getpid(), "python": sys.executable,
             "platform": platform.platform(), "gpus": [g.name for g in visible]}
-    variant = request.catalog.variant(request.stack, request.variant)
+    variant = request.catalog.variant(options.stack, options.variant)
+    builds = [b.name for b in variant.source_builds]
     # A node without GPUs (often the head) gets the static checks, as `--gpu auto` would give it, unless forced.
-    requested = request.gpu if visible or request.force else "auto"
+    requested = options.gpu if visible or options.force else "auto"
     try:
-        profile = gpus.select_profile(requested, visible, request.force)
+        profile = gpus.select_profile(requested, visible, options.force)
     except UserError as e:
-        return {"node": node, "error": str(e), "fingerprint": fingerprint.compute(visible), "results": [],
-                "seconds": round(time.monotonic() - start, 2)}
+        return {"node": node, "error": str(e), "fingerprint": fingerprint.compute(visible, source_builds=builds),
+                "results": [], "seconds": round(time.monotonic() - start, 2)}
     # The fingerprint mostly waits on torch importing in its own process: it runs beside the checks.
     with tempfile.TemporaryDirectory(prefix="verlenv-cluster-") as tmp, ThreadPoolExecutor(max_workers=1) as pool:
-        facts = pool.submit(_timed, fingerprint.compute, visible)
+        facts = pool.submit(_timed, fingerprint.compute, visible, None, builds)
         lock = None
         if request.lock_text is not None:
             lock = Path(tmp) / (request.lock_name or "lock.txt")
             lock.write_text(request.lock_text)
-        settings = runner.Settings(python=sys.executable, catalog=request.catalog, variant=variant, profile=profile,
-                                   gpus=visible, lock=lock, no_lock=request.lock_text is None,
-                                   skipped=request.skipped, only=request.only, timeout=request.timeout,
-                                   thorough=request.thorough, rollout_tp=request.rollout_tp, actor_tp=request.actor_tp)
+        settings = runner.Settings.from_options(options.replace(no_lock=request.lock_text is None),
+                                                python=sys.executable, cat=request.catalog, variant=variant,
+                                                profile=profile, visible=visible, lock=lock,
+                                                families_rows=request.families)
         run = runner.verify(settings)
         fp, fp_seconds = facts.result()
     return {"node": node, "profile": profile.key if profile else None, "driver": run.driver, "fingerprint": fp,
@@ -88,7 +88,10 @@ def doctor(request: Request) -> dict:
             lock = Path(tmp) / (request.lock_name or "lock.txt")
             lock.write_text(request.lock_text)
         results = probes.run_all(facts.gather(sys.executable), lock=lock, only=request.probes)
-    return {"node": node, "fingerprint": fingerprint.compute(visible), "probes": [r.to_dict() for r in results],
+    options = request.verify_options
+    builds = [b.name for b in request.catalog.variant(options.stack, options.variant).source_builds]
+    return {"node": node, "fingerprint": fingerprint.compute(visible, source_builds=builds),
+            "probes": [r.to_dict() for r in results],
             "seconds": round(time.monotonic() - start, 2)}
 
 

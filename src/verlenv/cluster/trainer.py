@@ -24,6 +24,7 @@ import tempfile
 import time
 import uuid
 
+from verlenv import backends
 from verlenv.verify.kernels import _phases
 
 TIMEOUT_S = 900  # verl's start-up over several nodes (Ray workers, FSDP, one vLLM engine per GPU) plus 2 steps
@@ -36,11 +37,12 @@ LOG_TAIL = 80  # lines of the trainer's output kept in the report when it fails
 
 
 def check_module():
-    """kernels/check_verl_trainer.py as a module: it imports its siblings `_common` and `_phases` by those names (it
-    runs as a script in verify), so those names are given the packaged modules first."""
-    from verlenv.verify.kernels import _common
+    """kernels/check_verl_trainer.py as a module: it imports its siblings `_common`, `_models` and `_phases` by those
+    names (it runs as a script in verify), so those names are given the packaged modules first."""
+    from verlenv.verify.kernels import _common, _models
 
     sys.modules.setdefault("_common", _common)
+    sys.modules.setdefault("_models", _models)
     sys.modules.setdefault("_phases", _phases)
     return importlib.import_module("verlenv.verify.kernels.check_verl_trainer")
 
@@ -75,12 +77,20 @@ def _hydra_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def command(python: str, paths: dict, variant: str, nnodes: int, n_gpus_per_node: int, env: dict[str, str],
-            **proof) -> list[str]:
-    """The check's own command for nnodes x n_gpus_per_node (proof: its thorough, rollout_tp, actor_tp), plus the
-    workers' variables in verl's runtime_env (`ray_kwargs.ray_init.runtime_env`, merged by verl on top of its
-    defaults)."""
-    return [*check_module().command(python, paths, variant, nnodes=nnodes, n_gpus_per_node=n_gpus_per_node, **proof),
+def trainer_spec(variant) -> dict:
+    """What the check's trainer runs in this variant: its actor's and rollout's rows and the env's overrides."""
+    rows = backends.table()
+    return {"actor": rows.actor(variant.actor).row(), "rollout": rows.rollout(variant.rollout).row(),
+            "overrides": dict(variant.trainer_overrides)}
+
+
+def command(python: str, paths: dict, spec: dict, family: dict, nnodes: int, n_gpus_per_node: int,
+            env: dict[str, str], **proof) -> list[str]:
+    """The check's own command for one family on nnodes x n_gpus_per_node (spec: trainer_spec(); proof: its
+    thorough, rollout_tp, actor_tp), plus the workers' variables in verl's runtime_env
+    (`ray_kwargs.ray_init.runtime_env`, merged by verl on top of its defaults)."""
+    return [*check_module().command(python, paths, spec, family, nnodes=nnodes, n_gpus_per_node=n_gpus_per_node,
+                                    **proof),
             *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_hydra_string(v)}" for k, v in sorted(env.items()))]
 
 
@@ -99,18 +109,18 @@ def tree_digest(root: str) -> str:
     return h.hexdigest()
 
 
-def write_inputs_here(base: str, gpus: int) -> dict:
-    """Write the check's inputs for `gpus` GPUs in all to `base` on this node, unless a node sharing this filesystem
-    (another raylet of the same host) did: into a temp sibling, then one rename. Returns their layout (paths
-    relative to base) and digest."""
+def write_inputs_here(base: str, gpus: int, family: dict) -> dict:
+    """Write the check's inputs of one family for `gpus` GPUs in all to `base` on this node, unless a node sharing
+    this filesystem (another raylet of the same host) did: into a temp sibling, then one rename. Returns their layout
+    (paths relative to base) and digest."""
     import torch
 
     check = check_module()
     os.makedirs(os.path.dirname(base), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(base)}.", dir=os.path.dirname(base))
     try:
-        written = check.write_inputs(tmp, torch, check.rows_needed(gpus))
-        layout = {k: os.path.relpath(v, tmp) for k, v in written.items()}
+        written = check.write_inputs(tmp, torch, family, check.rows_needed(gpus))
+        layout = {k: os.path.relpath(v, tmp) for k, v in written.items() if isinstance(v, str)}
         try:
             os.rename(tmp, base)
         except OSError:
@@ -174,9 +184,10 @@ def _error(e: Exception) -> str:
     return f"{type(e).__name__}: {(lines[-1] if lines else '')[:300]}"
 
 
-def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str], spec: dict,
+def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str], spec: dict, options, variant,
         progress=lambda line: None) -> dict:
-    """verl's trainer across the GPU nodes of a cluster whose every node passed: the report's `trainer` section."""
+    """verl's trainer across the GPU nodes of a cluster whose every node passed, for the run's first family (the
+    nodes' own checks train every family): the report's `trainer` section."""
     gpus = trainer_nodes(answered, nodes)
     if not gpus:
         return {"status": "skipped", "reason": "no GPU node in the cluster: verl's trainer needs GPUs"}
@@ -185,10 +196,11 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
     start = time.monotonic()
     base = os.path.join(tempfile.gettempdir(), f"verlenv-cluster-trainer-{uuid.uuid4().hex[:12]}")
     everywhere = sorted(answered)  # verl's TaskRunner and reward workers may land on any node, CPU-only ones too
+    family = spec["families"][0]
     out = {"nnodes": len(gpus), "n_gpus_per_node": next(iter(gpus.values())), "nodes": sorted(names[i] for i in gpus),
-           "inputs": base}
+           "inputs": base, "family": family["name"]}
     try:
-        out.update(_stage_and_train(base, spec, gpus, everywhere, names, progress))
+        out.update(_stage_and_train(base, spec, options, variant, family, gpus, everywhere, names, progress))
     except Exception as e:  # the job broke (a node lost mid-way, an error of Ray's): the nodes' report still stands
         out.update(status="fail", problems=[f"the cluster job broke: {_error(e)}"])
     finally:
@@ -198,9 +210,10 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
     return out
 
 
-def _stage_and_train(base: str, spec: dict, gpus: dict, everywhere: list[str], names: dict[str, str], progress) -> dict:
-    progress(f"verl's trainer: writing its inputs to {base} on {len(everywhere)} node(s)")
-    written = on_each(write_inputs_here, everywhere, base, len(gpus) * next(iter(gpus.values())))
+def _stage_and_train(base: str, spec: dict, options, variant, family: dict, gpus: dict, everywhere: list[str],
+                     names: dict[str, str], progress) -> dict:
+    progress(f"verl's trainer: writing its inputs ({family['name']}) to {base} on {len(everywhere)} node(s)")
+    written = on_each(write_inputs_here, everywhere, base, len(gpus) * next(iter(gpus.values())), family)
     bad = {names[i]: _error(r) for i, r in written.items() if isinstance(r, Exception)}
     digests = {names[i]: r["digest"] for i, r in written.items() if not isinstance(r, Exception)}
     if bad or len(set(digests.values())) != 1:
@@ -209,20 +222,23 @@ def _stage_and_train(base: str, spec: dict, gpus: dict, everywhere: list[str], n
         return {"status": "fail", "input_digests": digests, "problems": [why]}
     layout = next(iter(written.values()))["layout"]
     paths = {k: os.path.join(base, v) for k, v in layout.items()}
-    return {"input_digests": digests, **_train(paths, layout, base, spec, gpus, everywhere, names, progress)}
+    return {"input_digests": digests,
+            **_train(paths, layout, base, spec, options, variant, family, gpus, everywhere, names, progress)}
 
 
-def _train(paths: dict, layout: dict, base: str, spec: dict, gpus: dict, everywhere: list[str],
-           names: dict[str, str], progress) -> dict:
+def _train(paths: dict, layout: dict, base: str, spec: dict, options, variant, family: dict, gpus: dict,
+           everywhere: list[str], names: dict[str, str], progress) -> dict:
     import ray
 
     check = check_module()
     env = worker_env((spec.get("runtime_env") or {}).get("env_vars"))
-    proof = {k: spec[k] for k in ("thorough", "rollout_tp", "actor_tp") if k in spec}
-    cmd = command(sys.executable, paths, spec["variant"], len(gpus), next(iter(gpus.values())), env, **proof)
+    proof = {"thorough": options.thorough, "rollout_tp": options.rollout_tp, "actor_tp": options.actor_tp}
+    trainer = trainer_spec(variant)
+    cmd = command(sys.executable, paths, trainer, family, len(gpus), next(iter(gpus.values())), env, **proof)
     log = spec["trainer_log"]
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
-    address = spec["address"] if spec["address"].startswith("ray://") else ray.get_runtime_context().gcs_address
+    given = options.ray or "auto"
+    address = given if given.startswith("ray://") else ray.get_runtime_context().gcs_address
     progress(f"verl's trainer: {len(gpus)} node(s) x {next(iter(gpus.values()))} GPU(s) on {address}; log {log}")
     # A fresh, empty working folder on this machine: it is on the trainer's sys.path, so nothing there may shadow.
     with tempfile.TemporaryDirectory(prefix="verlenv-trainer-run-") as cwd, open(log, "w") as sink:
@@ -230,7 +246,8 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, gpus: dict, everywh
         # replaced by the same lines with their arrivals (the check's timed log, which its phase reader reads).
         # RAY_ADDRESS: verl's ray.init() joins this cluster instead of starting one.
         with contextlib.redirect_stdout(sink):
-            lines, code, walls = check.run_trainer(cmd, cwd, timeout=TIMEOUT_S, ray_address=address)
+            lines, code, walls = check.run_trainer(cmd, cwd, timeout=TIMEOUT_S, ray_address=address,
+                                                   log_env=trainer["rollout"].get("log_env"))
     _phases.write_timed_log(log, lines, walls["launch_wall"])
     texts = [line.text for line in lines]
     found = {i: r for i, r in on_each(weights_here, everywhere, base, layout).items()
@@ -248,7 +265,7 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, gpus: dict, everywh
     # Where the time went, read by the check's own phase reader: verl's start-up markers, the rollout server's
     # parts, each step's timing_s/* parts, the total.
     phases = _phases.phases(lines, walls["launch_wall"], walls["wall_s"] if code is not None else None, steps,
-                            wall_s=walls["wall_s"])
+                            wall_s=walls["wall_s"], rollout=trainer["rollout"])
     return {"status": "fail" if problems else "pass", "command": cmd, "exit_code": code,
             "metrics": metrics, "problems": problems, "phases": {**phases, "first_metrics_s": walls["first_metrics_s"]},
             "checkpoint_node": next((names[i] for i, r in found.items() if r is weights), None), "log": log,

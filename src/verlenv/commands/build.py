@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from verlenv import build, catalog, gpus, recipes, toolchain, validate
-from verlenv.commands import positive_int
+from verlenv.commands import add_env_options, positive_int
 from verlenv.fsutil import write_atomic
 from verlenv.install import default_python
 
@@ -14,9 +14,7 @@ from verlenv.install import default_python
 def register(sub) -> None:
     p = sub.add_parser("build", help="compile flash-attn / apex / transformer-engine-torch against the env's torch")
     p.add_argument("packages", nargs="*", help="packages to build (default: every source build of the variant)")
-    p.add_argument("--stack", help="stack (default: the catalog's default)")
-    p.add_argument("--variant", default="fsdp", help="fsdp or megatron")
-    p.add_argument("--python", help="interpreter of the env to build for (default: active env or .venv-<stack>-<variant>)")
+    add_env_options(p, "interpreter of the env to build for (default: active env or .venv-<stack>-<variant>)")
     p.add_argument("--gpu", action="append", help="target GPU: a100, h100, h200 or auto (repeat for a union)")
     p.add_argument("--archs", help="explicit archs, e.g. '8.0;9.0' (overrides --gpu)")
     p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from verlenv.doctor import facts as facts_mod
 from verlenv.doctor import logs, matcher, probes
+from verlenv.commands import add_env_options
+from verlenv.catalog import VARIANT_HELP
 from verlenv.errors import UserError
 
 
@@ -21,9 +23,9 @@ def register(sub) -> None:
     )
     p.add_argument("log", nargs="?", metavar="LOG",
                    help="log file (plain or gzipped), a directory of logs (read recursively), or - for stdin")
-    p.add_argument("--python", help="interpreter of the environment to probe (default: this one)")
-    p.add_argument("--stack", help="stack whose driver and lock apply (default: the catalog's default)")
-    p.add_argument("--variant", help="variant whose lock to compare with (fsdp or megatron)")
+    add_env_options(p, "interpreter of the environment to probe (default: this one)",
+                    stack_help="stack whose driver and lock apply (default: the catalog's default)",
+                    variant_help="variant whose lock to compare with (" + VARIANT_HELP + ")")
     p.add_argument("--lock", type=Path, help="lock file (uv pip compile format) to compare installed versions with")
     p.add_argument("--only", metavar="PROBE[,PROBE]", help=f"run only these probes ({', '.join(probes.PROBES)})")
     p.add_argument("--json", action="store_true", help="print JSON for tools")

@@ -7,16 +7,17 @@ import sys
 from pathlib import Path
 
 from verlenv import catalog, install, pins, runtime_env
+from verlenv.catalog import VARIANT_HELP
+from verlenv.commands import add_env_options
 from verlenv.errors import UserError
 
 
 def register(sub) -> None:
     p = sub.add_parser("install", help="install a locked variant into a venv or the active conda env, then check drift")
-    p.add_argument("--stack", help="stack (default: the catalog's default)")
-    p.add_argument("--variant", help="fsdp (default) or megatron; with --bundle, the bundle's variant (needed when it holds several)")
+    add_env_options(p, "interpreter for a new venv (default: the stack's Python found on this machine)",
+                    variant_help=VARIANT_HELP + "; with --bundle, the bundle's variant (needed when it holds several)")
     p.add_argument("--prefix", type=Path, help="venv to create or update (default: .venv-<stack>-<variant>)")
     p.add_argument("--conda", action="store_true", help="install into the active conda env instead of a venv")
-    p.add_argument("--python", help="interpreter for a new venv (default: the stack's Python found on this machine)")
     p.add_argument("--installer", choices=("uv", "pip"), default="uv", help="uv (default) or plain pip, on the same lock")
     p.add_argument("--bundle", type=Path, metavar="DIR",
                    help="install offline from a `verlenv bundle` folder (or its parts); with --python alone, into that interpreter's env")

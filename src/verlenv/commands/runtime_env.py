@@ -5,15 +5,16 @@ import argparse
 import sys
 
 from verlenv import catalog, runtime_env
+from verlenv.commands import add_env_options
 from verlenv.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verlenv.commands.runtime_env", description=__doc__)
-    parser.add_argument("--python", required=True, help="the env's interpreter")
-    parser.add_argument("--stack", help="stack (default: the catalog's default)")
-    parser.add_argument("--variant", default="fsdp", help="fsdp or megatron")
+    add_env_options(parser, "the env's interpreter")
     args = parser.parse_args(argv)
+    if not args.python:
+        parser.error("--python is required: the env's interpreter")
     try:
         cat = catalog.load()
         path = runtime_env.apply(args.python, cat.path, cat.variant(args.stack, args.variant))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from verlenv import packages
 from verlenv.fsutil import write_atomic
 from verlenv.verify.results import KINDS, STATUSES, totals
 
@@ -18,10 +19,6 @@ MODES = {"fast": "the fast proof: vLLM eager, checks side by side",
          "thorough": "verl's and vLLM's defaults (CUDA graphs, torch.compile), one check at a time"}
 # The numbers a check reports about where its time went (verl's trainer check: kernels/_phases.py).
 PHASE_PREFIX = "phase/"
-# Installed versions the report names; CUDA-major-suffixed distributions are matched by pattern.
-VERSIONS = ("torch", "triton", "numpy", "flash-attn", "apex", "transformer-engine", "transformer-engine-torch",
-            "megatron-core", "vllm", "verl")
-VERSION_PATTERNS = re.compile(r"^(nvidia-cudnn-cu\d+|nvidia-nccl-cu\d+|transformer-engine-cu\d+)$")
 
 _STRING_OR_NULL = {"type": ["string", "null"]}
 SCHEMA = {
@@ -49,9 +46,8 @@ SCHEMA = {
         "env": {"type": "object", "required": ["python", "python_version", "prefix"],
                 "properties": {"python": {"type": "string"}, "python_version": {"type": "string"},
                                "prefix": {"type": "string"}}},
-        "versions": {"type": "object", "additionalProperties": _STRING_OR_NULL,
-                     "required": ["torch", "triton", "numpy", "flash-attn", "apex", "transformer-engine",
-                                  "megatron-core", "vllm", "verl"]},
+        # Installed versions of what data/packages.toml names (the distributions of its packages and `report`).
+        "versions": {"type": "object", "additionalProperties": _STRING_OR_NULL, "required": ["torch"]},
         "stack": {"type": "string"},
         "variant": {"type": "string"},
         "profile": {"oneOf": [{"type": "null"}, {
@@ -92,9 +88,7 @@ def memory_gib() -> float | None:
 
 def versions(facts) -> dict[str, str | None]:
     installed = {canonicalize_name(d.name): d.version for d in facts.distributions}
-    out = {name: installed.get(name) for name in VERSIONS}
-    out.update({name: v for name, v in sorted(installed.items()) if VERSION_PATTERNS.match(name)})
-    return out
+    return packages.table().report_names(installed)
 
 
 def build(run, command: list[str], started: datetime, launcher: str = "verlenv") -> dict:

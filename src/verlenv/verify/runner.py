@@ -1,9 +1,11 @@
 """Run a verification: the static checks and each kernel check script in its own process.
 
 The fast proof (the default) runs the static checks beside the kernel checks, and verl's trainer from the start
-beside the other scripts (which run one at a time, in ORDER); thorough runs everything one after the other.
-Results are reported in the same order either way: static first, then the scripts in ORDER."""
+beside the other scripts (which run one at a time, in the packages table's order: data/packages.toml); thorough
+runs everything one after the other. Results are reported in the same order either way: static first, then the
+scripts in that order."""
 
+import contextlib
 import json
 import os
 import re
@@ -18,36 +20,22 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, gpus
+from verlenv import backends, catalog, families, gpus, packages
 from verlenv.doctor import facts as facts_mod
+from verlenv.errors import UserError
 from verlenv.verify import static
+from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import STATUSES, SKIPPED_BY_REQUEST, CheckResult
 from verlenv.verify.static import Scope
 
 KERNELS_DIR = Path(__file__).with_name("kernels")
-# What each variant cannot work without: a failure here fails the run.
-REQUIRED = {
-    "fsdp": ("torch", "triton", "flash-attn", "vllm", "verl", "nccl"),
-    "megatron": ("torch", "triton", "flash-attn", "vllm", "verl", "nccl", "apex", "transformer-engine", "megatron-core"),
-}
-# Scripts run cheapest and most fundamental first: when torch is broken, the rest explains less.
-ORDER = ("torch", "triton", "flash-attn", "apex", "transformer-engine", "megatron-core", "vllm", "nccl", "verl")
 LOG_TAIL = 60  # lines of a failed script's (or failed check's) output kept in the report
 # Scripts are check_<what>.py, never <package>.py: a script named like a package shadows it on a child's path.
 SCRIPT_PREFIX = "check_"
-# What a script checks when it is not the package its name says (several scripts may check one package).
-SCRIPT_PACKAGE = {"verl_trainer": "verl"}
-# Scripts that need longer than --timeout: verl's trainer starts Ray, vLLM and FSDP workers (~5 min cold).
-SCRIPT_TIMEOUT = {"verl_trainer": 600.0,
-                  # A fresh node's first vLLM engine took 80-93 s alone (committed H100 reports); beside the trainer
-                  # it shares the CPUs: a hang guard, not a speed floor.
-                  "vllm": 300.0}
-# Scripts the fast proof starts first, in this order, each in a lane of its own beside the others: verl's trainer
-# is mostly start-up (processes, imports, Ray, vLLM) that waits on CPU and disk, not on the GPU, and so is vLLM's
-# own check (the committed H100 reports: 102-110 s, an 80-93 s engine start of it), which one at a time after the
-# other scripts (~68 s) would make the second lane longer than the trainer's. Scripts that judge a throughput are
-# told what runs beside them (their profile's `beside`).
-BESIDE = ("verl_trainer", "vllm")
+TRAINER_SCRIPT = "verl_trainer"
+# GPU memory each of several trainers side by side takes at most in the fast proof (actor, rollout weights, its
+# fixed KV cache, CUDA contexts of its processes): how many families run at once on one GPU.
+TRAINER_GIB = 16
 # The line _common.Report prints after each check: what a check printed before it is that check's output.
 RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
 
@@ -71,6 +59,22 @@ class Settings:
     thorough: bool = False
     rollout_tp: int = 1
     actor_tp: int = 1
+    # The model families verl's trainer check trains (data/families.toml rows, or shrunk config.json files).
+    families: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_options(cls, o: VerifyOptions, *, python: str, cat: catalog.Catalog, variant: catalog.Variant,
+                     profile: gpus.GpuProfile | None, visible: list[gpus.Gpu], lock: Path | None,
+                     families_rows: list[dict] | None = None, kernels_dir: Path | None = None) -> "Settings":
+        """A run's settings from its options, with what was resolved from them (the env, its variant and lock, the
+        GPU profile, the family rows)."""
+        return cls(python=python, catalog=cat, variant=variant, profile=profile, gpus=visible,
+                   lock=None if o.no_lock else lock, no_lock=o.no_lock,
+                   skipped=frozenset(canonicalize_name(n) for n in o.skip_package),
+                   only=canonicalize_name(o.only) if o.only else None, kernels_dir=kernels_dir or KERNELS_DIR,
+                   timeout=o.timeout, forced=o.force, thorough=o.thorough, rollout_tp=o.rollout_tp,
+                   actor_tp=o.actor_tp,
+                   families=families_rows if families_rows is not None else family_rows(o))
 
     @property
     def mode(self) -> str:
@@ -81,8 +85,34 @@ class Settings:
         return self.variant.stack
 
     @property
+    def required(self) -> frozenset[str]:
+        return packages.table().required(self.variant.actor, self.variant.rollout)
+
+    @property
     def scope(self) -> Scope:
-        return Scope(frozenset(REQUIRED[self.variant.name]), self.skipped, self.only)
+        return Scope(self.required, self.skipped, self.only)
+
+    def trainer(self) -> dict:
+        """What verl's trainer check runs: the variant's actor and rollout rows, the env's overrides, the families
+        and how many at once (the fast proof: as many as the GPU's memory holds)."""
+        rows = backends.table()
+        memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
+        parallel = 1 if self.thorough else max(1, min(len(self.families), int(memory // TRAINER_GIB)))
+        return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
+                "overrides": dict(self.variant.trainer_overrides), "families": self.families, "parallel": parallel}
+
+
+def family_rows(o: VerifyOptions) -> list[dict]:
+    """The families a run trains, as rows: --family (or the defaults of the mode), and each --model-config shrunk;
+    the table's defaults only when neither was given."""
+    table = families.table()
+    chosen = table.select(list(o.family), o.thorough) if o.family or not o.model_config else []
+    shrunk = [families.shrink(Path(path), table) for path in o.model_config]
+    names = [f.name for f in chosen + shrunk]
+    if len(set(names)) != len(names):
+        raise UserError(f"--family/--model-config: two families named {sorted(n for n in names if names.count(n) > 1)[0]}"
+                        "; each family is trained once")
+    return table.rows(chosen + shrunk)
 
 
 @dataclass
@@ -103,8 +133,7 @@ def script_key(script: Path) -> str:
 
 
 def package_of(script: Path) -> str:
-    key = script_key(script)
-    return canonicalize_name(SCRIPT_PACKAGE.get(key, key))
+    return packages.table().script(script_key(script)).package
 
 
 def label_of(script: Path) -> str:
@@ -113,19 +142,23 @@ def label_of(script: Path) -> str:
     return package if canonicalize_name(key) == package else f"{package}/{key}"
 
 
-def timeout_for(script: Path, timeout: float) -> float:
-    return max(timeout, SCRIPT_TIMEOUT.get(script_key(script), 0.0))
+def timeout_for(script: Path, timeout: float, rounds: int = 1) -> float:
+    """A script's time limit: --timeout, or its row's floor, once per round (verl's trainer runs its families in
+    rounds of trainers side by side)."""
+    return max(timeout, packages.table().script(script_key(script)).timeout_s * max(1, rounds))
 
 
 def scripts(kernels_dir: Path) -> list[Path]:
-    """Kernel check scripts (check_*.py; `_` files are their helpers), in ORDER."""
+    """Kernel check scripts (check_*.py; `_` files are their helpers), in the packages table's order (each
+    package's checks in their order; a script no package names last)."""
+    table = packages.table()
+    rank = {key: i for i, key in enumerate(key for p in table.packages.values() for key in p.checks)}
     found = [p for p in Path(kernels_dir).glob(f"{SCRIPT_PREFIX}*.py")]
-    rank = {name: i for i, name in enumerate(ORDER)}
-    return sorted(found, key=lambda p: (rank.get(package_of(p), len(ORDER)), p.name))
+    return sorted(found, key=lambda p: (rank.get(script_key(p), len(rank)), p.name))
 
 
 def known_packages(kernels_dir: Path) -> list[str]:
-    return sorted(set(static.PACKAGES) | {package_of(s) for s in scripts(kernels_dir)})
+    return sorted(set(packages.table().packages) | {package_of(s) for s in scripts(kernels_dir)})
 
 
 def _quiet(_line: str) -> None:
@@ -179,8 +212,9 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     pins = _pins(s)
     if whole_env:
         results.append(_lock_result(s, installed, pins))
-    protected = [n for n, pkg in static.PROTECTED.items() if scope.wants(pkg) and (n in installed or n in pins)]
-    object_dists = [d for p in static.PACKAGES.values() if scope.wants(p.name) for d, _ in p.objects]
+    intact = packages.table().intact()
+    protected = [n for n, pkg in intact.items() if scope.wants(pkg) and (n in installed or n in pins)]
+    object_dists = [d for p in packages.table().packages.values() if scope.wants(p.name) for d, _ in p.objects]
     probe = static.probe_files(s.python, protected, object_dists)
     results += _protected_results(protected, probe, pins, scope)
     if whole_env and pins:
@@ -204,7 +238,8 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
 
 
 def _protected_results(protected: list[str], probe: dict, pins: dict, scope: Scope) -> list[CheckResult]:
-    return [static.check_protected(name, static.PROTECTED[name], probe["intact"].get(name),
+    intact = packages.table().intact()
+    return [static.check_protected(name, intact[name], probe["intact"].get(name),
                                    pins[name].version if name in pins else None, scope) for name in protected]
 
 
@@ -213,7 +248,7 @@ def lock_drift(python: str, cat: catalog.Catalog, variant: catalog.Variant, lock
     s = Settings(python=python, catalog=cat, variant=variant, profile=None, gpus=[], lock=lock)
     installed = installed_versions(facts_mod.gather(python))
     pins = _pins(s)
-    protected = [n for n in static.PROTECTED if n in installed or n in pins]
+    protected = [n for n in packages.table().intact() if n in installed or n in pins]
     probe = static.probe_files(python, protected, [])
     return [_lock_result(s, installed, pins), *_protected_results(protected, probe, pins, s.scope)]
 
@@ -236,7 +271,7 @@ def _lock_result(s: Settings, installed: dict, pins: dict) -> CheckResult:
 
 
 def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[CheckResult]:
-    """Every kernel script's results, in ORDER. The fast proof starts the BESIDE scripts first, each in a thread
+    """Every kernel script's results, in the table's order. The fast proof starts the laned scripts first, each in a thread
     of its own, and runs the others one at a time meanwhile; thorough runs all one at a time."""
     scope = s.scope
     found: dict[Path, list[CheckResult]] = {}
@@ -256,7 +291,7 @@ def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[C
             found[script] = []
             runnable.append(script)
     keyed = {script_key(p): p for p in runnable}
-    lanes = [] if s.thorough else [keyed[key] for key in BESIDE if key in keyed]  # started in BESIDE's order
+    lanes = [] if s.thorough else [keyed[key] for key in packages.table().lanes() if key in keyed]
     with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:
         running = {}
         for script in lanes:
@@ -273,13 +308,26 @@ def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[C
 def script_profile(s: Settings, beside: list[str]) -> dict:
     """What a script receives as --profile: the GPU profile, the env's variant, the mode and sizes, and which
     scripts run beside it."""
-    return {**s.profile.for_checks(len(s.gpus)), "variant": s.variant.name, "thorough": s.thorough,
-            "rollout_tp": s.rollout_tp, "actor_tp": s.actor_tp, "beside": beside}
+    out = {**s.profile.for_checks(len(s.gpus)), "variant": s.variant.name, "thorough": s.thorough,
+           "rollout_tp": s.rollout_tp, "actor_tp": s.actor_tp, "beside": beside}
+    if s.families:
+        out["trainer"] = s.trainer()
+    return out
+
+
+def trainer_rounds(s: Settings) -> int:
+    """How many times over verl's trainer check may take its time limit: one round per group of families run at
+    once."""
+    if not s.families:
+        return 1
+    parallel = s.trainer()["parallel"]
+    return -(-len(s.families) // parallel)
 
 
 def _run_one(s: Settings, script: Path, beside: list[str], progress) -> list[CheckResult]:
     start = time.monotonic()
-    results = run_script(s.python, script, script_profile(s, beside), timeout_for(script, s.timeout), s.scope)
+    rounds = trainer_rounds(s) if script_key(script) == TRAINER_SCRIPT else 1
+    results = run_script(s.python, script, script_profile(s, beside), timeout_for(script, s.timeout, rounds), s.scope)
     failed = sum(r.status == "fail" for r in results)
     alongside = f" (beside {', '.join(beside)})" if beside else ""
     progress(f"kernel checks: {script.name}: {len(results)} results, {failed} failed, "
@@ -302,7 +350,11 @@ def run_script(python: str, script: Path, profile: dict, timeout: float, scope: 
         timed_out = False
         try:
             log, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException as e:  # a stop (Ctrl-C, a cancelled node task) takes the script's group with it
+            if not isinstance(e, subprocess.TimeoutExpired):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                raise
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)  # the script's own group: its workers go with it
             try:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from verlenv import cubins, runtime_env
+from verlenv import cubins, packages, runtime_env
+from verlenv.packages import Package
 from verlenv.doctor import symbols
 from verlenv.errors import UserError
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
@@ -23,40 +24,6 @@ from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
 CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 ENVPROBE = Path(__file__).with_name("envprobe.py")
 SHOWN = 5  # names listed in a reason; numbers hold the full lists
-
-
-@dataclass(frozen=True)
-class Package:
-    """A package as checks name it: its distributions (any one = installed) and its compiled objects."""
-
-    name: str
-    dists: tuple[str, ...]
-    # (distribution, modules) of the compiled objects that must load and carry the GPU's code. A module
-    # matches its full dotted path inside site-packages, or its last part(s): "vllm._C" is not "deep_gemm._C".
-    objects: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-
-PACKAGES = {p.name: p for p in (
-    Package("torch", ("torch",)),
-    Package("triton", ("triton",)),
-    Package("flash-attn", ("flash-attn",), (("flash-attn", ("flash_attn_2_cuda",)),)),
-    Package("vllm", ("vllm",), (("vllm", ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C",
-                                           "vllm._moe_C_stable_libtorch")),)),
-    Package("verl", ("verl",)),
-    Package("nccl", ("nvidia-nccl-cu13", "nvidia-nccl-cu12")),
-    Package("apex", ("apex",), (("apex", ("amp_C", "fused_layer_norm_cuda", "fused_weight_gradient_mlp_cuda")),)),
-    # The torch part is an sdist compiled locally; the core library (kernels) is a binary wheel.
-    Package("transformer-engine", ("transformer-engine-torch", "transformer-engine"), (
-        ("transformer-engine-torch", ("transformer_engine_torch",)),
-        ("transformer-engine", ("transformer_engine_torch", "libtransformer_engine")),
-        ("transformer-engine-cu13", ("libtransformer_engine",)),
-        ("transformer-engine-cu12", ("libtransformer_engine",)),
-    )),
-    Package("megatron-core", ("megatron-core",)),
-)}
-# Distributions whose files no other distribution may overwrite, and the package their checks belong to.
-PROTECTED = {"torch": "torch", "nvidia-cudnn-cu13": "torch", "nvidia-cudnn-cu12": "torch",
-             "nvidia-nccl-cu13": "nccl", "nvidia-nccl-cu12": "nccl"}
 
 
 @dataclass
@@ -113,7 +80,7 @@ def check_installed(installed: dict[str, list[str]], scope: Scope, variant: str,
                     unbuilt_ok: frozenset[str] = frozenset()) -> list[CheckResult]:
     """Each package present; `unbuilt_ok`: locally compiled ones that may be absent (no GPU to target yet)."""
     out = []
-    for pkg in PACKAGES.values():
+    for pkg in packages.table().packages.values():
         if not scope.wants(pkg.name):
             continue
         found = [(d, installed[d]) for d in pkg.dists if d in installed]
@@ -489,7 +456,7 @@ def check_objects(probed: dict[str, list[str]], installed: dict[str, list[str]],
     torch_lib = Path(torch["lib"]) if torch else None
     torch_cuda = torch.get("cuda") if torch else None
     lib_dirs = cuda_library_dirs(torch_lib)
-    for pkg in PACKAGES.values():
+    for pkg in packages.table().packages.values():
         if not pkg.objects or not scope.wants(pkg.name):
             continue
         if pkg.name in scope.skipped:

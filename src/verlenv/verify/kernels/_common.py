@@ -54,10 +54,13 @@ class ProfileError(ValueError):
 class Profile:
     def __init__(self, key: str, arch: str, fp8: bool, thresholds: dict, gpu_count: int | None = None,
                  variant: str = "fsdp", thorough: bool = False, rollout_tp: int = 1, actor_tp: int = 1,
-                 beside: tuple[str, ...] = ()):
+                 beside: tuple[str, ...] = (), trainer: dict | None = None):
         self.key, self.arch, self.fp8, self.thresholds = key, arch, fp8, thresholds
-        # How many GPUs the run gives the script (None: all it sees), and the env's variant (fsdp, megatron).
+        # How many GPUs the run gives the script (None: all it sees), and the env's variant (a stacks.toml name).
         self.gpu_count, self.variant = gpu_count, variant
+        # What verl's trainer check runs: the variant's actor and rollout rows (data/backends.toml), the env's
+        # overrides, the family rows (data/families.toml) and how many trainers run at once in the fast proof.
+        self.trainer = trainer or {}
         # thorough: the production path (verl's and vLLM's defaults: CUDA graphs, torch.compile), else the fast
         # proof; the tensor-parallel sizes of verl's rollout and Megatron actor in the trainer check.
         self.thorough, self.rollout_tp, self.actor_tp = thorough, rollout_tp, actor_tp
@@ -103,8 +106,8 @@ def parse_profile(text: str) -> Profile:
     gpu_count, variant = data.get("gpu_count"), data.get("variant", "fsdp")
     if gpu_count is not None and (isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 1):
         raise ProfileError(f"--profile gpu_count must be a positive integer, not {gpu_count!r}")
-    if variant not in ("fsdp", "megatron"):
-        raise ProfileError(f"--profile variant must be \"fsdp\" or \"megatron\", not {variant!r}")
+    if not isinstance(variant, str) or not variant:
+        raise ProfileError(f"--profile variant must be a variant's name (a non-empty string), not {variant!r}")
     thorough = data.get("thorough", False)
     if not isinstance(thorough, bool):
         raise ProfileError(f"--profile thorough must be true or false, not {thorough!r}")
@@ -115,8 +118,49 @@ def parse_profile(text: str) -> Profile:
     beside = data.get("beside", [])
     if not isinstance(beside, list) or not all(isinstance(b, str) for b in beside):
         raise ProfileError(f"--profile beside must be a list of script names, not {beside!r}")
+    trainer = data.get("trainer", {})
+    if problem := trainer_problem(trainer):
+        raise ProfileError(f"--profile trainer: {problem}")
     return Profile(key, arch, fp8, thresholds, gpu_count, variant, thorough, sizes["rollout_tp"], sizes["actor_tp"],
-                   tuple(beside))
+                   tuple(beside), trainer)
+
+
+# What the trainer check reads of each part of --profile's trainer (the rows verlenv hands over).
+TRAINER_SHAPE = {"actor": {"name": str, "config_name": str, "tp_overrides": list, "tp_divides": list,
+                           "overrides": list, "fast_overrides": list},
+                 "rollout": {"name": str, "tp_divides": list, "overrides": list, "fast_overrides": list},
+                 "family": {"name": str, "model_class": str, "inputs": str, "config": dict, "token_ids": dict,
+                            "overrides": list, "logit_std": (int, float), "embedding_scale": (int, float)}}
+
+
+def trainer_problem(trainer) -> str | None:
+    """Why --profile's trainer part cannot drive the trainer check, in one line; None when it can (or is absent)."""
+    if not isinstance(trainer, dict):
+        return "must be a JSON object of actor, rollout, overrides, families, parallel"
+    if not trainer:
+        return None
+    for part in ("actor", "rollout"):
+        row = trainer.get(part)
+        if not isinstance(row, dict):
+            return f"{part} must be its row (an object)"
+        for key, kind in TRAINER_SHAPE[part].items():
+            if not isinstance(row.get(key), kind):
+                return f"{part}.{key} is missing or not a {getattr(kind, '__name__', 'number')}"
+    if not isinstance(trainer.get("overrides", {}), dict):
+        return "overrides must be an object of override -> why"
+    families = trainer.get("families")
+    if not isinstance(families, list) or not families:
+        return "families must be a non-empty list of family rows"
+    for i, family in enumerate(families):
+        if not isinstance(family, dict):
+            return f"families[{i}] must be an object"
+        for key, kind in TRAINER_SHAPE["family"].items():
+            if not isinstance(family.get(key), kind) or isinstance(family.get(key), bool):
+                return f"families[{i}].{key} is missing or of the wrong type"
+    parallel = trainer.get("parallel", 1)
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        return f"parallel must be a positive integer, not {parallel!r}"
+    return None
 
 
 def _parse_arch(arch: str):

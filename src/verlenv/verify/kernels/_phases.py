@@ -4,9 +4,9 @@ The trainer check reads verl's output line by line and notes when each line arri
 line that carries its own timestamp (Ray's, verl's, vLLM's and FlashInfer's loggers do) is placed by that
 timestamp, a plain print by its arrival. Marker lines (below, each with the library line that prints it) end
 the phases of verl 0.9.1's start-up in the order its V1 trainer runs them; a phase whose marker, or whose
-predecessor's marker, is missing is absent, never guessed. vLLM's own reports (model load, torch.compile, CUDA
-graph capture, engine init) and FlashInfer's autotune lines split the rollout server's start; verl's own
-`timing_s/*` metrics split each step.
+predecessor's marker, is missing is absent, never guessed. The rollout engine's own reports (its row's `reports`:
+vLLM's model load, torch.compile, CUDA graph capture, engine init) and FlashInfer's autotune lines split the rollout
+server's start; verl's own `timing_s/*` metrics split each step.
 
 Standard library only: it runs in the env under test, beside _common.
 """
@@ -62,21 +62,9 @@ MARKERS = (
 )
 # The TaskRunner actor's first line (its config print): the actor's process is up and has imported verl.
 TASK_RUNNER = re.compile(r"^TaskRunner(V1)?$")
-# verl's vLLM server prints its `vllm serve` arguments (pprint, replica 0) once its actor is up, before the engine.
-SERVE_ARGS = re.compile(r"^\['serve',")
-
-# Durations vLLM reports itself, in seconds (vllm 0.24; older wording accepted). Several replicas start at once:
-# the longest counts.
-VLLM_REPORTS = (
-    ("model_load", re.compile(r"Model loading took .* and ([\d.]+) seconds"),
-     "vllm/v1/worker/gpu_model_runner.py: 'Model loading took %s GiB memory and %.6f seconds'"),
-    ("torch_compile", re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total"),
-     "vllm/compilation/monitor.py: 'torch.compile took %.2f s in total'"),
-    ("graph_capture", re.compile(r"Graph capturing finished in ([\d.]+) secs"),
-     "vllm/v1/worker/gpu_model_runner.py: 'Graph capturing finished in %.0f secs, took %.2f GiB'"),
-    ("engine_init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
-     "vllm/v1/engine/core.py: 'init engine (profile, create kv cache, warmup model) took %.2f s'"),
-)
+# The rollout engine's own lines (its row in data/backends.toml, handed over whole): the line its server prints once
+# its actor is up (`server_args`), and the durations it reports itself (`reports`: name, a regex whose first group is
+# the seconds, the library line). Several replicas start at once: the longest counts.
 # FlashInfer's autotuner brackets its run (flashinfer/autotuner.py autotune()); vLLM runs it at engine warm-up.
 AUTOTUNE_START = re.compile(r"\[Autotuner\]: Autotuning process starts")
 AUTOTUNE_END = re.compile(r"\[Autotuner\]: Autotuning process ends")
@@ -154,8 +142,19 @@ def when(line: Line, text: str, launch_wall: float | None) -> float | None:
     return stamped
 
 
-def milestones(lines: list[Line], launch_wall: float | None) -> tuple[dict[str, float], dict[str, float]]:
-    """(milestone -> seconds since launch, rollout sub-phase -> seconds) from the trainer's output."""
+def rollout_markers(rollout: dict | None) -> tuple[re.Pattern | None, list[tuple[str, re.Pattern]]]:
+    """A rollout row's server line and reports, compiled."""
+    if not rollout:
+        return None, []
+    server = re.compile(rollout["server_args"]) if rollout.get("server_args") else None
+    return server, [(r["name"], re.compile(r["pattern"])) for r in rollout.get("reports", [])]
+
+
+def milestones(lines: list[Line], launch_wall: float | None, rollout: dict | None = None
+               ) -> tuple[dict[str, float], dict[str, float]]:
+    """(milestone -> seconds since launch, rollout sub-phase -> seconds) from the trainer's output; rollout: the
+    rollout's row (its server line and reports), None for none."""
+    server_args, reports = rollout_markers(rollout)
     found: dict[str, float] = {"launch": 0.0}
     reported: dict[str, float] = {}
     autotune_start = autotune_end = None
@@ -176,14 +175,14 @@ def milestones(lines: list[Line], launch_wall: float | None) -> tuple[dict[str, 
                 first(marker.milestone, at)
         if actor and TASK_RUNNER.match(actor):
             first("task_runner", at)
-        if SERVE_ARGS.match(text):
+        if server_args is not None and server_args.search(text):
             first("serve_args", at)
         if at is not None:
             if AUTOTUNE_START.search(text):
                 autotune_start = at if autotune_start is None else min(autotune_start, at)
             if AUTOTUNE_END.search(text):
                 autotune_end = at if autotune_end is None else max(autotune_end, at)
-        for name, pattern, _ in VLLM_REPORTS:
+        for name, pattern in reports:
             match = pattern.search(text)
             if match:
                 reported[name] = max(reported.get(name, 0.0), float(match.group(1)))
@@ -196,12 +195,13 @@ def milestones(lines: list[Line], launch_wall: float | None) -> tuple[dict[str, 
 
 
 def phases(lines: list[Line], launch_wall: float | None, exit_s: float | None,
-           steps: dict[int, dict[str, float]], wall_s: float | None = None) -> dict[str, float]:
+           steps: dict[int, dict[str, float]], wall_s: float | None = None, rollout: dict | None = None
+           ) -> dict[str, float]:
     """`phase/<name>_s` numbers, in the order the trainer runs them: the chain of CHAIN's phases (a phase is
     there only when both its ends were seen), the rollout server's and each step's parts, the total (the exit,
     else wall_s: a killed trainer) and what no phase accounts for. exit_s: when the process exited (None:
     killed); steps: verl's metrics per step (parse_metrics), for the step times and their parts."""
-    found, reported = milestones(lines, launch_wall)
+    found, reported = milestones(lines, launch_wall, rollout)
     if exit_s is not None:
         found["exit"] = exit_s
     for step in (1, 2):
@@ -219,7 +219,7 @@ def phases(lines: list[Line], launch_wall: float | None, exit_s: float | None,
         if name in ("step1", "step2"):  # its start came from verl's own step time: report that, unrounded
             out[f"phase/{name}_s"] = steps[int(name[-1])]["timing_s/step"]
         if name == "rollout_server":
-            out.update(_rollout_parts(found, reported))
+            out.update(_rollout_parts(found, reported, rollout))
         elif name in ("step1", "step2"):
             out.update(_step_parts(name, steps.get(int(name[-1]), {})))
     total = found.get("exit", wall_s if wall_s is not None else max(found.values()))
@@ -230,11 +230,13 @@ def phases(lines: list[Line], launch_wall: float | None, exit_s: float | None,
     return out
 
 
-def _rollout_parts(found: dict[str, float], reported: dict[str, float]) -> dict[str, float]:
+def _rollout_parts(found: dict[str, float], reported: dict[str, float], rollout: dict | None) -> dict[str, float]:
     out = {}
     if "serve_args" in found and "reward_ready" in found and found["serve_args"] >= found["reward_ready"]:
         out["phase/rollout_server/server_process_s"] = found["serve_args"] - found["reward_ready"]
-    for name in ("model_load", "torch_compile", "autotune", "graph_capture", "engine_init"):
+    # The row's order of the rollout server's parts (FlashInfer's autotune among them), else its reports, then autotune.
+    order = (rollout or {}).get("parts") or [*(r["name"] for r in (rollout or {}).get("reports", [])), "autotune"]
+    for name in order:
         if name in reported:
             out[f"phase/rollout_server/{name}_s"] = reported[name]
     return out

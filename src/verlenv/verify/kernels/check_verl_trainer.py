@@ -1,22 +1,27 @@
 """GPU check of verl's own trainer: `python -m verl.trainer.main_ppo` (verl's default V1 trainer) runs 2 GRPO steps
-on a tiny random Llama, a word-level tokenizer and a GSM8K-shaped parquet written here (no download), with vLLM
-rollout, the env's flash-attn (verl's default attn_implementation) and an FSDP actor, or a Megatron actor (TE,
-megatron-core, mbridge) for the megatron variant, on the GPUs the profile gives (gpu_count). The reward (a file of
-its own, as a user would give it) depends on each response's tokens, so GRPO advantages and gradients are non-zero.
+for each model family the profile names (data/families.toml rows: a tiny random model built offline with
+transformers' own classes, its tokenizer, and GSM8K-shaped rows, with images for an image family; _models.py), with
+the variant's actor and rollout (data/backends.toml rows: FSDP or Megatron; vLLM or SGLang), the env's flash-attn
+(verl's default attn_implementation), on the GPUs the profile gives (gpu_count). The reward (a file of its own, as a
+user would give it) depends on each response's tokens, so GRPO advantages and gradients are non-zero.
 
-Judged from verl's own console metrics and its own checkpoint: finite actor/pg_loss, actor/grad_norm > 0 on every
-step, the actor's weights after the 2 steps (verl's hf_model checkpoint) differ from the initial ones, and vLLM's
-rollout log-probs agree with the actor's (training/rollout_actor_probs_pearson_corr >= 0.99 and
+Judged per family from verl's own console metrics and its own checkpoint: finite actor/pg_loss, actor/grad_norm > 0
+and actor/entropy above a floor on every step (a near-deterministic policy trains nothing, and verl still exits 0),
+the actor's weights after the 2 steps (verl's hf_model checkpoint) differ from the initial ones, and the rollout's
+log-probs agree with the actor's (training/rollout_actor_probs_pearson_corr >= 0.99 and
 training/rollout_probs_diff_mean <= 0.01 on every step). Reports step times, the time to the first rollout and
 where the time went (`phase/<name>_s`, read from the trainer's output by _phases.py).
 
-Two modes (the profile's `thorough`): the fast proof (default) runs vLLM eager with a fixed KV cache and the FSDP
-actor without torch.compile, and starts the trainer before its import check; thorough keeps verl's defaults (CUDA
-graphs, torch.compile). The profile's rollout_tp and actor_tp set the tensor-parallel sizes.
-VERLENV_TRAINER_LOG=<file> keeps the trainer's whole output there, each line with its arrival (_phases.read_timed_log).
+Two modes (the profile's `thorough`): the fast proof (default) applies the actor's and rollout's fast overrides
+(vLLM eager with a fixed KV cache, the FSDP actor without torch.compile), starts the trainers before the import
+check and runs families side by side (the profile's `trainer.parallel` at once); thorough keeps verl's defaults
+(CUDA graphs, torch.compile) and runs the families in turn. The profile's rollout_tp and actor_tp set the
+tensor-parallel sizes. VERLENV_TRAINER_LOG=<file> keeps the trainer's whole output there, each line with its arrival
+(_phases.read_timed_log); with several families, each family's log is <file> with the family before its suffix.
 
 Thresholds: none (the agreement bounds are above).
-Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true}'
+Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true,
+     "trainer": {"actor": {...}, "rollout": {...}, "overrides": {}, "families": [{...}]}}'
 """
 
 import atexit
@@ -34,35 +39,28 @@ import time
 import traceback
 
 import _common
+import _models
 import _phases
 
 PACKAGE = "verl"
 STEPS = 2
-TIMEOUT_S = 540  # below the runner's 600 s for this script, so a hang still gives a result and its log
-SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
-CHAT_WORDS = ["system", "user", "assistant", ":", "+", "=", "?"]
-DIGITS = [str(d) for d in range(10)]
-VOCAB = 512
-# The tiny Llama's attention heads: what tensor parallelism can split (vLLM divides the heads; Megatron the KV
-# groups too).
-HEADS, KV_HEADS = 4, 2
+TIMEOUT_S = 540  # below the runner's 600 s per round of trainers, so a hang still gives a result and its log
 PROMPTS_PER_GPU, RESPONSES_PER_PROMPT = 8, 4
 MAX_PROMPT, MAX_RESPONSE = 64, 32
 ROWS = 64
 # NVLink multicast off: the lent multi-GPU machines need it (as check_nccl.py has it).
 NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-# vLLM's own INFO lines (model load, torch.compile, graph capture, engine init) are what splits the rollout server's
-# start in the phase table; verl sets WARN for its workers only where the launching process has no value.
-LOG_DEFAULTS = {"VLLM_LOGGING_LEVEL": "INFO"}
-# The fast proof's vLLM KV cache: 32 sequences of 96 tokens need a few MiB; 1 GiB is plenty at any size here.
+# The fast proof's rollout KV cache: 32 sequences of 96 tokens need a few MiB; 1 GiB is plenty at any size here.
 KV_CACHE_BYTES = 1 << 30
 # Rollout and actor compute the same probabilities from the same weights (bf16 vs the actor's bf16 compute).
 MIN_PEARSON, MAX_PROB_DIFF_MEAN = 0.99, 0.01
-CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
-                 "{% if add_generation_prompt %}assistant : {% endif %}")
+# A policy whose mean token entropy is below this samples (nearly) one answer: GRPO's advantages vanish.
+MIN_ENTROPY = 0.05
 # verl's console logger (verl/utils/logger/aggregate_logger.py, concat_dict_to_str): "step:N - key:value - ...",
 # printed inside a Ray actor, so the line may carry Ray's "(TaskRunnerV1 pid=...)" prefix.
 METRICS_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
+# The fields a backend row's overrides may name (data/backends.toml).
+FIELD = re.compile(r"\{(actor_tp|rollout_tp|kv_cache_bytes)\}")
 REWARD_SOURCE = '''\
 """The reward verl's trainer calls for each response: it depends on the response's words, so responses to one
 prompt score differently and GRPO's advantages are non-zero."""
@@ -77,149 +75,79 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 '''
 
 
-def words() -> list[str]:
-    fixed = SPECIAL + CHAT_WORDS + DIGITS
-    return fixed + [f"w{i}" for i in range(VOCAB - len(fixed))]
-
-
-def write_tokenizer(directory):
-    """A word-level tokenizer with a chat template, saved like a hub tokenizer (no download)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(words())}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.decoder = decoders.WordPiece(prefix="##")  # decodes to words joined by spaces
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
-                                   bos_token="<s>", eos_token="</s>")
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(directory)
-    return fast
-
-
-def write_model(directory, torch):
-    """A 2-layer Llama with random weights, bf16, laid out like a hub model; its vocab is the tokenizer's."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    ids = {w: i for i, w in enumerate(words())}
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=512,
-                         bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<pad>"],
-                         tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        # Logits of a few units: sampling at temperature 1 stays diverse, and probabilities vary enough for the
-        # rollout/actor correlation to mean something (near-uniform ones would be all rounding).
-        model.lm_head.weight.normal_(0.0, 0.15)
-    model.to(torch.bfloat16).save_pretrained(directory)
-
-
-def dataset_rows(count=ROWS, seed=0) -> list[dict]:
-    """GSM8K-shaped rows, as verl's gsm8k preprocessing writes them: chat prompt, data_source, reward_model,
-    extra_info."""
-    import random
-
-    rng = random.Random(seed)
-    filler = [w for w in words() if w.startswith("w")]
-    rows = []
-    for index in range(count):
-        a, b = rng.randrange(5), rng.randrange(5)
-        question = " ".join(rng.sample(filler, 6) + [str(a), "+", str(b), "=", "?"])
-        rows.append({"data_source": "openai/gsm8k",
-                     "prompt": [{"role": "user", "content": question}],
-                     "ability": "math",
-                     "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-                     "extra_info": {"split": "train", "index": index, "answer": str(a + b), "question": question}})
-    return rows
-
-
-def write_dataset(path, rows):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.Table.from_pylist(rows), path)
-
-
 def rows_needed(gpus: int) -> int:
     """Rows of the parquet: verl's epoch is len(dataset) // train_batch_size steps, and the check runs one epoch."""
     return max(ROWS, STEPS * PROMPTS_PER_GPU * gpus)
 
 
-def write_inputs(workdir, torch, rows: int = ROWS) -> dict:
-    """Everything the trainer reads, under workdir: model (with tokenizer), train parquet, reward file; and the
-    folders it writes to."""
-    paths = {"model": os.path.join(workdir, "model"), "data": os.path.join(workdir, "train.parquet"),
-             "reward": os.path.join(workdir, "verlenv_check_reward.py"),
+def write_inputs(workdir, torch, family: dict, rows: int = ROWS) -> dict:
+    """Everything the trainer reads for one family, under workdir: model (tokenizer, processor), train parquet,
+    reward file; and the folders it writes to."""
+    paths = {"reward": os.path.join(workdir, "verlenv_check_reward.py"),
              "checkpoints": os.path.join(workdir, "checkpoints"),
              # The trainer's working directory, on its sys.path: empty, so nothing here shadows a package.
              "run": os.path.join(workdir, "run")}
     os.makedirs(paths["run"])
-    write_tokenizer(paths["model"])
-    write_model(paths["model"], torch)
-    write_dataset(paths["data"], dataset_rows(rows))
+    written = _models.write_family(workdir, torch, family, rows)
+    paths.update(model=written["model"], data=written["data"])
     with open(paths["reward"], "w") as f:
         f.write(REWARD_SOURCE)
+    paths["init"] = written["stats"]
     return paths
 
 
-def config_name(variant: str) -> str:
-    return "ppo_megatron_trainer" if variant == "megatron" else "ppo_trainer"
+def text_config(family: dict) -> dict:
+    """The family's language-model sizes: its config, or its text_config for a VL family."""
+    config = family["config"]
+    return config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
 
 
-def parallel_problem(variant: str, nnodes: int, n_gpus_per_node: int, rollout_tp: int, actor_tp: int) -> str | None:
+def parallel_problem(trainer: dict, family: dict, nnodes: int, n_gpus_per_node: int, rollout_tp: int,
+                     actor_tp: int) -> str | None:
     """Why these sizes cannot run the check, in one line; None when they can."""
     for name, value in (("nnodes", nnodes), ("n_gpus_per_node", n_gpus_per_node), ("rollout_tp", rollout_tp),
                         ("actor_tp", actor_tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             return f"{name} must be a positive integer, not {value!r}"
     gpus = nnodes * n_gpus_per_node
+    sizes = text_config(family)
+    actor, rollout = trainer["actor"], trainer["rollout"]
     problems = []
     if gpus % rollout_tp:
         problems.append(f"rollout_tp {rollout_tp} does not divide the {gpus} GPU(s)")
-    if HEADS % rollout_tp:
-        problems.append(f"rollout_tp {rollout_tp} does not divide the check model's {HEADS} attention heads")
-    if variant != "megatron" and actor_tp != 1:
-        problems.append(f"actor_tp {actor_tp}: only the Megatron actor is tensor-parallel (verl's FSDP actor is not)")
+    for key in rollout["tp_divides"]:
+        if sizes.get(key) and sizes[key] % rollout_tp:
+            problems.append(f"rollout_tp {rollout_tp} does not divide the {family['name']} model's {key} ({sizes[key]})")
+    if not actor["tp_overrides"] and actor_tp != 1:
+        problems.append(f"actor_tp {actor_tp}: verl's {actor['name']} actor is not tensor-parallel")
     elif gpus % actor_tp:
         problems.append(f"actor_tp {actor_tp} does not divide the {gpus} GPU(s)")
-    elif KV_HEADS % actor_tp:
-        problems.append(f"actor_tp {actor_tp} does not divide the check model's {KV_HEADS} KV heads")
+    else:
+        for key in actor["tp_divides"]:
+            if sizes.get(key) and sizes[key] % actor_tp:
+                problems.append(f"actor_tp {actor_tp} does not divide the {family['name']} model's {key} "
+                                f"({sizes[key]})")
     return "; ".join(problems) or None
 
 
-def fast_overrides(variant: str) -> list[str]:
-    """What the fast proof changes in verl's defaults; each keeps what the check proves (verl trains, vLLM rolls
-    out the actor's probabilities) and drops start-up the proof does not need."""
-    out = [
-        # vLLM without torch.compile and CUDA graphs (vllm/config/vllm.py: enforce_eager sets compilation mode and
-        # cudagraph_mode to NONE): the whole trainer took 151 s on a fresh H100 so, 330-379 s with verl's defaults.
-        "actor_rollout_ref.rollout.enforce_eager=True",
-        # A fixed KV cache: vLLM then skips its memory profile, which fails when free GPU memory grows meanwhile
-        # (vllm/v1/worker/gpu_worker.py determine_available_memory) - as it does when a check running beside the
-        # trainer on the same GPU exits.
-        f"++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={KV_CACHE_BYTES}",
-    ]
-    if variant != "megatron":
-        # The FSDP engine's one torch.compile: entropy_from_logits, compiled in step 1's old_log_prob
-        # (verl/workers/engine/fsdp/transformer_impl.py). actor.use_torch_compile is read by no code in verl 0.9.1.
-        # The Megatron engine compiles its entropy's mul_reduce unconditionally (utils/megatron/tensor_parallel.py).
-        out.append("actor_rollout_ref.actor.fsdp_config.use_torch_compile=False")
-    return out
+def filled(texts, **values) -> list[str]:
+    """A backend row's overrides with their {fields} filled."""
+    return [FIELD.sub(lambda m: str(values[m.group(1)]), text) for text in texts]
 
 
-def overrides(paths: dict, variant: str, *, nnodes: int = 1, n_gpus_per_node: int = 1, rollout_tp: int = 1,
-              actor_tp: int = 1, thorough: bool = False) -> list[str]:
-    """Hydra overrides of verl's own config: only sizes, paths and what a check must not do (download, log to
-    wandb, validate), plus, unless thorough, the fast proof's settings; attention, trainer (V1) and engines stay
-    verl's defaults. The batch grows with the GPUs of all nodes; raises ValueError (one line) for sizes the
-    check's model or GPUs cannot take."""
-    problem = parallel_problem(variant, nnodes, n_gpus_per_node, rollout_tp, actor_tp)
+def overrides(paths: dict, trainer: dict, family: dict, *, nnodes: int = 1, n_gpus_per_node: int = 1,
+              rollout_tp: int = 1, actor_tp: int = 1, thorough: bool = False) -> list[str]:
+    """Hydra overrides of verl's own config: sizes, paths and what a check must not do (download, log to wandb,
+    validate); the actor's, the rollout's, the env's (stacks.toml trainer_overrides) and the family's own; unless
+    thorough, the fast proof's. Attention, trainer (V1) and engines stay verl's defaults. The batch grows with the
+    GPUs of all nodes; raises ValueError (one line) for sizes the check's model or GPUs cannot take."""
+    problem = parallel_problem(trainer, family, nnodes, n_gpus_per_node, rollout_tp, actor_tp)
     if problem:
         raise ValueError(problem)
     prompts = PROMPTS_PER_GPU * nnodes * n_gpus_per_node
-    actor = "actor_rollout_ref.actor"
+    actor_key = "actor_rollout_ref.actor"
+    actor, rollout = trainer["actor"], trainer["rollout"]
+    fields = {"actor_tp": actor_tp, "rollout_tp": rollout_tp, "kv_cache_bytes": KV_CACHE_BYTES}
     out = [
         "algorithm.adv_estimator=grpo",
         f"data.train_files=['{paths['data']}']",
@@ -230,12 +158,12 @@ def overrides(paths: dict, variant: str, *, nnodes: int = 1, n_gpus_per_node: in
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={paths['model']}",
         # Large enough that one step moves bf16 weights (verl's 1e-6 is below their rounding).
-        f"{actor}.optim.lr=1e-4",
+        f"{actor_key}.optim.lr=1e-4",
         # Two mini-batches per step: the second is trained on after the first update.
-        f"{actor}.ppo_mini_batch_size={prompts // 2}",
-        f"{actor}.ppo_micro_batch_size_per_gpu={RESPONSES_PER_PROMPT * 2}",
-        f"{actor}.checkpoint.save_contents=['model','hf_model']",
-        "actor_rollout_ref.rollout.name=vllm",
+        f"{actor_key}.ppo_mini_batch_size={prompts // 2}",
+        f"{actor_key}.ppo_micro_batch_size_per_gpu={RESPONSES_PER_PROMPT * 2}",
+        f"{actor_key}.checkpoint.save_contents=['model','hf_model']",
+        f"actor_rollout_ref.rollout.name={rollout['name']}",
         f"actor_rollout_ref.rollout.n={RESPONSES_PER_PROMPT}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
@@ -246,7 +174,7 @@ def overrides(paths: dict, variant: str, *, nnodes: int = 1, n_gpus_per_node: in
         "reward.num_workers=1",
         "trainer.logger=['console']",
         "trainer.project_name=verlenv",
-        "trainer.experiment_name=verify",
+        f"trainer.experiment_name=verify-{family['name']}",
         f"trainer.nnodes={nnodes}",
         f"trainer.n_gpus_per_node={n_gpus_per_node}",
         f"trainer.total_training_steps={STEPS}",
@@ -257,26 +185,19 @@ def overrides(paths: dict, variant: str, *, nnodes: int = 1, n_gpus_per_node: in
         "trainer.resume_mode=disable",
         f"trainer.default_local_dir={paths['checkpoints']}",
     ]
-    if variant == "megatron":
-        # The ref model's Megatron sizes follow the actor's (oc.select in verl's ppo_megatron_trainer.yaml).
-        out += [f"{actor}.megatron.tensor_model_parallel_size={actor_tp}",
-                f"{actor}.megatron.pipeline_model_parallel_size=1",
-                # verl 0.9.1 bridges HF and Megatron with Megatron-Bridge by default (verl.models.mcore.bridge imports
-                # megatron.bridge); its ==0.5.2 is not on PyPI, so the env carries mbridge, which verl selects so.
-                f"{actor}.megatron.vanilla_mbridge=True",
-                # verl's default `flash` makes TE use flash-attn, but TE 2.12.0 accepts flash-attn 2.1.1..2.8.3 only
-                # (transformer_engine/pytorch/attention/dot_product_attention/utils.py max_version) and disables the
-                # built 2.8.3.post2: no backend is left. auto lets TE choose its cuDNN fused attention. The ref model
-                # follows the actor's setting (oc.select in verl's config).
-                f"{actor}.megatron.override_transformer_config.attention_backend=auto"]
-    return out if thorough else out + fast_overrides(variant)
+    out += filled(actor["tp_overrides"], **fields) + filled(actor["overrides"], **fields)
+    out += filled(rollout["overrides"], **fields)
+    out += list(trainer.get("overrides", {})) + list(family.get("overrides", []))
+    if not thorough:
+        out += filled(rollout["fast_overrides"], **fields) + filled(actor["fast_overrides"], **fields)
+    return out
 
 
-def command(python: str, paths: dict, variant: str, **sizes) -> list[str]:
+def command(python: str, paths: dict, trainer: dict, family: dict, **sizes) -> list[str]:
     """The trainer's command line; sizes: overrides()'s keywords (nnodes, n_gpus_per_node, rollout_tp, actor_tp,
     thorough)."""
-    return [python, "-m", "verl.trainer.main_ppo", "--config-name", config_name(variant),
-            *overrides(paths, variant, **sizes)]
+    return [python, "-m", "verl.trainer.main_ppo", "--config-name", trainer["actor"]["config_name"],
+            *overrides(paths, trainer, family, **sizes)]
 
 
 def parse_value(text: str):
@@ -346,7 +267,7 @@ def judge(steps: dict[int, dict[str, float]], weights: dict | None) -> tuple[dic
         if metrics is None:
             problems.append(f"verl logged no metrics for step {step}")
             continue
-        wanted = {"pg_loss": "actor/pg_loss", "grad_norm": "actor/grad_norm",
+        wanted = {"pg_loss": "actor/pg_loss", "grad_norm": "actor/grad_norm", "entropy": "actor/entropy",
                   "pearson": "training/rollout_actor_probs_pearson_corr",
                   "prob_diff_mean": "training/rollout_probs_diff_mean",
                   "prob_diff_max": "training/rollout_probs_diff_max",
@@ -364,6 +285,10 @@ def judge(steps: dict[int, dict[str, float]], weights: dict | None) -> tuple[dic
             problems.append(f"step {step}: actor/pg_loss is {loss}")
         if grad is not None and not (math.isfinite(grad) and grad > 0):
             problems.append(f"step {step}: actor/grad_norm is {grad}, not a finite number > 0")
+        entropy = metrics.get("actor/entropy")
+        if entropy is not None and not _common.at_least(entropy, MIN_ENTROPY):
+            problems.append(f"step {step}: actor/entropy is {entropy:.3g}, below {MIN_ENTROPY}: the policy samples "
+                            "(nearly) one answer, so GRPO has nothing to learn from")
         pearson = metrics.get("training/rollout_actor_probs_pearson_corr")
         if pearson is not None and not _common.at_least(pearson, MIN_PEARSON):
             problems.append(f"step {step}: rollout/actor probability correlation {pearson:.5f} below {MIN_PEARSON}")
@@ -390,10 +315,11 @@ def failure_line(lines) -> str:
     return next((line for line in reversed(text) if EXCEPTION_LINE.match(line)), text[-1] if text else "no output")
 
 
-def trainer_env(environ=os.environ, ray_address: str = "local") -> dict:
+def trainer_env(environ=os.environ, ray_address: str = "local", log_env: dict | None = None) -> dict:
     """No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
-    NCCL check has it (the lent multi-GPU machines need it), and vLLM's INFO lines on, unless the user set those."""
-    return {**NCCL_DEFAULTS, **LOG_DEFAULTS, **environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    NCCL check has it (the lent multi-GPU machines need it), and the rollout engine's INFO lines on (its row's
+    log_env), unless the user set those."""
+    return {**NCCL_DEFAULTS, **(log_env or {}), **environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             # hydra prints the whole traceback (the cause inside Ray's wrappers), not only a hint to set this.
             "HYDRA_FULL_ERROR": "1",
             "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1",
@@ -409,12 +335,13 @@ class TrainerRun:
     (the report keeps a failure's tail) from the start, or, with hold=True, from echo() on: output printed while
     another check runs would be filed under that check."""
 
-    def __init__(self, cmd, workdir, hold: bool = False, ray_address: str = "local"):
-        self.launch_wall, self.start = time.time(), time.monotonic()
+    def __init__(self, cmd, workdir, hold: bool = False, ray_address: str = "local", env: dict | None = None):
+        self.launch_wall, self.start, self.end = time.time(), time.monotonic(), None
         self.lines: list[_phases.Line] = []
         self._lock = threading.Lock()
         self._echoing, self._echoed = not hold, 0
-        self.proc = subprocess.Popen(cmd, cwd=workdir, env=trainer_env(ray_address=ray_address), stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, cwd=workdir, env=env or trainer_env(ray_address=ray_address),
+                                     stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -446,7 +373,8 @@ class TrainerRun:
             code = None
             self.kill()
             self.proc.wait()
-        self.wall_s = time.monotonic() - self.start
+        self.end = time.monotonic()
+        self.wall_s = self.end - self.start
         self._reader.join(timeout=30)
         self.echo()
         return code
@@ -460,11 +388,11 @@ class TrainerRun:
         return next((line.arrival for line in self.lines if METRICS_LINE.search(line.text)), None)
 
 
-def run_trainer(cmd, workdir, timeout=TIMEOUT_S, ray_address: str = "local"
+def run_trainer(cmd, workdir, timeout=TIMEOUT_S, ray_address: str = "local", log_env: dict | None = None
                 ) -> tuple[list[_phases.Line], int | None, dict]:
     """Run the trainer to its end, echoing its output: its lines (with arrivals), exit code (None when killed at
     the timeout) and the times seen from here. ray_address: the cluster it joins ("local": a Ray of its own)."""
-    run = TrainerRun(cmd, workdir, ray_address=ray_address)
+    run = TrainerRun(cmd, workdir, env=trainer_env(ray_address=ray_address, log_env=log_env))
     code = run.wait(timeout)
     return run.lines, code, {"wall_s": run.wall_s, "first_metrics_s": run.first_metrics_s(),
                              "launch_wall": run.launch_wall}
@@ -479,10 +407,13 @@ def check_import():
     return {}, f"verl {verl.__version__}: main_ppo and TransferQueue import"
 
 
-def keep_log(run: TrainerRun, environ=os.environ) -> None:
+def keep_log(run: TrainerRun, family: str | None = None, environ=os.environ) -> None:
     """The trainer's whole output with arrivals, where VERLENV_TRAINER_LOG asks for it (a failure to write it is
-    said, not a failed check)."""
+    said, not a failed check); with family, that family's log (the family's name before the file's suffix)."""
     path = environ.get("VERLENV_TRAINER_LOG")
+    if path and family:
+        root, ext = os.path.splitext(path)
+        path = f"{root}.{family}{ext}"
     if path:
         try:
             _phases.write_timed_log(path, run.lines, run.launch_wall)
@@ -491,29 +422,39 @@ def keep_log(run: TrainerRun, environ=os.environ) -> None:
 
 
 class TrainerCheck:
-    """The trainer check in two halves: launch (inputs written, trainer started) and finish (waited for, judged).
-    The fast proof launches before the import check, which then runs while the trainer starts up."""
+    """One family's trainer check in two halves: launch (inputs written, trainer started) and finish (waited for,
+    judged). The fast proof launches the first families before the import check, which then runs while they start
+    up; a family finished launches the next waiting one (at most the profile's trainer.parallel at once)."""
 
-    def __init__(self, torch, profile):
-        self.torch, self.profile = torch, profile
+    def __init__(self, torch, profile, family: dict, queue: "Queue | None" = None):
+        self.torch, self.profile, self.family, self.queue = torch, profile, family, queue
+        self.trainer = profile.trainer
         self.gpus = profile.gpu_count or torch.cuda.device_count()
         self.sizes = {"n_gpus_per_node": self.gpus, "rollout_tp": profile.rollout_tp, "actor_tp": profile.actor_tp,
                       "thorough": profile.thorough}
         self.workdir = self.paths = self.cmd = self.run = self.error = None
 
+    @property
+    def name(self) -> str:
+        return f"verl/trainer/{self.profile.variant}/{self.family['name']}/grpo-{STEPS}-steps"
+
     def launch(self, hold: bool = False):
-        """Start the trainer; a failure here is kept for finish() to report as the trainer check's."""
+        """Start the trainer; a failure here is kept for finish() to report as this family's check."""
         try:
-            problem = parallel_problem(self.profile.variant, 1, self.gpus, self.profile.rollout_tp,
+            problem = parallel_problem(self.trainer, self.family, 1, self.gpus, self.profile.rollout_tp,
                                        self.profile.actor_tp)
             if problem:
                 raise _common.Failed(f"cannot run verl's trainer on this node so: {problem}")
             self.workdir = tempfile.mkdtemp(prefix="verlenv-verl-trainer-")
             atexit.register(self.abandon)  # the import check failing ends the script before finish()
-            self.paths = write_inputs(self.workdir, self.torch, rows_needed(self.gpus))
-            self.cmd = command(sys.executable, self.paths, self.profile.variant, **self.sizes)
-            self.run = TrainerRun(self.cmd, self.paths["run"], hold=hold)
-        except Exception as e:  # noqa: BLE001  reported by finish(), under the trainer check's name
+            self.paths = write_inputs(self.workdir, self.torch, self.family, rows_needed(self.gpus))
+            self.cmd = command(sys.executable, self.paths, self.trainer, self.family, **self.sizes)
+            env = trainer_env(log_env=self.trainer["rollout"].get("log_env"))
+            # Ray's own folder per trainer: several trainers side by side each start a Ray of their own.
+            env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="vray-", dir="/tmp")
+            self.paths["ray_tmp"] = env["RAY_TMPDIR"]
+            self.run = TrainerRun(self.cmd, self.paths["run"], hold=hold, env=env)
+        except Exception as e:  # noqa: BLE001  reported by finish(), under this family's check
             self.error = e
             if not isinstance(e, _common.Failed):
                 traceback.print_exc()
@@ -523,8 +464,17 @@ class TrainerCheck:
             self.run.kill()
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.paths and self.paths.get("ray_tmp"):
+            shutil.rmtree(self.paths["ray_tmp"], ignore_errors=True)
 
     def finish(self):
+        try:
+            return self._finish()
+        finally:
+            if self.queue is not None:
+                self.queue.launch_next()
+
+    def _finish(self):
         if self.run is None and self.error is None:
             self.launch()
         if self.error is not None:
@@ -538,12 +488,16 @@ class TrainerCheck:
             steps = parse_metrics(texts)
             final = hf_checkpoint(os.path.join(self.paths["checkpoints"], f"global_step_{STEPS}", "actor"))
             weights = weight_change(self.torch, self.paths["model"], final) if final else None
-            keep_log(run)
+            keep_log(run, self.family["name"] if self.queue and len(self.queue.checks) > 1 else None)
         finally:
             self.abandon()
         numbers, problems = judge(steps, weights)
-        numbers.update({"gpus": self.gpus, "rollout_tp": self.profile.rollout_tp, "actor_tp": self.profile.actor_tp,
-                        "wall_s": run.wall_s})
+        numbers.update({"family": self.family["name"], "gpus": self.gpus, "rollout_tp": self.profile.rollout_tp,
+                        "actor_tp": self.profile.actor_tp, "wall_s": run.wall_s})
+        numbers.update({f"init_{k}": v for k, v in self.paths["init"].items()})
+        if self.family.get("shrunk"):
+            numbers["model_config"] = self.family["source"]
+            numbers["shrunk"] = self.family["shrunk"]
         first_metrics = run.first_metrics_s()
         if first_metrics is not None and "step1_step_s" in numbers and "step1_gen_s" in numbers:
             # From launch to the end of the first rollout: start-up (Ray, workers, vLLM) plus step 1's generation.
@@ -551,34 +505,71 @@ class TrainerCheck:
             numbers["startup_s"] = startup
             numbers["time_to_first_rollout_s"] = startup + numbers["step1_gen_s"]
         numbers.update(_phases.phases(run.lines, run.launch_wall, run.wall_s if code is not None else None, steps,
-                                      wall_s=run.wall_s))
+                                      wall_s=run.wall_s, rollout=self.trainer["rollout"]))
         if code is None:
             problems.insert(0, f"verl's trainer did not finish in {TIMEOUT_S} s")
         elif code != 0:
             problems.insert(0, f"verl's trainer exited with {code}: {failure_line(texts)[:300]}")
         times = ", ".join(f"{numbers.get(f'step{s}_step_s', math.nan):.1f}" for s in range(1, STEPS + 1))
-        mode = "thorough (verl's defaults)" if self.profile.thorough else "fast (vLLM eager)"
+        mode = "thorough (verl's defaults)" if self.profile.thorough else "fast"
+        actor, rollout = self.trainer["actor"], self.trainer["rollout"]
         tp = f", rollout TP {self.profile.rollout_tp}" + (f", actor TP {self.profile.actor_tp}"
-                                                          if self.profile.variant == "megatron" else "")
-        note = (f"{STEPS} GRPO steps, {self.gpus} GPU(s), {self.profile.variant} actor, vLLM rollout{tp}, {mode}; "
-                f"step times {times} s; {run.wall_s:.0f} s in all")
+                                                          if actor["tp_overrides"] else "")
+        beside = self.queue.beside(self) if self.queue else 0
+        note = (f"{self.family['name']}: {STEPS} GRPO steps, {self.gpus} GPU(s), {actor['name']} actor, "
+                f"{rollout['name']} rollout{tp}, {mode}"
+                + (f", beside {beside} other trainer(s)" if beside else "")
+                + f"; step times {times} s; {run.wall_s:.0f} s in all")
         return _common.verdict(numbers, problems, note)
 
 
+class Queue:
+    """The families' trainers: at most `parallel` running at once, started in order."""
+
+    def __init__(self, checks: list, parallel: int):
+        self.checks, self.parallel = checks, max(1, parallel)
+        self._next = 0
+        self._running: list = []
+        self._lock = threading.Lock()
+
+    def start(self, hold: bool = True):
+        for _ in range(min(self.parallel, len(self.checks))):
+            self.launch_next(hold)
+
+    def launch_next(self, hold: bool = True):
+        with self._lock:
+            self._running = [c for c in self._running if c.run is not None and c.run.proc.poll() is None]
+            if self._next >= len(self.checks) or len(self._running) >= self.parallel:
+                return
+            check = self.checks[self._next]
+            self._next += 1
+        check.launch(hold=hold)
+        with self._lock:
+            self._running.append(check)
+
+    def beside(self, check) -> int:
+        """How many other trainers ran at some time while this one ran (one still running counts)."""
+        mine = check.run
+        if mine is None or mine.end is None:
+            return 0
+        return sum(1 for c in self.checks if c is not check and c.run is not None and c.run.start < mine.end
+                   and (c.run.end is None or c.run.end > mine.start))
+
+
 def checks(profile, torch):
-    name = "verl/trainer/megatron" if profile.variant == "megatron" else "verl/trainer/fsdp"
-    trainer = TrainerCheck(torch, profile)
+    families = profile.trainer.get("families") or []
+    parallel = 1 if profile.thorough else profile.trainer.get("parallel", 1)
+    trainers: list[TrainerCheck] = []
+    queue = Queue(trainers, parallel)
+    trainers += [TrainerCheck(torch, profile, family, queue) for family in families]
     if profile.thorough:
         import_check = check_import
     else:
-        def import_check():  # the trainer starts first: its start-up, not this import, is the long pole
-            trainer.launch(hold=True)
+        def import_check():  # the trainers start first: their start-up, not this import, is the long pole
+            queue.start(hold=True)
             return check_import()
-    return [
-        ("verl/trainer/import", import_check),
-        (f"{name}/grpo-{STEPS}-steps", trainer.finish),
-    ]
+    return [("verl/trainer/import", import_check), *((t.name, t.finish) for t in trainers)]
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main(PACKAGE, {"verl": "verl", "torch": "torch", "vllm": "vllm"}, checks))
+    sys.exit(_common.main(PACKAGE, {"verl": "verl", "torch": "torch"}, checks))

@@ -1,0 +1,171 @@
+"""verl's actors and rollouts as `data/backends.toml` rows: the verl config each needs in the trainer check, what its
+tensor-parallel size must divide, how its log splits the rollout server's start. The catalog names one of each per
+variant; the check script gets the rows whole, so a new backend is a row."""
+
+import functools
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from verlenv.errors import UserError
+from verlenv.fsutil import read_text
+
+DATA = Path(__file__).with_name("data") / "backends.toml"
+# The fields a row's overrides may name, filled by the check.
+FIELDS = ("actor_tp", "rollout_tp", "kv_cache_bytes")
+
+
+@dataclass(frozen=True)
+class Report:
+    """A duration the rollout engine reports itself: the regex's first group, in seconds."""
+
+    name: str
+    pattern: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Actor:
+    name: str
+    description: str
+    config_name: str
+    tp_overrides: tuple[str, ...] = ()
+    tp_divides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    fast_overrides: tuple[str, ...] = ()
+
+    @property
+    def tensor_parallel(self) -> bool:
+        return bool(self.tp_overrides)
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    name: str
+    description: str
+    package: str
+    tp_divides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    fast_overrides: tuple[str, ...] = ()
+    log_env: dict[str, str] = field(default_factory=dict)
+    server_args: str | None = None
+    reports: tuple[Report, ...] = ()
+    parts: tuple[str, ...] = ()
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Table:
+    path: Path
+    actors: dict[str, Actor]
+    rollouts: dict[str, Rollout]
+
+    def actor(self, name: str) -> Actor:
+        if name not in self.actors:
+            raise UserError(f"unknown actor {name!r}; valid: {', '.join(self.actors)} ({self.path.name})")
+        return self.actors[name]
+
+    def rollout(self, name: str) -> Rollout:
+        if name not in self.rollouts:
+            raise UserError(f"unknown rollout {name!r}; valid: {', '.join(self.rollouts)} ({self.path.name})")
+        return self.rollouts[name]
+
+
+def _strings(row: dict, key: str, where: str, path: Path) -> tuple[str, ...]:
+    value = row.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise UserError(f"{path}: {where}.{key} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def _overrides(row: dict, key: str, where: str, path: Path) -> tuple[str, ...]:
+    out = _strings(row, key, where, path)
+    for text in out:
+        for name in re.findall(r"\{(\w+)\}", text):
+            if name not in FIELDS:
+                raise UserError(f"{path}: {where}.{key}: {{{name}}} in {text!r}; fields: {', '.join(FIELDS)}")
+    return out
+
+
+def _string(row: dict, key: str, where: str, path: Path, default: str | None = None) -> str:
+    value = row.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise UserError(f"{path}: {where}.{key} must be a non-empty string")
+    return value
+
+
+def _known(row: dict, keys: set[str], where: str, path: Path) -> None:
+    if unknown := sorted(set(row) - keys):
+        raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(keys))}")
+
+
+def parse(path: Path, data: dict) -> Table:
+    actors, rollouts = {}, {}
+    for name, row in (data.get("actors") or {}).items():
+        where = f"actors.{name}"
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: {where} must be a table")
+        _known(row, {"description", "config_name", "tp_overrides", "tp_divides", "overrides", "fast_overrides"},
+               where, path)
+        actors[name] = Actor(name, _string(row, "description", where, path), _string(row, "config_name", where, path),
+                             _overrides(row, "tp_overrides", where, path), _strings(row, "tp_divides", where, path),
+                             _overrides(row, "overrides", where, path), _overrides(row, "fast_overrides", where, path))
+    for name, row in (data.get("rollouts") or {}).items():
+        where = f"rollouts.{name}"
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: {where} must be a table")
+        _known(row, {"description", "package", "name", "tp_divides", "overrides", "fast_overrides", "log_env",
+                     "server_args", "reports", "parts"}, where, path)
+        if _string(row, "name", where, path, name) != name:
+            raise UserError(f"{path}: {where}.name must be {name!r}: verl's actor_rollout_ref.rollout.name")
+        log_env = row.get("log_env", {})
+        if not isinstance(log_env, dict) or not all(isinstance(v, str) for v in log_env.values()):
+            raise UserError(f"{path}: {where}.log_env must be a table of strings")
+        reports = []
+        for i, rep in enumerate(row.get("reports", [])):
+            w = f"{where}.reports[{i}]"
+            if not isinstance(rep, dict):
+                raise UserError(f"{path}: {w} must be a table of name, pattern, source")
+            _known(rep, {"name", "pattern", "source"}, w, path)
+            pattern = _string(rep, "pattern", w, path)
+            try:
+                if re.compile(pattern).groups < 1:
+                    raise UserError(f"{path}: {w}.pattern must capture the seconds in a group")
+            except re.error as e:
+                raise UserError(f"{path}: {w}.pattern: not a regular expression ({e})") from None
+            reports.append(Report(_string(rep, "name", w, path), pattern, _string(rep, "source", w, path)))
+        server_args = row.get("server_args")
+        if server_args is not None:
+            server_args = _string(row, "server_args", where, path)
+            try:
+                re.compile(server_args)
+            except re.error as e:
+                raise UserError(f"{path}: {where}.server_args: not a regular expression ({e})") from None
+        rollouts[name] = Rollout(name, _string(row, "description", where, path), _string(row, "package", where, path),
+                                 _strings(row, "tp_divides", where, path), _overrides(row, "overrides", where, path),
+                                 _overrides(row, "fast_overrides", where, path), dict(log_env), server_args,
+                                 tuple(reports), _strings(row, "parts", where, path))
+    if not actors or not rollouts:
+        raise UserError(f"{path}: needs at least one [actors.<name>] and one [rollouts.<name>] row")
+    return Table(path, actors, rollouts)
+
+
+def load(path: Path | None = None) -> Table:
+    path = Path(path) if path else DATA
+    try:
+        data = tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+    return parse(path, data)
+
+
+@functools.cache
+def table() -> Table:
+    """The packaged table (data/backends.toml), read once per process."""
+    return load()

@@ -1,0 +1,295 @@
+"""The model families verl's trainer check trains, as `data/families.toml` rows, and a user's own config.json shrunk
+to the check's size (`verify --model-config`). Pure data: the check script builds the models with transformers.
+
+A family reaches the check script as one dict (`Family.row()`): the config class (or a model_type for a shrunk
+config), the model class, the config's arguments, the inputs kind and what verl's config needs for it."""
+
+import copy
+import functools
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verlenv.errors import UserError
+from verlenv.fsutil import read_text
+
+DATA = Path(__file__).with_name("data") / "families.toml"
+INPUTS = ("text", "images")
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    description: str
+    exercises: str
+    model_class: str
+    inputs: str
+    config: dict
+    config_class: str | None = None
+    # A shrunk config.json names its model_type instead of a config class (transformers' AutoConfig.for_model).
+    model_type: str | None = None
+    token_ids: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)
+    # Where it came from: the table, or the user's config.json; for a shrunk one, what was changed.
+    source: str = "families.toml"
+    shrunk: dict = field(default_factory=dict)
+
+    def row(self, defaults: dict) -> dict:
+        """What the check script gets: the row and the table's defaults it needs."""
+        token_ids = dict(defaults.get("vision_token_ids", {})) if self.inputs == "images" else {}
+        token_ids.update(self.token_ids)
+        return {"name": self.name, "description": self.description, "exercises": self.exercises,
+                "config_class": self.config_class, "model_type": self.model_type, "model_class": self.model_class,
+                "inputs": self.inputs, "config": self.config, "token_ids": token_ids,
+                "overrides": list(self.overrides), "logit_std": defaults["logit_std"],
+                "embedding_scale": defaults["embedding_scale"], "source": self.source,
+                "shrunk": self.shrunk}
+
+
+@dataclass(frozen=True)
+class Table:
+    path: Path
+    families: dict[str, Family]
+    defaults: dict
+    shrink: dict
+
+    def names(self) -> list[str]:
+        return list(self.families)
+
+    def select(self, names: list[str], thorough: bool) -> list[Family]:
+        """The families a run trains: the names given (`all`: every row), else the fast proof's defaults, or every
+        row with thorough. An unknown name is one line naming the valid ones."""
+        if not names:
+            names = self.names() if thorough else list(self.defaults["fast"])
+        if ALL in names:
+            return list(self.families.values())
+        out = []
+        for name in names:
+            if name not in self.families:
+                raise UserError(f"--family {name}: unknown family; valid: {', '.join(self.names())}, {ALL} "
+                                f"(rows of {self.path.name}), or --model-config for your own config.json")
+            if self.families[name] not in out:
+                out.append(self.families[name])
+        return out
+
+    def rows(self, families: list[Family]) -> list[dict]:
+        return [f.row(self.defaults) for f in families]
+
+
+def _text(row: dict, key: str, where: str, path: Path, default: str | None = None) -> str:
+    value = row.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise UserError(f"{path}: {where}.{key} must be a non-empty string")
+    return value
+
+
+def _reasons(row: dict, key: str, where: str, path: Path) -> dict[str, str]:
+    value = row.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) and v.strip() for v in value.values()):
+        raise UserError(f"{path}: {where}.{key} must be a table of override = reason")
+    return dict(value)
+
+
+def parse(path: Path, data: dict) -> Table:
+    defaults = data.get("defaults")
+    if not isinstance(defaults, dict):
+        raise UserError(f"{path}: missing table [defaults]")
+    for key in ("logit_std", "embedding_scale"):
+        value = defaults.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise UserError(f"{path}: defaults.{key} must be a positive number")
+    families: dict[str, Family] = {}
+    for name, row in (data.get("families") or {}).items():
+        where = f"families.{name}"
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: {where} must be a table")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", name) or name == ALL:
+            raise UserError(f"{path}: {where}: a family's name is lowercase letters, digits, '.' and '-', not {ALL!r}")
+        known = {"description", "exercises", "config_class", "model_class", "inputs", "config", "token_ids", "overrides"}
+        if unknown := sorted(set(row) - known):
+            raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+        inputs = _text(row, "inputs", where, path, "text")
+        if inputs not in INPUTS:
+            raise UserError(f"{path}: {where}.inputs is {inputs!r}; valid: {', '.join(INPUTS)}")
+        config = row.get("config", {})
+        token_ids = row.get("token_ids", {})
+        if not isinstance(config, dict) or not isinstance(token_ids, dict):
+            raise UserError(f"{path}: {where}.config and .token_ids must be tables")
+        families[name] = Family(name=name, description=_text(row, "description", where, path),
+                                exercises=_text(row, "exercises", where, path),
+                                model_class=_text(row, "model_class", where, path), inputs=inputs, config=config,
+                                config_class=_text(row, "config_class", where, path), token_ids=dict(token_ids),
+                                overrides=_reasons(row, "overrides", where, path))
+    if not families:
+        raise UserError(f"{path}: no [families.<name>] rows")
+    fast = defaults.get("fast", [])
+    if not isinstance(fast, list) or not fast or any(f not in families for f in fast):
+        raise UserError(f"{path}: defaults.fast must name families of the table ({', '.join(families)})")
+    shrink = data.get("shrink")
+    if not isinstance(shrink, dict) or not isinstance(shrink.get("text"), dict):
+        raise UserError(f"{path}: missing table [shrink] with its text sizes")
+    return Table(path, families, defaults, shrink)
+
+
+def load(path: Path | None = None) -> Table:
+    path = Path(path) if path else DATA
+    try:
+        data = tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+    return parse(path, data)
+
+
+@functools.cache
+def table() -> Table:
+    """The packaged table (data/families.toml), read once per process."""
+    return load()
+
+
+# ---- a user's config.json, shrunk -------------------------------------------------------------------------------
+
+def _label(path: Path) -> str:
+    """The family's name in the report: the model's folder for a config.json, else the file's stem."""
+    raw = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return "config-" + (re.sub(r"[^a-z0-9.\-]+", "-", raw.lower()).strip("-.") or "model")
+
+
+def read_config(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UserError(f"--model-config {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UserError(f"--model-config {path}: not JSON ({e}); give a model's config.json") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--model-config {path}: must be a JSON object (a model's config.json)")
+    return data
+
+
+def _rescale_mrope(rope: dict, old_half: int, new_half: int, changed: dict, where: str) -> None:
+    """mrope splits head_dim / 2 into temporal, height and width parts: keep their proportions at the new size."""
+    sections = rope.get("mrope_section")
+    if not isinstance(sections, list) or not sections or sum(sections) != old_half:
+        return
+    scaled = [max(1, round(s * new_half / old_half)) for s in sections]
+    scaled[-1] += new_half - sum(scaled)
+    if scaled[-1] < 1:
+        raise UserError(f"{where}.mrope_section {sections} cannot be split into {new_half} rotary parts")
+    changed[f"{where}.mrope_section"] = [sections, scaled]
+    rope["mrope_section"] = scaled
+
+
+def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
+    old_layers = config.get("num_hidden_layers")
+    old_hidden, old_heads = config.get("hidden_size"), config.get("num_attention_heads")
+    old_head_dim = config.get("head_dim") or (old_hidden // old_heads if old_hidden and old_heads else None)
+    for key, value in rules["text"].items():
+        if key in config and config[key] is not None and config[key] != value:
+            if key == "num_key_value_heads" and old_heads and config[key] == old_heads:
+                value = rules["text"]["num_attention_heads"]  # no GQA in the original: none in the shrunk one
+            changed[f"{where}{key}"] = [config[key], value]
+            config[key] = value
+    if "num_experts_per_tok" in config and "num_experts" in config:
+        config["num_experts_per_tok"] = min(config["num_experts_per_tok"], config["num_experts"])
+    new_head_dim = config["hidden_size"] // config["num_attention_heads"]
+    if config.get("head_dim") and old_hidden and old_heads:
+        ratio = config["head_dim"] / (old_hidden / old_heads)
+        value = int(new_head_dim * ratio)
+        if value != config["head_dim"]:
+            changed[f"{where}head_dim"] = [config["head_dim"], value]
+        config["head_dim"] = new_head_dim = value
+    layers = config.get("num_hidden_layers")
+    for key in rules.get("per_layer", []):
+        if isinstance(config.get(key), list) and old_layers and layers:
+            changed[f"{where}{key}"] = [len(config[key]), layers]
+            config[key] = config[key][:layers]
+    for key in rules.get("layer_indexes", []):
+        if isinstance(config.get(key), list) and layers:
+            config[key] = [i for i in config[key] if isinstance(i, int) and i < layers]
+    for rope_key in ("rope_parameters", "rope_scaling"):
+        if isinstance(config.get(rope_key), dict) and old_head_dim:
+            _rescale_mrope(config[rope_key], old_head_dim // 2, new_head_dim // 2, changed, f"{where}{rope_key}")
+
+
+def _known_keys(rules: dict) -> set[str]:
+    """Every key the rules set, scale, follow or name as not a size."""
+    known = set(rules["text"]) | set(rules.get("scaled", [])) | set(rules.get("not_sizes", []))
+    for vision in rules.get("vision", {}).values():
+        known |= set(vision.get("set", {})) | set(vision.get("follow", {}))
+    return known
+
+
+def _too_big(config: dict, rules: dict, where: str = "") -> list[str]:
+    """Keys still holding a whole number above max_size that the rules do not know: what the shrink cannot vouch
+    for."""
+    skip = _known_keys(rules)
+    out = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            if key not in ("vision_config", "text_config"):  # sub-configs were shrunk themselves
+                out += _too_big(value, rules, f"{where}{key}.")
+        elif isinstance(value, int) and not isinstance(value, bool) and value > rules["max_size"] and key not in skip:
+            out.append(f"{where}{key}={value}")
+    return out
+
+
+def shrink(path: Path, table_: Table | None = None) -> Family:
+    """A user's config.json as a family of the check's size: its architecture and features kept, its sizes set
+    by the table's [shrink] rules; one line naming what it does not know when it cannot."""
+    table_ = table_ or table()
+    rules = table_.shrink
+    original = read_config(path)
+    config = copy.deepcopy(original)
+    model_type = config.get("model_type")
+    archs = config.get("architectures")
+    if not isinstance(model_type, str) or not model_type:
+        raise UserError(f"--model-config {path}: no model_type; a Hugging Face config.json names one")
+    if model_type not in rules["model_types"]:
+        raise UserError(f"--model-config {path}: cannot shrink model_type {model_type!r}; known: "
+                        f"{', '.join(rules['model_types'])} ({table_.path.name} [shrink])")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise UserError(f"--model-config {path}: no architectures list; it names the model class to build")
+    if "auto_map" in original:
+        raise UserError(f"--model-config {path}: its model is remote code (auto_map); the check builds only "
+                        "architectures transformers ships")
+    vision_rules = rules.get("vision", {}).get(model_type)
+    changed: dict = {}
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    if vision_rules is not None and text is None:
+        # Older VL configs keep the language model's keys at the top level.
+        _shrink_text(config, rules, changed, "")
+        text = config
+    else:
+        _shrink_text(text if text is not None else config, rules, changed, "text_config." if text is not None else "")
+        text = text if text is not None else config
+    if vision_rules is not None:
+        vision = config.get("vision_config")
+        if not isinstance(vision, dict):
+            raise UserError(f"--model-config {path}: model_type {model_type} has no vision_config to shrink")
+        for key, value in vision_rules.get("set", {}).items():
+            if key in vision and vision[key] != value:
+                changed[f"vision_config.{key}"] = [vision[key], value]
+                vision[key] = value
+        for key, text_key in vision_rules.get("follow", {}).items():
+            if key in vision:
+                changed[f"vision_config.{key}"] = [vision[key], text[text_key]]
+                vision[key] = text[text_key]
+        if problems := _too_big(vision, rules, "vision_config."):
+            raise UserError(f"--model-config {path}: does not know how to shrink {', '.join(problems[:3])} "
+                            f"({table_.path.name} [shrink.vision.{model_type}])")
+    elif isinstance(config.get("vision_config"), dict):
+        raise UserError(f"--model-config {path}: model_type {model_type} has a vision_config but no "
+                        f"[shrink.vision.{model_type}] rules in {table_.path.name}")
+    if problems := _too_big(config, rules) + (_too_big(text, rules, "text_config.") if text is not config else []):
+        raise UserError(f"--model-config {path}: does not know how to shrink {', '.join(problems[:3])} "
+                        f"(not a size key of {table_.path.name} [shrink])")
+    for key in ("auto_map", "quantization_config", "_name_or_path", "transformers_version", "torch_dtype", "dtype"):
+        config.pop(key, None)
+    if "quantization_config" in original:
+        changed["quantization_config"] = ["removed", "the check trains bf16 weights"]
+    return Family(name=_label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
+                  model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
+                  model_type=model_type, source=str(path), shrunk=changed)

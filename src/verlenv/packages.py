@@ -1,0 +1,171 @@
+"""The packages `verlenv verify` checks, as `data/packages.toml` rows: distributions, compiled objects, which part of
+a variant needs each, its kernel check scripts and their limits. Every module that needs to know a package reads
+it here; a new package is a row."""
+
+import fnmatch
+import functools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from verlenv.errors import UserError
+from verlenv.fsutil import read_text
+
+DATA = Path(__file__).with_name("data") / "packages.toml"
+# What a row's required_by may name: every variant, or the variants of one actor or rollout (stacks.toml).
+PARTS = ("actor", "rollout")
+
+
+@dataclass(frozen=True)
+class Package:
+    """A package as checks name it: its distributions (any one = installed) and its compiled objects."""
+
+    name: str
+    dists: tuple[str, ...]
+    # (distribution, modules) of the compiled objects that must load and carry the GPU's code.
+    objects: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    required_by: tuple[str, ...] = ()
+    intact: tuple[str, ...] = ()
+    recorded: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+
+    def required_for(self, actor: str, rollout: str) -> bool:
+        return any(r == "all" or r == f"actor:{actor}" or r == f"rollout:{rollout}" for r in self.required_by)
+
+
+@dataclass(frozen=True)
+class Script:
+    """A kernel check script's limits: verify/kernels/check_<key>.py."""
+
+    key: str
+    package: str
+    timeout_s: float = 0.0
+    lane: int | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    path: Path
+    packages: dict[str, Package]
+    scripts: dict[str, Script]
+    report_also: tuple[str, ...] = ()
+    report_patterns: tuple[str, ...] = ()
+    order: tuple[str, ...] = field(default=())
+
+    def required(self, actor: str, rollout: str) -> frozenset[str]:
+        """The packages a variant of this actor and rollout cannot work without: a failure of theirs fails the run."""
+        return frozenset(p.name for p in self.packages.values() if p.required_for(actor, rollout))
+
+    def intact(self) -> dict[str, str]:
+        """Distribution -> the package its integrity check belongs to."""
+        return {d: p.name for p in self.packages.values() for d in p.intact}
+
+    def recorded(self) -> frozenset[str]:
+        return frozenset(d for p in self.packages.values() for d in p.recorded)
+
+    def lanes(self) -> tuple[str, ...]:
+        """The scripts the fast proof starts first, in their lane order."""
+        laned = sorted((s for s in self.scripts.values() if s.lane is not None), key=lambda s: s.lane)
+        return tuple(s.key for s in laned)
+
+    def script(self, key: str) -> Script:
+        """A script's row; a script no package names (a user's --kernels-dir) belongs to the package its name says."""
+        return self.scripts.get(key) or Script(key, canonicalize_name(key))
+
+    def report_names(self, installed: dict[str, str]) -> dict[str, str | None]:
+        """The installed versions a report names: every package's distributions, then `also`, then what the
+        patterns match (only where installed)."""
+        wanted = [d for p in self.packages.values() for d in p.dists] + list(self.report_also)
+        out: dict[str, str | None] = {}
+        for name in wanted:
+            if not any(fnmatch.fnmatchcase(name, pat) for pat in self.report_patterns) or name in installed:
+                out[name] = installed.get(name)
+        out.update({n: v for n, v in sorted(installed.items())
+                    if any(fnmatch.fnmatchcase(n, pat) for pat in self.report_patterns)})
+        return out
+
+
+def _strings(value, where: str, path: Path) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise UserError(f"{path}: {where} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def parse(path: Path, data: dict) -> Table:
+    """The rows of a decoded packages.toml, or one line saying what in it is wrong."""
+    rows = data.get("packages")
+    if not isinstance(rows, dict) or not rows:
+        raise UserError(f"{path}: no [packages.<name>] rows")
+    packages: dict[str, Package] = {}
+    scripts: dict[str, Script] = {}
+    for name, row in rows.items():
+        where = f"packages.{name}"
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: {where} must be a table")
+        if canonicalize_name(name) != name:
+            raise UserError(f"{path}: {where}: name it {canonicalize_name(name)!r} (the canonical form)")
+        if unknown := sorted(set(row) - {"dists", "required_by", "objects", "intact", "recorded", "checks"}):
+            raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: dists, required_by, objects, "
+                            "intact, recorded, checks")
+        required_by = _strings(row.get("required_by", []), f"{where}.required_by", path)
+        for r in required_by:
+            part, _, value = r.partition(":")
+            if r != "all" and (part not in PARTS or not value):
+                raise UserError(f"{path}: {where}.required_by: {r!r}; valid: all, actor:<name>, rollout:<name>")
+        objects = row.get("objects", {})
+        if not isinstance(objects, dict):
+            raise UserError(f"{path}: {where}.objects must be a table of distribution = [modules]")
+        checks = _strings(row.get("checks", []), f"{where}.checks", path)
+        packages[name] = Package(
+            name=name,
+            dists=_strings(row.get("dists"), f"{where}.dists", path) if "dists" in row else (name,),
+            objects=tuple((canonicalize_name(d), _strings(m, f"{where}.objects.{d}", path)) for d, m in objects.items()),
+            required_by=required_by,
+            intact=_strings(row.get("intact", []), f"{where}.intact", path),
+            recorded=_strings(row.get("recorded", []), f"{where}.recorded", path),
+            checks=checks,
+        )
+        for key in checks:
+            if key in scripts:
+                raise UserError(f"{path}: {where}.checks: {key!r} is also a check of {scripts[key].package}")
+            scripts[key] = Script(key, name)
+    limits = data.get("scripts", {})
+    if not isinstance(limits, dict):
+        raise UserError(f"{path}: scripts must be a table of [scripts.<key>] rows")
+    for key, row in limits.items():
+        where = f"scripts.{key}"
+        if key not in scripts:
+            raise UserError(f"{path}: {where}: no package's checks name {key!r}")
+        if not isinstance(row, dict) or set(row) - {"timeout_s", "lane"}:
+            raise UserError(f"{path}: {where} must be a table of timeout_s and lane")
+        timeout, lane = row.get("timeout_s", 0), row.get("lane")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise UserError(f"{path}: {where}.timeout_s must be a number of seconds >= 0")
+        if lane is not None and (isinstance(lane, bool) or not isinstance(lane, int) or lane < 1):
+            raise UserError(f"{path}: {where}.lane must be a positive integer")
+        scripts[key] = Script(key, scripts[key].package, float(timeout), lane)
+    lanes = [s.lane for s in scripts.values() if s.lane is not None]
+    if len(lanes) != len(set(lanes)):
+        raise UserError(f"{path}: two scripts share a lane; each lane holds one script")
+    report = data.get("report", {})
+    return Table(path=path, packages=packages, scripts=scripts,
+                 report_also=_strings(report.get("also", []), "report.also", path),
+                 report_patterns=_strings(report.get("patterns", []), "report.patterns", path),
+                 order=tuple(packages))
+
+
+def load(path: Path | None = None) -> Table:
+    path = Path(path) if path else DATA
+    try:
+        data = tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+    return parse(path, data)
+
+
+@functools.cache
+def table() -> Table:
+    """The packaged table (data/packages.toml), read once per process."""
+    return load()

@@ -1,0 +1,219 @@
+"""The trainer check's inputs for one model family: a word-level tokenizer, a tiny random model built from the
+family's row (data/families.toml, handed over in --profile) with transformers' own classes, the image processor of
+an image family, and GSM8K-shaped training rows (with images for an image family). Nothing is downloaded.
+
+Standard library at import: it runs in the env under test beside _common; torch, transformers, tokenizers, PIL and
+pyarrow are imported where they are used.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import random
+
+SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
+# Split out of any text before the word-level split (added tokens): the image processor expands <|image_pad|> into
+# one copy per image token, written without spaces.
+VISION_WORDS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+CHAT_WORDS = ["system", "user", "assistant", ":", "+", "=", "?"]
+DIGITS = [str(d) for d in range(10)]
+VOCAB = 512
+# Text content as it is; an image item as the vision words the processor expands (Qwen2-VL's own template does the
+# same with its own words).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} : "
+    "{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' or 'image' in c %}<|vision_start|><|image_pad|><|vision_end|> "
+    "{% elif c['type'] == 'video' or 'video' in c %}<|vision_start|><|video_pad|><|vision_end|> "
+    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %} {% endfor %}"
+    "{% if add_generation_prompt %}assistant : {% endif %}")
+# The images an image family's rows carry: small, so each is a few image tokens (56 px / 14 px patches / 2x2 merge).
+IMAGE_PX = 56
+IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS = 28 * 28, 112 * 112
+# Prompts the logit scale is measured on.
+CALIBRATION_BATCH, CALIBRATION_LEN = 8, 24
+
+
+def words() -> list[str]:
+    fixed = SPECIAL + VISION_WORDS + CHAT_WORDS + DIGITS
+    return fixed + [f"w{i}" for i in range(VOCAB - len(fixed))]
+
+
+def ids() -> dict[str, int]:
+    return {w: i for i, w in enumerate(words())}
+
+
+def write_tokenizer(directory):
+    """A word-level tokenizer with a chat template, saved like a hub tokenizer (no download)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.WordLevel(ids(), unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")  # decodes to words joined by spaces
+    tokenizer.add_special_tokens([AddedToken(w, special=True, normalized=False) for w in VISION_WORDS])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
+                                   bos_token="<s>", eos_token="</s>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(directory)
+    return fast
+
+
+def _set(config, dotted: str, value) -> None:
+    target = config
+    *parents, last = dotted.split(".")
+    for part in parents:
+        target = getattr(target, part)
+    setattr(target, last, value)
+
+
+def build_config(family: dict):
+    """The family's transformers config: its class (or a shrunk config.json's model_type) and arguments, the text
+    config's vocabulary and special ids set to the tokenizer's."""
+    import transformers
+
+    args = {k: v for k, v in family["config"].items() if k not in ("model_type", "architectures")}
+    if family.get("config_class"):
+        config = getattr(transformers, family["config_class"])(**args)
+    else:
+        config = transformers.AutoConfig.for_model(family["model_type"], **args)
+    word_ids = ids()
+    text = config.get_text_config()
+    text.vocab_size = VOCAB
+    for key, word in (("bos_token_id", "<s>"), ("eos_token_id", "</s>"), ("pad_token_id", "<pad>")):
+        setattr(text, key, word_ids[word])
+        if text is not config and hasattr(config, key):
+            setattr(config, key, word_ids[word])
+    for key, word in family.get("token_ids", {}).items():
+        _set(config, key, word_ids[word])
+    return config
+
+
+def final_norm(model):
+    """The norm whose output the head reads: its weight scales every logit alike, tied head or not."""
+    decoder = model.get_decoder()
+    norm = getattr(decoder, "norm", None)
+    if norm is None or getattr(norm, "weight", None) is None:
+        raise ValueError(f"{type(model).__name__}: no final norm with a weight at get_decoder().norm; the check "
+                         "scales the logits there")
+    return norm
+
+
+def calibration_ids(torch):
+    gen = torch.Generator().manual_seed(1)
+    first = len(SPECIAL) + len(VISION_WORDS)  # ordinary words only: the vision words need their images
+    return torch.randint(first, VOCAB, (CALIBRATION_BATCH, CALIBRATION_LEN), generator=gen)
+
+
+def logits(model, torch, input_ids=None):
+    with torch.no_grad():
+        return model(input_ids=calibration_ids(torch) if input_ids is None else input_ids).logits.float()
+
+
+def build_model(family: dict, torch):
+    """The family's model with random weights (seed 0), its token embeddings scaled down (a tied head must not see
+    each token's own embedding tower over the rest) and its final norm scaled so the next-token logits have the
+    table's standard deviation on random prompts (float32, on CPU)."""
+    import transformers
+
+    config = build_config(family)
+    torch.manual_seed(0)
+    model = getattr(transformers, family["model_class"])(config).float().eval()
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(family["embedding_scale"])
+    std = logits(model, torch).std().item()
+    if not math.isfinite(std) or std <= 0:
+        raise ValueError(f"{family['name']}: the random model's logits have std {std}; cannot scale them")
+    with torch.no_grad():
+        final_norm(model).weight.mul_(family["logit_std"] / std)
+    return model
+
+
+def sampling_stats(model, torch) -> dict:
+    """Entropy (nats) and top probability of the next token after each calibration prompt: a model whose sampling
+    is near-deterministic teaches GRPO nothing (zero advantages, zero gradients)."""
+    last = logits(model, torch)[:, -1, :]
+    probs = last.softmax(-1)
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+    return {"entropy_mean": entropy.mean().item(), "entropy_min": entropy.min().item(),
+            "top_prob_max": probs.max().item(), "logit_std": last.std().item()}
+
+
+def write_model(directory, torch, family: dict) -> dict:
+    """The family's model, bf16, laid out like a hub model (config, safetensors, generation config); returns its
+    sampling stats as built."""
+    model = build_model(family, torch)
+    stats = sampling_stats(model, torch)
+    model.to(torch.bfloat16).save_pretrained(directory)
+    return stats
+
+
+def write_processor(directory, tokenizer):
+    """An image family's processor (Qwen2-VL's image and video processors with the check's tokenizer), saved beside
+    the model as a hub model has it, so verl's dataset and the rollout engine both load it from the model path."""
+    from transformers import AutoProcessor, Qwen2_5_VLProcessor, Qwen2VLImageProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    size = {"shortest_edge": IMAGE_MIN_PIXELS, "longest_edge": IMAGE_MAX_PIXELS}
+    processor = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(size=size),
+                                    video_processor=Qwen2VLVideoProcessor(size=size), tokenizer=tokenizer,
+                                    chat_template=CHAT_TEMPLATE)
+    processor.save_pretrained(directory)
+    return AutoProcessor.from_pretrained(directory)
+
+
+def image_bytes(rng: random.Random) -> bytes:
+    """A seeded PNG of coloured blocks: different images give different vision tokens."""
+    from PIL import Image
+
+    image = Image.new("RGB", (IMAGE_PX, IMAGE_PX))
+    block = IMAGE_PX // 4
+    for x in range(0, IMAGE_PX, block):
+        for y in range(0, IMAGE_PX, block):
+            image.paste(tuple(rng.randrange(256) for _ in range(3)), (x, y, x + block, y + block))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def dataset_rows(count: int, seed: int = 0, inputs: str = "text") -> list[dict]:
+    """GSM8K-shaped rows, as verl's gsm8k preprocessing writes them (chat prompt, data_source, reward_model,
+    extra_info); for an image family each prompt starts with verl's `<image>` placeholder and the row carries the
+    image in verl's `images` column."""
+    rng = random.Random(seed)
+    filler = [w for w in words() if w.startswith("w")]
+    rows = []
+    for index in range(count):
+        a, b = rng.randrange(5), rng.randrange(5)
+        question = " ".join(rng.sample(filler, 6) + [str(a), "+", str(b), "=", "?"])
+        row = {"data_source": "openai/gsm8k",
+               "prompt": [{"role": "user", "content": ("<image> " if inputs == "images" else "") + question}],
+               "ability": "math",
+               "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+               "extra_info": {"split": "train", "index": index, "answer": str(a + b), "question": question}}
+        if inputs == "images":
+            row["images"] = [{"bytes": image_bytes(rng)}]
+        rows.append(row)
+    return rows
+
+
+def write_dataset(path, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def write_family(directory, torch, family: dict, rows: int) -> dict:
+    """Model (tokenizer and, for images, processor beside it) and training parquet of one family under directory;
+    returns their paths and the model's sampling stats."""
+    paths = {"model": os.path.join(directory, "model"), "data": os.path.join(directory, "train.parquet")}
+    tokenizer = write_tokenizer(paths["model"])
+    if family["inputs"] == "images":
+        write_processor(paths["model"], tokenizer)
+    paths["stats"] = write_model(paths["model"], torch, family)
+    write_dataset(paths["data"], dataset_rows(rows, inputs=family["inputs"]))
+    return paths

@@ -1,0 +1,212 @@
+"""Model families (data/families.toml) and a user's own config.json shrunk to the check's size (--model-config): the
+table read and refused where wrong, the shrink rules on real published configs, and, inside the default env, every
+family's tiny model written by the trainer check, trained one step on CPU with the env's transformers, its rows
+loaded through verl's own dataset class (images with the family's processor), and verl's Hydra config composed for
+it in each variant."""
+
+import copy
+import json
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from test_kernel_scripts import KERNELS, torch_python
+from test_rows import MISTRAL_ROW
+from test_verify_profiles import REPO
+from verlenv import catalog, families
+from verlenv.cluster.trainer import trainer_spec
+from verlenv.errors import UserError
+
+CONFIGS = REPO / "tests" / "data" / "model-configs"
+PROGRAM = REPO / "tests" / "data" / "trainer" / "families_in_env.py"
+REAL = {"vl": CONFIGS / "Qwen2.5-VL-3B-Instruct" / "config.json", "moe": CONFIGS / "Qwen3-30B-A3B" / "config.json"}
+
+
+def table():
+    return families.table()
+
+
+def test_the_table_holds_the_families_users_train():
+    names = table().names()
+    assert {"llama", "qwen2", "qwen3", "qwen3-moe", "qwen2.5-vl"} <= set(names)
+    assert [f.name for f in table().select([], thorough=False)] == table().defaults["fast"]
+    assert [f.name for f in table().select([], thorough=True)] == names
+    assert [f.name for f in table().select(["all"], thorough=False)] == names
+    assert [f.name for f in table().select(["qwen3", "llama", "qwen3"], thorough=False)] == ["qwen3", "llama"]
+
+
+def test_an_unknown_family_is_one_line_naming_the_valid_ones():
+    with pytest.raises(UserError) as e:
+        table().select(["gpt2"], thorough=False)
+    assert str(e.value).startswith("--family gpt2: unknown family; valid: llama, qwen2") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("change, complaint", [
+    (lambda d: d["families"]["llama"].pop("model_class"), "families.llama.model_class must be a non-empty string"),
+    (lambda d: d["families"]["llama"].update(inputs="audio"), "families.llama.inputs is 'audio'; valid: text, images"),
+    (lambda d: d["families"]["llama"].update(colour="red"), "families.llama: unknown key 'colour'"),
+    (lambda d: d["defaults"].update(fast=["gpt2"]), "defaults.fast must name families of the table"),
+    (lambda d: d["defaults"].update(logit_std=0), "defaults.logit_std must be a positive number"),
+    (lambda d: d["families"].update({"all": d["families"]["llama"]}), "families.all: a family's name is"),
+    (lambda d: d.pop("shrink"), "missing table [shrink]"),
+])
+def test_a_broken_table_is_one_line(change, complaint):
+    import tomllib
+
+    data = tomllib.loads(families.DATA.read_text())
+    change(data)
+    with pytest.raises(UserError) as e:
+        families.parse(families.DATA, data)
+    assert complaint in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_real_vl_config_is_shrunk_keeping_its_features():
+    f = families.shrink(REAL["vl"])
+    config = f.config
+    assert f.model_class == "Qwen2_5_VLForConditionalGeneration" and f.inputs == "images" and f.model_type == "qwen2_5_vl"
+    assert config["tie_word_embeddings"] is True  # the 3B ties its head: kept
+    assert (config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]) == (2, 256, 4)
+    assert config["num_key_value_heads"] == 2  # still grouped-query (4 heads, 2 KV heads), as the original
+    # mrope splits head_dim/2 = 32 in the original's 16:24:24 proportion.
+    assert config["rope_scaling"]["mrope_section"] == [8, 12, 12] and sum([8, 12, 12]) == 256 // 4 // 2
+    vision = config["vision_config"]
+    assert (vision["depth"], vision["fullatt_block_indexes"], vision["out_hidden_size"]) == (2, [1], 256)
+    assert vision["patch_size"] == 14 and vision["window_size"] == 112  # what the image processor depends on
+    assert f.shrunk["num_hidden_layers"] == [36, 2] and "torch_dtype" not in config
+    assert json.loads(REAL["vl"].read_text())["num_hidden_layers"] == 36  # the file itself is untouched
+
+
+def test_a_real_moe_config_keeps_its_experts_routing_and_head_size_ratio():
+    f = families.shrink(REAL["moe"])
+    config = f.config
+    assert f.inputs == "text" and f.model_class == "Qwen3MoeForCausalLM"
+    assert (config["num_experts"], config["num_experts_per_tok"], config["moe_intermediate_size"]) == (8, 2, 128)
+    assert config["norm_topk_prob"] is True and config["decoder_sparse_step"] == 1 and config["mlp_only_layers"] == []
+    # Qwen3's head_dim is twice hidden/heads (128 vs 2048/32): the shrunk one keeps that (64 * 2).
+    assert config["head_dim"] == 2 * config["hidden_size"] // config["num_attention_heads"] == 128
+    assert f.name == "config-qwen3-30b-a3b"
+
+
+def test_per_layer_lists_and_layer_indexes_follow_the_layers_kept(tmp_path):
+    config = json.loads(REAL["moe"].read_text())
+    config.update(num_hidden_layers=6, mlp_only_layers=[0, 1, 5], layer_types=["full_attention"] * 6)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    shrunk = families.shrink(path).config
+    assert shrunk["mlp_only_layers"] == [0, 1] and shrunk["layer_types"] == ["full_attention"] * 2
+
+
+@pytest.mark.parametrize("change, complaint", [
+    (lambda c: c.update(model_type="gpt_oss"), "cannot shrink model_type 'gpt_oss'; known: llama"),
+    (lambda c: c.pop("model_type"), "no model_type"),
+    (lambda c: c.pop("architectures"), "no architectures list"),
+    (lambda c: c.update(n_routed_experts=256), "does not know how to shrink n_routed_experts=256"),
+    (lambda c: c.update(auto_map={"AutoModel": "x.Y"}), "remote code (auto_map)"),
+])
+def test_a_config_it_cannot_shrink_is_one_line_naming_what_it_does_not_know(tmp_path, change, complaint):
+    config = json.loads(REAL["moe"].read_text())
+    change(config)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(UserError) as e:
+        families.shrink(path)
+    assert complaint in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_vl_config_without_vision_rules_or_tower_is_refused(tmp_path):
+    config = json.loads(REAL["vl"].read_text())
+    del config["vision_config"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(UserError, match="has no vision_config to shrink"):
+        families.shrink(path)
+    rules = copy.deepcopy(table().shrink)
+    del rules["vision"]["qwen2_5_vl"]
+    broken = families.Table(table().path, table().families, table().defaults, rules)
+    with pytest.raises(UserError, match=r"has a vision_config but no \[shrink.vision.qwen2_5_vl\] rules"):
+        families.shrink(REAL["vl"], broken)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]"])
+def test_a_file_that_is_not_a_config_is_one_line(tmp_path, text):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(UserError) as e:
+        families.shrink(path)
+    assert str(e.value).startswith(f"--model-config {path}:") and "\n" not in str(e.value)
+    with pytest.raises(UserError, match="No such file"):
+        families.shrink(tmp_path / "missing.json")
+
+
+@pytest.fixture(scope="module")
+def in_env(tmp_path_factory) -> dict:
+    python = torch_python()
+    if python is None:
+        pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
+    probe = subprocess.run([python, "-c", "import verl, hydra, transformers, qwen_vl_utils"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("the torch environment lacks verl, hydra, transformers or qwen_vl_utils")
+    cat = catalog.load(REPO / "stacks.toml")
+    # The table's rows, a test-only row added by data alone (test_rows.py), and the real configs shrunk.
+    extra = families.parse(families.DATA, tomllib.loads(families.DATA.read_text() + MISTRAL_ROW))
+    rows = extra.rows(list(extra.families.values()) + [families.shrink(p) for p in REAL.values()])
+    out = tmp_path_factory.mktemp("families")
+    tables = out / "tables.json"
+    tables.write_text(json.dumps({"specs": {v: trainer_spec(cat.variant("verl-0.9", v)) for v in ("fsdp", "megatron")},
+                                  "families": rows}))
+    proc = subprocess.run([python, str(PROGRAM), str(KERNELS), str(out / "out.json"), str(tables)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "out.json").read_text())
+
+
+ALL = ["llama", "qwen2", "qwen3", "qwen3-moe", "qwen2.5-vl", "mistral", "config-qwen2.5-vl-3b-instruct",
+       "config-qwen3-30b-a3b"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_each_family_trains_a_step_on_cpu_with_the_envs_transformers(in_env, name):
+    r = in_env[name]
+    assert r["loss"] > 0 and r["grad_nonzero"] == r["with_grad"] == r["params_total"], r
+    assert r["config"]["vocab_size"] == 512 and r["config"]["num_hidden_layers"] == 2
+    assert r["params"] < 5_000_000  # tiny: it starts in seconds on any GPU
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(r["files"]) and r["rows"] == 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_each_familys_sampling_stays_stochastic(in_env, name):
+    """The init keeps sampling diverse, tied head or not (a tied head at N(0, 0.15) made it deterministic)."""
+    init = in_env[name]["init"]
+    assert init["entropy_min"] > 2.0 and init["top_prob_max"] < 0.6, init
+    assert init["logit_std"] == pytest.approx(2.0, rel=0.05)
+
+
+@pytest.mark.slow
+def test_tied_and_moe_families_exercise_what_they_are_for(in_env):
+    assert in_env["qwen2"]["tied"] is True and in_env["llama"]["tied"] is False
+    assert in_env["config-qwen2.5-vl-3b-instruct"]["tied"] is True  # the real 3B's tied head, kept by the shrink
+    assert in_env["qwen3-moe"]["expert_grad"] > 0 and in_env["config-qwen3-30b-a3b"]["expert_grad"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen2.5-vl", "config-qwen2.5-vl-3b-instruct"])
+def test_the_vl_rows_load_through_verls_dataset_with_the_familys_processor(in_env, name):
+    r = in_env[name]
+    assert r["images_in_rows"] == r["rows"] and r["dataset_items"] == r["rows"] and r["raw_has_image"]
+    # A 56 px image: 4 x 4 patches of 14 px merged 2 x 2 -> 4 image tokens, 16 pixel rows.
+    assert (r["image_tokens"], r["pixel_rows"]) == (4, 16)
+    assert r["vision_grad"] > 0  # the vision tower trains
+    assert "processor_config.json" in r["files"] or "preprocessor_config.json" in r["files"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_verls_config_composes_for_each_family_in_each_variant(in_env, name):
+    for variant in ("fsdp", "megatron"):
+        composed = in_env[name]["composed"][variant]
+        assert composed["model"].endswith("model") and composed["experiment"] == f"verify-{name}"
+        assert composed["rollout"] == "vllm"

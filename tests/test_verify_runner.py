@@ -302,3 +302,16 @@ def test_a_second_lane_runs_beside_the_trainer_and_is_told_so(timed_kernels, tmp
     rest = sorted(spans.values(), key=lambda s: s["start"])
     assert all(a["end"] <= b["start"] for a, b in zip(rest, rest[1:]))
     assert overlap(trainer, vllm)
+
+
+def test_a_known_upstream_failure_is_reported_with_its_link_and_not_against_the_env():
+    scope = runner.Scope(frozenset({"verl"}))
+    known = {"url": "https://github.com/verl-project/verl/issues/7899", "fix": "PR 7901", "summary": "s"}
+    entry = {"check": "verl/trainer/fsdp/qwen2.5-vl/grpo-2-steps", "package": "verl", "status": "fail",
+             "reason": "verl's trainer exited with 1", "known_issue": known}
+    r = runner._result(entry, "verl", scope)
+    assert r.status == "fail" and not r.blocking and r.reason.startswith("known upstream failure https://github.com")
+    plain = runner._result({k: v for k, v in entry.items() if k != "known_issue"}, "verl", scope)
+    assert plain.status == "fail" and plain.blocking
+    passed = runner._result({**entry, "status": "pass"}, "verl", scope)  # fixed upstream: a plain pass
+    assert passed.status == "pass" and passed.blocking is False and passed.required

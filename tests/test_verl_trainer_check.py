@@ -550,3 +550,14 @@ def test_sizes_this_node_cannot_take_fail_the_trainer_check_in_one_line(monkeypa
         check.finish()
     assert str(failed.value) == "cannot run verl's trainer on this node so: rollout_tp 2 does not divide the 1 GPU(s)"
     assert check.run is None
+
+
+def test_a_familys_known_upstream_failure_is_named_only_when_its_output_shows_it():
+    t = trainer()
+    vl = FAMILIES["qwen2.5-vl"]
+    seen = ["(WorkerDict pid=9) RuntimeError: Expected cond to be True, but got False.",
+            "    torch._check(lengths_sum <= ragged_dim_size)"]
+    known = t.known_failure(vl, seen)
+    assert known["url"] == "https://github.com/verl-project/verl/issues/7899" and "7901" in known["fix"]
+    assert t.known_failure(vl, ["ModuleNotFoundError: No module named 'flash_attn'"]) is None  # another cause counts
+    assert t.known_failure(LLAMA, seen) is None  # a family without a known issue has none

@@ -36,6 +36,8 @@ class Family:
     # Where it came from: the table, or the user's config.json; for a shrunk one, what was changed.
     source: str = "families.toml"
     shrunk: dict = field(default_factory=dict)
+    # An upstream failure verl has with this family: url, fix, summary, signature (a regex of its output).
+    known_issue: dict = field(default_factory=dict)
 
     def row(self, defaults: dict) -> dict:
         """What the check script gets: the row and the table's defaults it needs."""
@@ -46,7 +48,7 @@ class Family:
                 "inputs": self.inputs, "config": self.config, "token_ids": token_ids,
                 "overrides": list(self.overrides), "logit_std": defaults["logit_std"],
                 "embedding_scale": defaults["embedding_scale"], "source": self.source,
-                "shrunk": self.shrunk}
+                "shrunk": self.shrunk, "known_issue": self.known_issue}
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ def parse(path: Path, data: dict) -> Table:
             raise UserError(f"{path}: {where} must be a table")
         if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", name) or name == ALL:
             raise UserError(f"{path}: {where}: a family's name is lowercase letters, digits, '.' and '-', not {ALL!r}")
-        known = {"description", "exercises", "config_class", "model_class", "inputs", "config", "token_ids", "overrides"}
+        known = {"description", "exercises", "config_class", "model_class", "inputs", "config", "token_ids", "overrides",
+                 "known_issue"}
         if unknown := sorted(set(row) - known):
             raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(known))}")
         inputs = _text(row, "inputs", where, path, "text")
@@ -118,11 +121,20 @@ def parse(path: Path, data: dict) -> Table:
         token_ids = row.get("token_ids", {})
         if not isinstance(config, dict) or not isinstance(token_ids, dict):
             raise UserError(f"{path}: {where}.config and .token_ids must be tables")
+        issue = row.get("known_issue", {})
+        if issue:
+            if not isinstance(issue, dict) or any(not isinstance(issue.get(k), str) or not issue.get(k)
+                                                  for k in ("url", "fix", "summary", "signature")):
+                raise UserError(f"{path}: {where}.known_issue needs url, fix, summary and signature (strings)")
+            try:
+                re.compile(issue["signature"])
+            except re.error as e:
+                raise UserError(f"{path}: {where}.known_issue.signature: not a regular expression ({e})") from None
         families[name] = Family(name=name, description=_text(row, "description", where, path),
                                 exercises=_text(row, "exercises", where, path),
                                 model_class=_text(row, "model_class", where, path), inputs=inputs, config=config,
                                 config_class=_text(row, "config_class", where, path), token_ids=dict(token_ids),
-                                overrides=_reasons(row, "overrides", where, path))
+                                overrides=_reasons(row, "overrides", where, path), known_issue=dict(issue))
     if not families:
         raise UserError(f"{path}: no [families.<name>] rows")
     fast = defaults.get("fast", [])

@@ -42,9 +42,11 @@ class Skipped(Exception):
 class Failed(Exception):
     """A check that ran and found a problem; carries the numbers it measured."""
 
-    def __init__(self, reason: str, numbers: dict | None = None):
+    def __init__(self, reason: str, numbers: dict | None = None, known_issue: dict | None = None):
         super().__init__(reason)
         self.numbers = numbers or {}
+        # An upstream failure this one is (url, fix, summary): verify reports it with the link, not against the env.
+        self.known_issue = known_issue
 
 
 class ProfileError(ValueError):
@@ -206,9 +208,11 @@ class Report:
         self._write()
 
     def add(self, check: str, package: str, status: str, reason: str = "", numbers: dict | None = None,
-            seconds: float = 0.0) -> dict:
+            seconds: float = 0.0, known_issue: dict | None = None) -> dict:
         result = {"check": check, "package": package, "status": status, "reason": reason,
                   "numbers": _json_safe(numbers or {}), "seconds": round(seconds, 3)}
+        if known_issue:
+            result["known_issue"] = known_issue
         self.results.append(result)
         self._write()
         shown = f" ({reason})" if reason else ""
@@ -247,7 +251,7 @@ def run_check(report: Report, check: str, package: str, fn, torch=None) -> dict:
     except Skipped as e:
         return report.add(check, package, "skip", str(e), {}, time.perf_counter() - start)
     except Failed as e:
-        return report.add(check, package, "fail", str(e), e.numbers, time.perf_counter() - start)
+        return report.add(check, package, "fail", str(e), e.numbers, time.perf_counter() - start, e.known_issue)
     except Exception as e:  # one check raising must not stop the others
         traceback.print_exc()
         return report.add(check, package, "fail", describe(e), {}, time.perf_counter() - start)
@@ -380,10 +384,11 @@ def compare(numbers: dict, problems: list[str], name: str, out, ref, limit: floa
         problems.append(f"{name} relative error {rel:.3g} above {limit:.3g}")
 
 
-def verdict(numbers: dict, problems: list[str], note: str = ""):
-    """What a check returns: its numbers, or Failed with every problem found."""
+def verdict(numbers: dict, problems: list[str], note: str = "", known_issue: dict | None = None):
+    """What a check returns: its numbers, or Failed with every problem found (and the known upstream failure they
+    are, where they are one)."""
     if problems:
-        raise Failed("; ".join(problems), numbers)
+        raise Failed("; ".join(problems), numbers, known_issue)
     return numbers, note
 
 

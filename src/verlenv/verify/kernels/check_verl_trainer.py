@@ -516,11 +516,24 @@ class TrainerCheck:
         tp = f", rollout TP {self.profile.rollout_tp}" + (f", actor TP {self.profile.actor_tp}"
                                                           if actor["tp_overrides"] else "")
         beside = self.queue.beside(self) if self.queue else 0
+        known = known_failure(self.family, texts) if problems else None
+        if known:
+            numbers["known_issue"] = known["url"]
         note = (f"{self.family['name']}: {STEPS} GRPO steps, {self.gpus} GPU(s), {actor['name']} actor, "
                 f"{rollout['name']} rollout{tp}, {mode}"
                 + (f", beside {beside} other trainer(s)" if beside else "")
                 + f"; step times {times} s; {run.wall_s:.0f} s in all")
-        return _common.verdict(numbers, problems, note)
+        return _common.verdict(numbers, problems, note, known)
+
+
+def known_failure(family: dict, texts) -> dict | None:
+    """The family's known upstream failure (data/families.toml known_issue), where the trainer's output shows its
+    signature; None otherwise (a failure of another kind counts against the env as any other)."""
+    issue = family.get("known_issue") or {}
+    if not issue:
+        return None
+    pattern = re.compile(issue["signature"])
+    return {k: issue[k] for k in ("url", "fix", "summary")} if any(pattern.search(t) for t in texts) else None
 
 
 class Queue:

@@ -1,0 +1,109 @@
+"""The compatibility matrix: which model families verl's own trainer has trained in which stack, variant and mode, read
+from the committed GPU reports (docs/verification/*.json, verify reports and verify --ray reports).
+
+A cell is the newest report's verdict for that stack x variant x family x mode: pass, fail, known (a known upstream
+failure of verl's, with its link), or "not run" when no committed report ran it. Reports written before the families
+(2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was the Llama family.
+Writes a markdown table (each cell linking its report) and the same as JSON.
+Usage: python benchmarks/compat_matrix.py [--reports docs/verification] [--out docs/benchmarks/compat-matrix]
+"""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+from verlenv import catalog, families  # noqa: E402
+from verlenv.fsutil import write_atomic  # noqa: E402
+
+# verl/trainer/<variant>/<family>/grpo-N-steps, or the older verl/trainer/<variant>/grpo-N-steps (Llama then).
+CHECK = re.compile(r"^verl/trainer/(?P<variant>[\w.-]+)/(?:(?P<family>[\w.-]+)/)?grpo-\d+-steps$")
+OLD_FAMILY = "llama"
+MODES = ("fast", "thorough")
+
+
+def trainer_results(report: dict) -> list[tuple[str, str, str, str]]:
+    """(variant, family, status, known-issue url or "") of every trainer check in a verify report, and of the cluster
+    trainer in a verify --ray report."""
+    out = []
+    for check in report.get("checks", []):
+        m = CHECK.match(check["name"])
+        if m:
+            known = (check.get("numbers") or {}).get("known_issue") or ""
+            status = "known" if check["status"] == "fail" and not check["required"] and known else check["status"]
+            out.append((m["variant"], m["family"] or OLD_FAMILY, status, known))
+    trainer = report.get("trainer")
+    if isinstance(trainer, dict) and trainer.get("status") in ("pass", "fail"):
+        out.append((report["variant"], trainer.get("family") or OLD_FAMILY, trainer["status"], ""))
+    return out
+
+
+def cells(reports: Path) -> dict[tuple[str, str, str, str], dict]:
+    """(stack, variant, family, mode) -> the newest report's cell."""
+    found: dict[tuple[str, str, str, str], dict] = {}
+    for path in sorted(reports.glob("*.json")):
+        try:
+            report = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if not isinstance(report, dict) or "stack" not in report or "variant" not in report:
+            continue
+        mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
+        for variant, family, status, known in trainer_results(report):
+            key = (report["stack"], variant, family, mode)
+            stamp = report.get("timestamp", "")
+            if key not in found or stamp >= found[key]["timestamp"]:
+                found[key] = {"status": status, "report": path.name, "timestamp": stamp, "known_issue": known}
+    return found
+
+
+def matrix(reports: Path, cat: catalog.Catalog, table: families.Table) -> dict:
+    found = cells(reports)
+    names = table.names() + sorted({k[2] for k in found} - set(table.names()))
+    rows = []
+    for stack in cat.stacks.values():
+        for variant in stack.variants:
+            for mode in MODES:
+                row = {"stack": stack.name, "variant": variant, "mode": mode, "families": {}}
+                for family in names:
+                    row["families"][family] = found.get((stack.name, variant, family, mode), {"status": "not run"})
+                rows.append(row)
+    return {"families": names, "rows": rows}
+
+
+def markdown(data: dict, link_base: str = "../verification/") -> str:
+    lines = ["# Compatibility matrix: verl's own trainer, per model family",
+             "",
+             "Made by `python benchmarks/compat_matrix.py` from the committed GPU reports (docs/verification): the "
+             "newest report's verdict for each stack, variant, mode and family; `not run` where no committed report "
+             "ran it; `known` is a known upstream failure of verl's (the link in the report), not the env's. Each "
+             "verdict links its report.", "",
+             "| stack | variant | mode | " + " | ".join(data["families"]) + " |",
+             "|---|---|---|" + "---|" * len(data["families"])]
+    for row in data["rows"]:
+        cells_ = []
+        for family in data["families"]:
+            cell = row["families"][family]
+            text = cell["status"] if cell["status"] == "not run" else f"[{cell['status']}]({link_base}{cell['report']})"
+            cells_.append(text)
+        lines.append(f"| {row['stack']} | {row['variant']} | {row['mode']} | " + " | ".join(cells_) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reports", type=Path, default=ROOT / "docs" / "verification")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "compat-matrix")
+    args = p.parse_args(argv)
+    data = matrix(args.reports, catalog.load(ROOT / "stacks.toml"), families.table())
+    write_atomic(args.out.with_suffix(".json"), json.dumps(data, indent=1) + "\n")
+    write_atomic(args.out.with_suffix(".md"), markdown(data))
+    print(f"wrote {args.out.with_suffix('.md')} and .json ({len(data['rows'])} rows x {len(data['families'])} families)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

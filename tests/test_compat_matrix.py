@@ -1,0 +1,48 @@
+"""The compatibility matrix (benchmarks/compat_matrix.py) read from reports: the committed GPU reports, and reports a
+test writes with family checks, a known upstream failure, a failure and a newer report overriding an older one."""
+
+import json
+import sys
+
+from test_verify_profiles import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import compat_matrix  # noqa: E402
+from verlenv import catalog, families  # noqa: E402
+
+
+def cell(data, stack, variant, mode, family):
+    row = next(r for r in data["rows"] if (r["stack"], r["variant"], r["mode"]) == (stack, variant, mode))
+    return row["families"][family]
+
+
+def test_the_committed_reports_give_the_llama_column():
+    data = compat_matrix.matrix(REPO / "docs" / "verification", catalog.load(REPO / "stacks.toml"), families.table())
+    assert cell(data, "verl-0.9", "fsdp", "thorough", "llama")["status"] == "pass"
+    assert cell(data, "verl-0.9", "megatron", "fast", "llama")["status"] == "pass"
+    assert cell(data, "verl-0.7", "fsdp", "fast", "llama") == {"status": "not run"}
+    assert set(families.table().names()) <= set(data["families"])
+
+
+def report(stack, variant, mode, stamp, checks):
+    return {"stack": stack, "variant": variant, "mode": mode, "timestamp": stamp, "checks": checks}
+
+
+def trainer(variant, family, status, required=True, known=None):
+    return {"name": f"verl/trainer/{variant}/{family}/grpo-2-steps", "status": status, "required": required,
+            "numbers": {"known_issue": known} if known else {}}
+
+
+def test_families_known_failures_and_the_newest_report_win(tmp_path):
+    url = "https://github.com/verl-project/verl/issues/7899"
+    (tmp_path / "a.json").write_text(json.dumps(report("verl-0.9", "fsdp", "fast", "2026-11-26T10:00:00", [
+        trainer("fsdp", "qwen3", "fail"), trainer("fsdp", "qwen2.5-vl", "fail", required=False, known=url)])))
+    (tmp_path / "b.json").write_text(json.dumps(report("verl-0.9", "fsdp", "fast", "2026-11-26T11:00:00", [
+        trainer("fsdp", "qwen3", "pass")])))
+    (tmp_path / "notes.json").write_text("[1, 2]")  # not a report: ignored
+    data = compat_matrix.matrix(tmp_path, catalog.load(REPO / "stacks.toml"), families.table())
+    assert cell(data, "verl-0.9", "fsdp", "fast", "qwen3") == {"status": "pass", "report": "b.json",
+                                                               "timestamp": "2026-11-26T11:00:00", "known_issue": ""}
+    assert cell(data, "verl-0.9", "fsdp", "fast", "qwen2.5-vl")["status"] == "known"
+    md = compat_matrix.markdown(data)
+    assert "[known](../verification/a.json)" in md and "[pass](../verification/b.json)" in md

@@ -35,7 +35,7 @@ SCRIPT_PREFIX = "check_"
 TRAINER_SCRIPT = "verl_trainer"
 # GPU memory each of several trainers side by side takes at most in the fast proof (actor, rollout weights, its
 # fixed KV cache, CUDA contexts of its processes): how many families run at once on one GPU.
-TRAINER_GIB = 16
+TRAINER_GIB = 24
 # The line _common.Report prints after each check: what a check printed before it is that check's output.
 RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
 

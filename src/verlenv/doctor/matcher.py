@@ -23,6 +23,7 @@ PREFIX_FORMS = (
     r"|\([\w:]+ pid=\d+(?:, ip=[\d.]+)?\)"  # Ray / vLLM worker tags
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ (?:\[[\w./ -]+:\d+\])?"  # vLLM logger
     r"|#\d+ \d+\.\d+"  # docker buildkit
+    r"|\d{1,5}\.\d{3}(?:\s|$)"  # docker buildkit's summary of a failed step: the time, no step number
 )
 PREFIX = re.compile(rf"^(?:\s*(?:{PREFIX_FORMS})\s*)+")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -40,6 +41,7 @@ class Evidence:
     last: int
     text: str
     file: str = ""  # the log file, when several were read (a directory)
+    warning: bool = False  # matched a form of the message that healthy runs print too
 
     @property
     def where(self) -> str:
@@ -62,13 +64,19 @@ class Diagnosis:
     def count(self) -> int:
         return len(self.evidence) + self.uncounted
 
+    @property
+    def severity(self) -> str:
+        """error unless every line matched a warning form (a healthy run prints it too)."""
+        return "warning" if self.evidence and all(e.warning for e in self.evidence) else "error"
+
     def to_dict(self) -> dict:
         f = self.failure
         return {
-            "id": f.id, "title": f.title, "priority": f.priority, "matched": self.count,
+            "id": f.id, "title": f.title, "priority": f.priority, "severity": self.severity, "matched": self.count,
             "evidence": [{"lines": [e.first, e.last], "text": e.text} | ({"file": e.file} if e.file else {})
                          for e in self.evidence],
             "details": self.details, "cause": f.cause, "fix": list(f.fix), "verlenv": f.verlenv, "refs": list(f.refs),
+            "checks": list(f.checks), "packages": list(f.packages),
         }
 
 
@@ -228,7 +236,7 @@ class Matcher:
             lines = seen_lines.setdefault(h.failure.id, set())
             if (h.first, h.last) not in lines:
                 lines.add((h.first, h.last))
-                d.evidence.append(Evidence(h.first, h.last, h.text, file))
+                d.evidence.append(Evidence(h.first, h.last, h.text, file, h.failure.signatures[h.signature].warning))
             for k, v in h.groups.items():
                 d.details.setdefault(k, v)
         for fid, extra in self._overflow.items():
@@ -238,7 +246,8 @@ class Matcher:
 
 
 def ranked(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
-    out = sorted(diagnoses, key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
+    """Failures before warnings; then priority, matched lines, first appearance."""
+    out = sorted(diagnoses, key=lambda d: (d.severity == "warning", -d.failure.priority, -d.count, d.evidence[0].first))
     _explain_symbols(out)
     return out
 
@@ -284,11 +293,16 @@ def format_diagnoses(diagnoses: list[Diagnosis], source: str = "log") -> str:
     """Plain-text report: each failure once, with the lines that matched, the cause and the fix."""
     if not diagnoses:
         return f"no known failure matched in {source}"
-    out = [f"{len(diagnoses)} known failure{'s' if len(diagnoses) != 1 else ''} in {source} (most specific first):"]
+    failures = sum(d.severity == "error" for d in diagnoses)
+    warnings = len(diagnoses) - failures
+    head = f"{failures} known failure{'s' if failures != 1 else ''}"
+    if warnings:
+        head += f" and {warnings} warning{'s' if warnings != 1 else ''} (printed by healthy runs too)"
+    out = [f"{head} in {source} (most specific first):"]
     for d in diagnoses:
         f = d.failure
         out.append("")
-        out.append(f"[{f.id}] {f.title}")
+        out.append(f"[{f.id}] {f.title}" + (" (warning)" if d.severity == "warning" else ""))
         out.append(f"  matched {d.count} line{'s' if d.count != 1 else ''}:")
         for e in d.evidence[:SHOWN]:
             text = e.text if len(e.text) <= 200 else e.text[:197] + "..."

@@ -16,12 +16,14 @@ def register(sub) -> None:
         "doctor",
         help="recognise known environment failures in a log, or probe an environment, and say the fix",
         description="With LOG (a file, a directory of logs, or - for stdin): report each known failure found in "
-        "it, most specific first, with its file and line. Without LOG: probe the environment of --python before it "
-        "bites. Exit 0: healthy, no match or warnings only; 1: problems found; 2: bad input.",
+        "it, most specific first, with its file and line; with --python too, check each finding's fix against that "
+        "env. Without LOG: probe the environment of --python (default: the stack's env, as verify picks it) before "
+        "it bites. Exit 0: healthy, no match or warnings only; 1: problems found; 2: bad input.",
     )
     p.add_argument("log", nargs="?", metavar="LOG",
                    help="log file (plain or gzipped), a directory of logs (read recursively), or - for stdin")
-    p.add_argument("--python", help="interpreter of the environment to probe (default: this one)")
+    p.add_argument("--python", help="interpreter of the environment to probe, or to check a LOG's findings against "
+                   "(default without LOG: the active env unless it is verlenv's own, else .venv-<stack>-<variant>)")
     p.add_argument("--max-files", type=int, default=logs.MAX_FILES, metavar="N",
                    help=f"with a LOG directory: open at most N files, logs first (default {logs.MAX_FILES}; 0: all)")
     p.add_argument("--max-gb", type=float, default=logs.MAX_BYTES / (1 << 30), metavar="GB",
@@ -46,11 +48,12 @@ def handle(args) -> int:
         if value < 0:
             raise UserError(f"{flag} {value:g}: must be 0 (no bound) or a positive number")
     if args.log is not None:
-        given = [o for o, v in (("--python", args.python), ("--stack", args.stack), ("--variant", args.variant),
-                                ("--lock", args.lock), ("--only", args.only), ("--ray", args.ray)) if v]
+        given = [o for o, v in (("--stack", args.stack), ("--variant", args.variant), ("--lock", args.lock),
+                                ("--only", args.only), ("--ray", args.ray)) if v]
         if given:
-            raise UserError(f"{', '.join(given)} apply to environment probes; run `verlenv doctor` without LOG for those")
-        return _diagnose_log(args.log, args.json, args.max_files, int(args.max_gb * (1 << 30)))
+            raise UserError(f"{', '.join(given)} apply to environment probes; run `verlenv doctor` without LOG for "
+                            "those (with LOG, --python checks the findings' fixes against an env)")
+        return _diagnose_log(args.log, args.json, args.python, args.max_files, int(args.max_gb * (1 << 30)))
     if args.max_files != logs.MAX_FILES or args.max_gb != logs.MAX_BYTES / (1 << 30):
         raise UserError("--max-files and --max-gb bound the reading of a LOG directory; give one")
     if args.ray is not None:  # each node probes its own env
@@ -58,13 +61,19 @@ def handle(args) -> int:
     return _probe(args)
 
 
-def _diagnose_log(log: str, as_json: bool, max_files: int, max_bytes: int) -> int:
+def _diagnose_log(log: str, as_json: bool, python: str | None, max_files: int, max_bytes: int) -> int:
+    facts = facts_mod.gather(python) if python else None  # bad --python: exit 2 before a long scan
     source, diagnoses, notes = logs.diagnose_path(log, max_files, max_bytes, _Progress(log))
+    checks = probes.check_findings(diagnoses, facts) if facts else {}
     if as_json:
         _emit(json.dumps({"source": source, "matched": len(diagnoses), "diagnoses": [d.to_dict() for d in diagnoses],
-                          "notes": [{**n._asdict(), "read": n.read} for n in notes]}, indent=2))
+                          "notes": [{**n._asdict(), "read": n.read} for n in notes],
+                          **({"python": facts.executable,
+                              "checks": {fid: [r.to_dict() for r in rs] for fid, rs in checks.items()}}
+                             if facts else {})}, indent=2))
     else:
-        _emit("\n".join([matcher.format_diagnoses(diagnoses, source), *logs.format_notes(notes)]))
+        _emit("\n".join([matcher.format_diagnoses(diagnoses, source), *logs.format_notes(notes),
+                         *(probes.format_checks(checks, facts.executable) if facts else [])]))
     # warnings (TE ignoring flash-attn, a slow load) are printed by healthy runs too: not a failing exit
     return 1 if any(d.severity == "error" for d in diagnoses) else 0
 
@@ -95,8 +104,27 @@ class _Progress:
         print(f"verlenv doctor: {line}", file=sys.stderr, flush=True)
 
 
+def _default_python(args) -> str:
+    """--python, else the env verify would pick (the active one unless it is verlenv's own, else the stack's
+    .venv-<stack>-<variant>), else this interpreter (outside a checkout)."""
+    if args.python:
+        return args.python
+    from verlenv import catalog
+    from verlenv.install import default_python
+
+    try:
+        cat = catalog.load()
+    except UserError:
+        return sys.executable
+    variant = cat.variant(args.stack, args.variant or "fsdp")  # a bad --stack/--variant is the user's error
+    try:
+        return default_python(variant, cat.root, "doctor")
+    except UserError:
+        return sys.executable
+
+
 def _probe(args) -> int:
-    python = args.python or sys.executable
+    python = _default_python(args)
     facts = facts_mod.gather(python)
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     results = probes.run_all(facts, args.stack, args.variant, args.lock, only=only)

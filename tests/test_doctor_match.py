@@ -210,8 +210,8 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
     assert main(["doctor", str(tmp_path / "nope.log")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such file" in err
-    assert main(["doctor", str(failing), "--python", sys.executable]) == 2
-    assert "--python" in capsys.readouterr().err
+    assert main(["doctor", str(failing), "--lock", str(failing)]) == 2
+    assert "--lock" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["doctor", "--bogus"])
     assert exit_.value.code == 2

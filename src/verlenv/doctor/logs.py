@@ -191,17 +191,19 @@ def diagnose_file(path: Path, name: str) -> tuple[list[Diagnosis], Note | None]:
     except OSError as e:
         why = "vanished before it was read" if isinstance(e, FileNotFoundError) else f"cannot be read ({e.strerror or e})"
         return [], Note(name, "skipped", why)
-    matcher = _matcher()
+    matcher = None  # made after the binary test: a tree of libraries needs none
     with f:
         try:
             raw = Snapshot(f)
             stream, binary = _opened(f, raw)
             if binary:
                 return [], Note(name, "skipped", f"{binary}, {BINARY_NOTE}")
+            matcher = _matcher()
             _feed(stream, matcher)
             note = (Note(name, "shrank", f"shrank while read (truncated or rewritten): {raw.read_bytes} of {raw.size} "
                          "bytes read") if raw.shrank else None)
         except READ_ERRORS as e:
+            matcher = matcher or _matcher()  # what was fed before the error still counts
             if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
                 note = Note(name, "damaged", f"a damaged gzip file ({e}), cut short or still being written: read up "
                             "to there")

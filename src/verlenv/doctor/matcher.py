@@ -8,6 +8,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import pairwise
 from typing import BinaryIO
 
@@ -110,6 +111,37 @@ class _Hit:
     groups: dict
 
 
+@dataclass(frozen=True)
+class _Index:
+    """What every matcher of one knowledge base looks up; built once, as a directory holds thousands of files."""
+
+    failures: tuple[Failure, ...]  # highest priority first
+    context_keys: frozenset
+    context_literals: tuple
+    context_patterns: tuple
+    by_keyword: dict  # keyword -> failures it admits: one pass of substring tests per text, not one per failure
+    rank: dict
+
+    @staticmethod
+    def of(failures: Iterable[Failure]) -> "_Index":
+        ordered = tuple(sorted(failures, key=lambda f: -f.priority))
+        by_keyword: dict[str, list[Failure]] = {}
+        for f in ordered:
+            for k in f.keywords:
+                by_keyword.setdefault(k, []).append(f)
+        return _Index(
+            ordered,
+            frozenset((f.id, i) for f in ordered for i, s in enumerate(f.signatures) if s.context),
+            tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_literals),
+            tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_patterns),
+            by_keyword, {f.id: n for n, f in enumerate(ordered)})
+
+
+@cache
+def _shipped_index() -> _Index:
+    return _Index.of(knowledge.load())
+
+
 class Matcher:
     """Feed lines one by one (any size of log), then `result()`."""
 
@@ -120,25 +152,20 @@ class Matcher:
         (the scanner's RE2) that a text holds any keyword at all, run before the per-keyword tests."""
         self._contexts_found_elsewhere = contexts_found_elsewhere
         self._holds_keyword = holds_keyword
-        self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
+        index = _Index.of(failures) if failures else _shipped_index()
+        self.failures = list(index.failures)
         self.lineno = 0
         self._window: deque[tuple[int, str, set, set, int]] = deque(maxlen=WINDOW)
         self._hits: list[_Hit] = []
         self._kept: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
-        self._context_keys = {(f.id, i) for f in self.failures for i, s in enumerate(f.signatures) if s.context}
-        self._context_literals = [(c, (f.id, i)) for f in self.failures for i, s in enumerate(f.signatures)
-                                  for c in s.context_literals]
-        self._context_patterns = [(c, (f.id, i)) for f in self.failures for i, s in enumerate(f.signatures)
-                                  for c in s.context_patterns]
+        self._context_keys = index.context_keys
+        self._context_literals = index.context_literals
+        self._context_patterns = index.context_patterns
         self._context_seen: set[tuple[str, int]] = set()
-        # keyword -> failures it admits; one pass of cheap substring tests per text instead of one per failure
-        self._by_keyword: dict[str, list[Failure]] = {}
-        for f in self.failures:
-            for k in f.keywords:
-                self._by_keyword.setdefault(k, []).append(f)
-        self._keywords = list(self._by_keyword)
-        self._rank = {f.id: n for n, f in enumerate(self.failures)}
+        self._by_keyword = index.by_keyword
+        self._keywords = list(index.by_keyword)
+        self._rank = index.rank
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
         """Match one line; `lineno` (1-based) when lines are skipped, as the scanner does between hits."""

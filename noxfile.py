@@ -137,5 +137,6 @@ def verify_cluster(session: nox.Session) -> None:
 
 @nox.session(python=TOOL_PYTHON)
 def doctor(session: nox.Session) -> None:
-    """Diagnose the env (no args) or a log file (`nox -s doctor -- build.log`)."""
+    """Diagnose the stack's env (no args: .venv-<stack>-<variant>, as verify picks it) or a log (`-- build.log`)."""
+    # The session's venv is verlenv's own: doctor skips it as verify does (and its pip on PATH is only a warning).
     _verlenv(session, "doctor")

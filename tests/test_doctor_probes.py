@@ -438,7 +438,8 @@ def test_pip_of_another_interpreter(tmp_path):
     base_python = next(p for p in (base_bin / "python3", base_bin / "python") if p.exists())
     assert probes.probe_pip(facts_mod.gather(base_python), {"PATH": path}).status == "ok"
     other = probes.probe_pip(facts_mod.gather(sys.executable), {"PATH": path})
-    assert (other.status, other.failure_id) == ("problem", "S4") and str(base_bin.parent) in other.summary
+    # A hazard for the next install by hand, not a fault of the env: a warning, which does not fail the run.
+    assert (other.status, other.failure_id) == ("warning", "S4") and str(base_bin.parent) in other.summary
     # A venv whose interpreter is gone: its pip launcher (pip's own script, pointed at the venv) cannot start.
     subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     launcher = tmp_path / "venv" / "bin" / "pip"
@@ -448,7 +449,7 @@ def test_pip_of_another_interpreter(tmp_path):
     for exe in (tmp_path / "venv" / "bin").glob("python*"):
         exe.unlink()
     gone = probes.probe_pip(facts_mod.gather(sys.executable), {"PATH": f"{launcher.parent}:/usr/bin:/bin"})
-    assert (gone.status, gone.failure_id) == ("problem", "S4") and "bad interpreter" in gone.summary
+    assert (gone.status, gone.failure_id) == ("warning", "S4") and "bad interpreter" in gone.summary
 
 
 @pytest.mark.network

@@ -135,7 +135,11 @@ CASES = [
     Case("doctor-lock-binary", ("doctor", "--lock", "{tmp}/binary.bin", "--only", "lock-drift"),
          ("--lock {tmp}/binary.bin", "not UTF-8")),
     Case("doctor-python-missing", ("doctor", "--python", "{tmp}/python9"), ("--python {tmp}/python9", "no such")),
-    Case("doctor-log-with-probe-option", ("doctor", "{tmp}/file.txt", "--python", PY), ("--python", "without LOG")),
+    Case("doctor-log-with-probe-option", ("doctor", "{tmp}/file.txt", "--lock", "{tmp}/file.txt"), ("--lock", "without LOG")),
+    Case("doctor-log-python-missing", ("doctor", "{tmp}/file.txt", "--python", "{tmp}/python9"),
+         ("--python {tmp}/python9", "no such")),
+    Case("doctor-max-files-negative", ("doctor", "{tmp}/dir", "--max-files", "-1"), ("--max-files -1", "positive")),
+    Case("doctor-max-files-without-log", ("doctor", "--max-files", "5"), ("--max-files", "LOG directory")),
     Case("doctor-log-with-ray", ("doctor", "{tmp}/file.txt", "--ray"), ("--ray", "without LOG")),
     # bundle / install --bundle: the kernel cache folder
     Case("bundle-kernel-cache-missing", ("bundle", "--stack", "tiny", "--kernel-cache", "{tmp}/none"),

@@ -75,24 +75,54 @@ def _timed(fn, *args):
 
 
 def doctor(request: Request) -> dict:
-    """`verlenv doctor`'s probes of the env this worker runs in, on this node, and the fingerprint."""
+    """`verlenv doctor`'s probes of the env this worker runs in, on this node; what the node's own Ray session logs
+    hold (each finding with its fix checked against this env); and the fingerprint."""
     from verlenv.doctor import facts, probes
 
     start = time.monotonic()
     visible = gpus.gpu_details()
     node = {"hostname": socket.gethostname(), "ip": _ip(), "pid": os.getpid(), "python": sys.executable,
             "platform": platform.platform(), "gpus": [g.name for g in visible]}
+    env_facts = facts.gather(sys.executable)
     with tempfile.TemporaryDirectory(prefix="verlenv-cluster-") as tmp:
         lock = None
         if request.lock_text is not None:
             lock = Path(tmp) / (request.lock_name or "lock.txt")
             lock.write_text(request.lock_text)
-        results = probes.run_all(facts.gather(sys.executable), lock=lock, only=request.probes)
+        results = probes.run_all(env_facts, lock=lock, only=request.probes)
+    session = session_logs(env_facts)
     options = request.verify_options
     builds = [b.name for b in request.catalog.variant(options.stack, options.variant).source_builds]
     return {"node": node, "fingerprint": fingerprint.compute(visible, source_builds=builds),
-            "probes": [r.to_dict() for r in results],
-            "seconds": round(time.monotonic() - start, 2)}
+            "probes": [r.to_dict() for r in results], "logs": session, "seconds": round(time.monotonic() - start, 2)}
+
+
+def session_logs(env_facts) -> dict:
+    """The findings in this node's own files of its Ray session folder, each with its fix checked here."""
+    from verlenv.doctor import logs, probes, ray_session
+
+    folder = ray_session.logs_folder_of_this_process()
+    if folder is None or not folder.is_dir():
+        return {"folder": None, "skipped": "no Ray session log folder for this worker"}
+    try:
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001  Ray's runtime context missing: every file of the folder is read
+        node_id = ""
+    files = ray_session.node_files(folder, node_id) if node_id else None
+    reading = logs.diagnose_dir(folder, files=files)
+    checks = probes.check_findings(reading.diagnoses, env_facts)
+    return {"folder": str(folder), "source": reading.source, "files": len(files) if files is not None else None,
+            "diagnoses": [_finding(d, checks.get(d.id, [])) for d in reading.diagnoses],
+            "notes": len(reading.notes)}
+
+
+def _finding(d, checks) -> dict:
+    """A log finding for the cluster report: the family, its severity, where, the fix, the checks on this node."""
+    shown = [{"file": e.file, "lines": [e.first, e.last], "text": e.text[:300]} for e in d.evidence[:3]]
+    return {"id": d.id, "title": d.failure.title, "severity": d.severity, "matched": d.count, "evidence": shown,
+            "fix": list(d.failure.fix), "checks": [r.to_dict() for r in checks]}
 
 
 def _ip() -> str:

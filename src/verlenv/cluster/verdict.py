@@ -7,8 +7,13 @@ TRAINER_FAILED = ("fail", "refused")  # the trainer ran and failed, or the clust
 def node_problems(row: dict) -> list[str]:
     if row["state"] != "checked":
         return [f"{row['state']}: {row.get('error', '')}"]
-    if "probes" in row:  # the doctor's
-        return [f"{p['probe']}: {p['summary']}" for p in row["probes"] if p["status"] == "problem"]
+    if "probes" in row:  # the doctor's: its probes, and the failures in the node's own Ray session logs
+        found = [f"{p['probe']}: {p['summary']}" for p in row["probes"] if p["status"] == "problem"]
+        for d in (row.get("logs") or {}).get("diagnoses", []):
+            if d["severity"] == "error":
+                where = d["evidence"][0] if d["evidence"] else {"file": "?", "lines": [0]}
+                found.append(f"logs [{d['id']}] {d['title']} ({where['file']}:L{where['lines'][0]})")
+        return found
     return [f"{r['name']}: {r['reason']}" for r in row["results"] if r["required"] and r["status"] == "fail"]
 
 

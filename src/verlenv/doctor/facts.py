@@ -42,6 +42,29 @@ def torch_facts():
     return {"root": root, "lib": os.path.join(root, "lib"), "cuda": cuda, "version": version}
 
 
+def glibc():
+    try:
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+    except (AttributeError, ValueError, OSError):
+        return None
+    return version if name == "glibc" else None
+
+
+def loaded_libstdcxx():
+    # The libstdc++ this interpreter's loader finds (its RPATH, LD_LIBRARY_PATH, the cache), as an import would.
+    import ctypes
+    try:
+        ctypes.CDLL("libstdc++.so.6")
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libstdc++.so"):
+                    return fields[-1]
+    except OSError:
+        return None
+    return None
+
+
 dists, shadowed, first_location = [], [], {}
 # In sys.path order: the first folder that holds a name is the one its import finds.
 for d in metadata.distributions():
@@ -69,6 +92,8 @@ print(json.dumps({
     "version": platform.python_version(),
     "site_packages": site_dirs,
     "torch": torch_facts(),
+    "glibc": glibc(),
+    "libstdcxx": loaded_libstdcxx(),
     "distributions": dists,
     "shadowed": shadowed,
     "markers": {
@@ -110,6 +135,8 @@ class EnvFacts:
     markers: dict[str, str]
     # Installs of the same names in later sys.path entries, e.g. a base's under a venv's: never imported.
     shadowed: list[Dist] = field(default_factory=list)
+    glibc: str | None = None  # the node's C library release, as this interpreter sees it ("2.36"; None: not glibc)
+    libstdcxx: str | None = None  # the libstdc++.so.6 file this interpreter loads
 
     def dist(self, name: str) -> Dist | None:
         want = _canon(name)

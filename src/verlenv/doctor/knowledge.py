@@ -12,6 +12,7 @@ from verlenv.errors import UserError
 KB_NAME = "failures.toml"
 
 
+SEVERITIES = ("error", "warning")  # a warning is true but printed by healthy runs too: not a failure
 # Context entries without regex syntax are compared as lower-case substrings: much cheaper on every line.
 _REGEX_SYNTAX = re.compile(r"[\\^$.|?*+()\[\]{}]")
 
@@ -23,6 +24,7 @@ class Signature:
     context: tuple[str, ...] = ()
     context_literals: tuple[str, ...] = ()
     context_patterns: tuple[re.Pattern, ...] = ()
+    warning: bool = False  # this form of the message is a warning (the family's severity, or its own)
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class Failure:
     fix: tuple[str, ...]
     verlenv: str
     refs: tuple[str, ...]
+    severity: str = "error"
+    checks: tuple[str, ...] = ()  # probes that test the fix against an env (doctor LOG --python, doctor --ray)
+    packages: tuple[str, ...] = ()  # distributions whose installed versions matter to the fix
 
 
 def _compile(text: str, where: str, path: Path) -> re.Pattern:
@@ -45,15 +50,22 @@ def _compile(text: str, where: str, path: Path) -> re.Pattern:
         raise UserError(f"{path}: {where}: bad regular expression {text!r}: {e}") from None
 
 
-def _signature(raw, where: str, path: Path) -> Signature:
+def _severity(value, where: str, path: Path) -> str:
+    if value not in SEVERITIES:
+        raise UserError(f"{path}: {where}.severity: {value!r}; valid: {', '.join(SEVERITIES)}")
+    return value
+
+
+def _signature(raw, where: str, path: Path, severity: str) -> Signature:
     if isinstance(raw, str):
-        return Signature(_compile(raw, where, path))
+        return Signature(_compile(raw, where, path), warning=severity == "warning")
     if isinstance(raw, dict) and isinstance(raw.get("pattern"), str):
         context = tuple(raw.get("context", []))
         literals = tuple(c.lower() for c in context if not _REGEX_SYNTAX.search(c))
         patterns = tuple(_compile(c, f"{where}.context", path) for c in context if _REGEX_SYNTAX.search(c))
-        return Signature(_compile(raw["pattern"], where, path), context, literals, patterns)
-    raise UserError(f"{path}: {where}: a signature is a string or a table with 'pattern' (and 'context')")
+        own = _severity(raw.get("severity", severity), where, path)
+        return Signature(_compile(raw["pattern"], where, path), context, literals, patterns, own == "warning")
+    raise UserError(f"{path}: {where}: a signature is a string or a table with 'pattern' (and 'context', 'severity')")
 
 
 def parse(data: dict, path: Path) -> tuple[Failure, ...]:
@@ -68,16 +80,21 @@ def parse(data: dict, path: Path) -> tuple[Failure, ...]:
             fid = entry["id"]
             if not isinstance(fid, str):
                 raise UserError(f"{path}: {where}.id must be a string")
+            severity = _severity(entry.get("severity", "error"), fid, path)
             failure = Failure(
                 id=fid,
                 title=entry["title"],
                 priority=int(entry["priority"]),
                 keywords=tuple(k.lower() for k in entry["keywords"]),
-                signatures=tuple(_signature(s, f"{fid}.signatures[{j}]", path) for j, s in enumerate(entry["signatures"])),
+                signatures=tuple(_signature(s, f"{fid}.signatures[{j}]", path, severity)
+                                 for j, s in enumerate(entry["signatures"])),
                 cause=" ".join(entry["cause"].split()),
                 fix=tuple(entry["fix"]),
                 verlenv=entry.get("verlenv", ""),
                 refs=tuple(entry.get("refs", [])),
+                severity=severity,
+                checks=tuple(entry.get("checks", [])),
+                packages=tuple(entry.get("packages", [])),
             )
         except KeyError as e:
             raise UserError(f"{path}: {where}: missing key {e.args[0]!r}") from None

@@ -5,6 +5,8 @@ A directory may be live (a job writing it): files appear, vanish, rotate, grow o
 file is read as it was when opened (up to the size it had then); one that cannot be read, or ends early, is a
 note beside the findings, never the end of the scan, and what was read of it still counts. Binary files and
 archives other than gzip (wheels, core dumps, tarballs) are recognised by their first bytes and skipped unread.
+A big directory is read logs first, source code skipped by name (tree.py), within a bound of files and bytes;
+what the bound left unread is a note.
 """
 
 import gzip
@@ -12,10 +14,11 @@ import io
 import os
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from verlenv.doctor import tree
 from verlenv.doctor.matcher import Diagnosis, Matcher, lines_of, merged
 from verlenv.errors import UserError
 
@@ -45,23 +48,37 @@ MAGIC = (
 )
 # Reading a file can fail mid-way when it changes under the reader: these make a note, not an abort.
 READ_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
+MAX_FILES = 20_000  # files of a directory opened by default (logs first); 0: no bound
+MAX_BYTES = 10 << 30  # bytes of a directory read by default (about 50 s at the scanner's speed); 0: no bound
+BINARY_NOTE = "not a log: skipped"  # the end of every note for a file skipped by its first bytes
 
 
 class Note(NamedTuple):
     file: str
-    kind: str  # skipped (not read: binary, vanished, unreadable), shrank, damaged (a gzip cut short), stopped
+    kind: str  # skipped (not read: binary, source code, vanished, unreadable), shrank, damaged (a gzip cut short),
+    # stopped (unreadable part-way), left (not reached: the directory's bound)
     text: str
 
     @property
     def read(self) -> bool:
         """Part of the file was read, and its findings count."""
-        return self.kind != "skipped"
+        return self.kind not in ("skipped", "left")
 
 
 class Reading(NamedTuple):
     source: str  # what was read, for the report's first line
     diagnoses: list[Diagnosis]
     notes: list[Note]  # files skipped, or read only in part
+
+
+class Progress(NamedTuple):
+    """Where a directory scan is, after each file: for a caller that reports long scans."""
+
+    done: int  # files opened
+    planned: int  # files it means to open (the bound applied)
+    found: int  # files under the directory
+    read_bytes: int
+    findings: int  # files with a finding so far
 
 
 def binary_kind(head: bytes) -> str | None:
@@ -103,21 +120,14 @@ def diagnose_text(text: str) -> list[Diagnosis]:
     return diagnose_stream(io.BytesIO(text.encode("utf-8", errors="replace")))
 
 
-def diagnose_path(log: str) -> Reading:
-    """What LOG holds: `-` (stdin), a file, or a directory."""
+def diagnose_path(log: str, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES,
+                  progress: Callable[[Progress], None] | None = None) -> Reading:
+    """What LOG holds: `-` (stdin), a file, or a directory (read within max_files and max_bytes; 0: no bound)."""
     if log == "-":
         return Reading("stdin", diagnose_stream(sys.stdin.buffer), [])
     path = Path(log)
     if path.is_dir():
-        files = list(_files_under(path))
-        if not files:
-            raise UserError(f"{log}: a directory with no files in it ({VALID})")
-        per_file, notes = [], []
-        for f in files:
-            diagnoses, note = diagnose_file(f, str(f.relative_to(path)))
-            per_file.append(diagnoses)
-            notes += [note] if note else []
-        return Reading(f"{path} ({len(files)} files)", merged(per_file), notes)
+        return diagnose_dir(path, max_files, max_bytes, progress)
     if not path.exists():
         raise UserError(f"{log}: no such file or directory ({VALID})")
     if not path.is_file():
@@ -132,6 +142,47 @@ def diagnose_path(log: str) -> Reading:
     return Reading(str(path), diagnoses, [note] if note else [])
 
 
+def diagnose_dir(path: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES,
+                 progress: Callable[[Progress], None] | None = None, files: Iterable[Path] | None = None) -> Reading:
+    """The findings of a directory's files (`files`: a chosen subset of it), logs first, within the bounds."""
+    todo = tree.plan(_files_under(path) if files is None else files)
+    if not todo.found:
+        raise UserError(f"{path}: a directory with no files in it ({VALID})")
+    planned = min(len(todo.order), max_files) if max_files else len(todo.order)
+    per_file, notes = [], []
+    read_bytes = done = 0
+    for f in todo.order:
+        if done >= planned or (max_bytes and read_bytes >= max_bytes):
+            break
+        diagnoses, note, size = _diagnose_counted(f, str(f.relative_to(path)))
+        done += 1
+        read_bytes += size
+        if diagnoses:
+            per_file.append(diagnoses)
+        notes += [note] if note else []
+        if progress:
+            progress(Progress(done, planned, todo.found, read_bytes, len(per_file)))
+    notes += [Note(f"*{suffix}", "skipped", f"{count} file(s) skipped by name: source code or documentation, not logs")
+              for suffix, count in sorted(todo.skipped_by_name.items())]
+    if left := todo.order[done:]:
+        logs_left = max(0, todo.logs - done)
+        bound = (f"--max-files {max_files}" if done >= planned else f"--max-gb {max_bytes / (1 << 30):g}")
+        notes.append(Note(str(left[0].relative_to(path)), "left",
+                          f"{len(left)} file(s) left unread ({logs_left} with a log's name) after the bound "
+                          f"{bound} (logs are read first); raise it, or 0 for none, to read them too"))
+    return Reading(f"{path} ({todo.found} files)", merged(per_file), notes)
+
+
+def _diagnose_counted(path: Path, name: str) -> tuple[list[Diagnosis], Note | None, int]:
+    """diagnose_file, and the bytes of the file it read (its size when opened)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    diagnoses, note = diagnose_file(path, name)
+    return diagnoses, note, size if not (note and note.kind == "skipped") else 0
+
+
 def diagnose_file(path: Path, name: str) -> tuple[list[Diagnosis], Note | None]:
     """(findings, note) for one file; the note says why it was skipped or read only in part. Never raises for a
     file that changes or vanishes while it is read."""
@@ -140,17 +191,19 @@ def diagnose_file(path: Path, name: str) -> tuple[list[Diagnosis], Note | None]:
     except OSError as e:
         why = "vanished before it was read" if isinstance(e, FileNotFoundError) else f"cannot be read ({e.strerror or e})"
         return [], Note(name, "skipped", why)
-    matcher = _matcher()
+    matcher = None  # made after the binary test: a tree of libraries needs none
     with f:
         try:
             raw = Snapshot(f)
             stream, binary = _opened(f, raw)
             if binary:
-                return [], Note(name, "skipped", f"{binary}, not a log: skipped")
+                return [], Note(name, "skipped", f"{binary}, {BINARY_NOTE}")
+            matcher = _matcher()
             _feed(stream, matcher)
             note = (Note(name, "shrank", f"shrank while read (truncated or rewritten): {raw.read_bytes} of {raw.size} "
                          "bytes read") if raw.shrank else None)
         except READ_ERRORS as e:
+            matcher = matcher or _matcher()  # what was fed before the error still counts
             if isinstance(e, (EOFError, zlib.error, gzip.BadGzipFile)):
                 note = Note(name, "damaged", f"a damaged gzip file ({e}), cut short or still being written: read up "
                             "to there")
@@ -232,8 +285,9 @@ def format_notes(notes: list[Note], shown: int = 10) -> list[str]:
     """Lines after the findings: the files skipped or read in part (binary files counted, not listed one by one)."""
     if not notes:
         return []
-    binary = [n for n in notes if n.text.endswith("not a log: skipped")]  # many, in a folder of wheels
-    others = [n for n in notes if n not in binary]
+    binary, others = [], []  # one pass: a tree can hold hundreds of thousands of binary files
+    for n in notes:
+        (binary if n.text.endswith(BINARY_NOTE) else others).append(n)
     out = [""]
     out += [f"note: {n.file}: {n.text}" for n in others[:shown]]
     if len(others) > shown:
@@ -244,9 +298,4 @@ def format_notes(notes: list[Note], shown: int = 10) -> list[str]:
 
 
 def _files_under(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            p = Path(dirpath, name)
-            if p.is_file() and not p.is_symlink():
-                yield p
+    return tree.files_under(root)

@@ -8,6 +8,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import pairwise
 from typing import BinaryIO
 
@@ -23,6 +24,7 @@ PREFIX_FORMS = (
     r"|\([\w:]+ pid=\d+(?:, ip=[\d.]+)?\)"  # Ray / vLLM worker tags
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ (?:\[[\w./ -]+:\d+\])?"  # vLLM logger
     r"|#\d+ \d+\.\d+"  # docker buildkit
+    r"|\d{1,5}\.\d{3}(?:\s|$)"  # docker buildkit's summary of a failed step: the time, no step number
 )
 PREFIX = re.compile(rf"^(?:\s*(?:{PREFIX_FORMS})\s*)+")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -40,6 +42,7 @@ class Evidence:
     last: int
     text: str
     file: str = ""  # the log file, when several were read (a directory)
+    warning: bool = False  # matched a form of the message that healthy runs print too
 
     @property
     def where(self) -> str:
@@ -62,13 +65,19 @@ class Diagnosis:
     def count(self) -> int:
         return len(self.evidence) + self.uncounted
 
+    @property
+    def severity(self) -> str:
+        """error unless every line matched a warning form (a healthy run prints it too)."""
+        return "warning" if self.evidence and all(e.warning for e in self.evidence) else "error"
+
     def to_dict(self) -> dict:
         f = self.failure
         return {
-            "id": f.id, "title": f.title, "priority": f.priority, "matched": self.count,
+            "id": f.id, "title": f.title, "priority": f.priority, "severity": self.severity, "matched": self.count,
             "evidence": [{"lines": [e.first, e.last], "text": e.text} | ({"file": e.file} if e.file else {})
                          for e in self.evidence],
             "details": self.details, "cause": f.cause, "fix": list(f.fix), "verlenv": f.verlenv, "refs": list(f.refs),
+            "checks": list(f.checks), "packages": list(f.packages),
         }
 
 
@@ -102,6 +111,37 @@ class _Hit:
     groups: dict
 
 
+@dataclass(frozen=True)
+class _Index:
+    """What every matcher of one knowledge base looks up; built once, as a directory holds thousands of files."""
+
+    failures: tuple[Failure, ...]  # highest priority first
+    context_keys: frozenset
+    context_literals: tuple
+    context_patterns: tuple
+    by_keyword: dict  # keyword -> failures it admits: one pass of substring tests per text, not one per failure
+    rank: dict
+
+    @staticmethod
+    def of(failures: Iterable[Failure]) -> "_Index":
+        ordered = tuple(sorted(failures, key=lambda f: -f.priority))
+        by_keyword: dict[str, list[Failure]] = {}
+        for f in ordered:
+            for k in f.keywords:
+                by_keyword.setdefault(k, []).append(f)
+        return _Index(
+            ordered,
+            frozenset((f.id, i) for f in ordered for i, s in enumerate(f.signatures) if s.context),
+            tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_literals),
+            tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_patterns),
+            by_keyword, {f.id: n for n, f in enumerate(ordered)})
+
+
+@cache
+def _shipped_index() -> _Index:
+    return _Index.of(knowledge.load())
+
+
 class Matcher:
     """Feed lines one by one (any size of log), then `result()`."""
 
@@ -112,25 +152,20 @@ class Matcher:
         (the scanner's RE2) that a text holds any keyword at all, run before the per-keyword tests."""
         self._contexts_found_elsewhere = contexts_found_elsewhere
         self._holds_keyword = holds_keyword
-        self.failures = sorted(failures or knowledge.load(), key=lambda f: -f.priority)
+        index = _Index.of(failures) if failures else _shipped_index()
+        self.failures = list(index.failures)
         self.lineno = 0
         self._window: deque[tuple[int, str, set, set, int]] = deque(maxlen=WINDOW)
         self._hits: list[_Hit] = []
         self._kept: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
-        self._context_keys = {(f.id, i) for f in self.failures for i, s in enumerate(f.signatures) if s.context}
-        self._context_literals = [(c, (f.id, i)) for f in self.failures for i, s in enumerate(f.signatures)
-                                  for c in s.context_literals]
-        self._context_patterns = [(c, (f.id, i)) for f in self.failures for i, s in enumerate(f.signatures)
-                                  for c in s.context_patterns]
+        self._context_keys = index.context_keys
+        self._context_literals = index.context_literals
+        self._context_patterns = index.context_patterns
         self._context_seen: set[tuple[str, int]] = set()
-        # keyword -> failures it admits; one pass of cheap substring tests per text instead of one per failure
-        self._by_keyword: dict[str, list[Failure]] = {}
-        for f in self.failures:
-            for k in f.keywords:
-                self._by_keyword.setdefault(k, []).append(f)
-        self._keywords = list(self._by_keyword)
-        self._rank = {f.id: n for n, f in enumerate(self.failures)}
+        self._by_keyword = index.by_keyword
+        self._keywords = list(index.by_keyword)
+        self._rank = index.rank
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
         """Match one line; `lineno` (1-based) when lines are skipped, as the scanner does between hits."""
@@ -228,7 +263,7 @@ class Matcher:
             lines = seen_lines.setdefault(h.failure.id, set())
             if (h.first, h.last) not in lines:
                 lines.add((h.first, h.last))
-                d.evidence.append(Evidence(h.first, h.last, h.text, file))
+                d.evidence.append(Evidence(h.first, h.last, h.text, file, h.failure.signatures[h.signature].warning))
             for k, v in h.groups.items():
                 d.details.setdefault(k, v)
         for fid, extra in self._overflow.items():
@@ -238,7 +273,8 @@ class Matcher:
 
 
 def ranked(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
-    out = sorted(diagnoses, key=lambda d: (-d.failure.priority, -d.count, d.evidence[0].first))
+    """Failures before warnings; then priority, matched lines, first appearance."""
+    out = sorted(diagnoses, key=lambda d: (d.severity == "warning", -d.failure.priority, -d.count, d.evidence[0].first))
     _explain_symbols(out)
     return out
 
@@ -284,11 +320,16 @@ def format_diagnoses(diagnoses: list[Diagnosis], source: str = "log") -> str:
     """Plain-text report: each failure once, with the lines that matched, the cause and the fix."""
     if not diagnoses:
         return f"no known failure matched in {source}"
-    out = [f"{len(diagnoses)} known failure{'s' if len(diagnoses) != 1 else ''} in {source} (most specific first):"]
+    failures = sum(d.severity == "error" for d in diagnoses)
+    warnings = len(diagnoses) - failures
+    head = f"{failures} known failure{'s' if failures != 1 else ''}"
+    if warnings:
+        head += f" and {warnings} warning{'s' if warnings != 1 else ''} (printed by healthy runs too)"
+    out = [f"{head} in {source} (most specific first):"]
     for d in diagnoses:
         f = d.failure
         out.append("")
-        out.append(f"[{f.id}] {f.title}")
+        out.append(f"[{f.id}] {f.title}" + (" (warning)" if d.severity == "warning" else ""))
         out.append(f"  matched {d.count} line{'s' if d.count != 1 else ''}:")
         for e in d.evidence[:SHOWN]:
             text = e.text if len(e.text) <= 200 else e.text[:197] + "..."

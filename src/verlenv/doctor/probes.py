@@ -1,6 +1,8 @@
 """Live probes: what is wrong with an environment before it bites.
 
-Each probe returns ok / problem / skipped (with the reason); a problem names the knowledge-base id and fix.
+Each probe returns ok / problem / warning / skipped (with the reason); a problem or warning names the
+knowledge-base id and fix. The probes of what a run meets on its node (glibc, libstdc++, NCCL variables, memory,
+Ray's disk, the Megatron bridge) live in node_probes.py; `check_findings` runs the ones a log's findings name.
 Probes take their inputs as arguments (facts, environment, paths) so that each can be run on real
 conditions in tests; `run_all` gathers those inputs from the machine.
 """
@@ -11,7 +13,6 @@ import resource
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -20,8 +21,9 @@ from packaging.version import InvalidVersion, Version
 
 from verlenv import catalog as catalog_mod
 from verlenv import pins
-from verlenv.doctor import knowledge, symbols
+from verlenv.doctor import node_probes, symbols
 from verlenv.doctor.facts import EnvFacts
+from verlenv.doctor.probe_result import ProbeResult, ok, problem, skipped, warning
 from verlenv.errors import UserError
 from verlenv.fsutil import read_text
 
@@ -35,36 +37,6 @@ MANY_CORES = 32
 KEY_PACKAGES = re.compile(r"^(torch|torchvision|torchaudio|triton|vllm|nvidia-cudnn-cu\d+|nvidia-nccl-cu\d+)$")
 RELEASE_TAG = re.compile(r"torch\d{2,3}(?=[-_.])")
 LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
-
-
-@dataclass
-class ProbeResult:
-    name: str
-    status: str  # "ok", "problem" or "skipped"
-    summary: str
-    failure_id: str | None = None
-    fix: list[str] = field(default_factory=list)
-    details: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"probe": self.name, "status": self.status, "summary": self.summary, "id": self.failure_id,
-                "fix": self.fix, "details": self.details}
-
-
-def ok(name, summary, **details):
-    return ProbeResult(name, "ok", summary, details=details)
-
-
-def skipped(name, reason, **details):
-    return ProbeResult(name, "skipped", reason, details=details)
-
-
-def problem(name, summary, failure_id, fix=None, **details):
-    steps = list(fix) if fix else []
-    if not steps:
-        f = knowledge.by_id(failure_id)
-        steps = [*f.fix, *([f"verlenv: {f.verlenv}"] if f.verlenv else [])]
-    return ProbeResult(name, "problem", summary, failure_id, steps, details)
 
 
 def _run(cmd: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess | None:
@@ -503,7 +475,7 @@ def probe_pip(facts: EnvFacts, environ: dict) -> ProbeResult:
     try:
         p = subprocess.run([pip, "--version"], capture_output=True, text=True, timeout=60, check=False, env=environ)
     except FileNotFoundError:
-        return problem(name, f"{pip} cannot start: its interpreter is gone (bad interpreter)", "S4", pip=pip)
+        return warning(name, f"{pip} cannot start: its interpreter is gone (bad interpreter)", "S4", pip=pip)
     except (PermissionError, subprocess.TimeoutExpired) as e:
         return skipped(name, f"cannot run {pip} --version ({e.__class__.__name__})")
     m = re.search(r" from (\S+) \(python ([\d.]+)\)", p.stdout)
@@ -512,7 +484,8 @@ def probe_pip(facts: EnvFacts, environ: dict) -> ProbeResult:
     where = os.path.realpath(Path(m.group(1)).parent)
     mine = {os.path.realpath(sp) for sp in facts.site_packages}
     if where not in mine:
-        return problem(name, f"`pip` on PATH ({pip}, python {m.group(2)}) installs into {where}, not into this env ({facts.prefix})",
+        # A hazard for the next install by hand, not a fault of the env (under nox, PATH holds nox's own venv).
+        return warning(name, f"`pip` on PATH ({pip}, python {m.group(2)}) installs into {where}, not into this env ({facts.prefix})",
                        "S4", [f"{facts.executable} -m pip install ...  (or uv pip install -p {facts.executable} ...)"], pip=pip)
     return ok(name, f"`pip` on PATH installs into this env ({where})", pip=pip)
 
@@ -532,7 +505,8 @@ def select_lock(root: Path | None, stack: str | None, variant: str | None, lock:
 
 
 PROBES = ("driver", "nvcc-vs-torch", "host-compiler", "apex", "torch-extensions", "cuda-libraries", "lock-drift",
-          "triton-libcuda", "threads", "numpy", "cuda-majors", "pip")
+          "triton-libcuda", "threads", "numpy", "cuda-majors", "pip", "glibc", "libstdcxx", "nccl-env", "memory",
+          "ray-disk", "megatron")
 
 
 def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None = None,
@@ -577,6 +551,13 @@ def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None 
         "numpy": lambda: probe_numpy(facts),
         "cuda-majors": lambda: probe_cuda_majors(facts),
         "pip": lambda: probe_pip(facts, environ),
+        "glibc": lambda: node_probes.probe_glibc(facts),
+        "libstdcxx": lambda: node_probes.probe_libstdcxx(facts),
+        "nccl-env": lambda: node_probes.probe_nccl_env(environ, facts.site_packages),
+        "memory": lambda: node_probes.probe_memory(read_text_or_empty("/proc/meminfo"), environ, cgroup_memory_limit()),
+        "ray-disk": lambda: node_probes.probe_ray_disk(node_probes.ray_temp_dir(environ),
+                                                       node_probes.disk_usage(node_probes.ray_temp_dir(environ)), environ),
+        "megatron": lambda: node_probes.probe_megatron(facts),
     }
     return [_guarded(name, run[name]) for name in PROBES if not only or name in only]
 
@@ -590,8 +571,56 @@ def _guarded(name: str, probe) -> ProbeResult:
         return skipped(name, f"a file changed or vanished while probed ({e}); run it again")
 
 
+def read_text_or_empty(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def cgroup_memory_limit() -> int | None:
+    """The container's memory limit (cgroup v2 memory.max, v1 limit_in_bytes), None when there is none."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        text = read_text_or_empty(path).strip()
+        if text.isdigit() and int(text) < 1 << 60:  # v1 writes a huge number for "no limit"
+            return int(text)
+    return None
+
+
+def check_findings(diagnoses, facts: EnvFacts, environ: dict | None = None) -> dict[str, list[ProbeResult]]:
+    """For each finding of a log, the probes its family names (`checks`) run against the env of `facts`, and the
+    installed versions of the packages it names: whether the fix applies here, or is already in place."""
+    wanted = sorted({c for d in diagnoses for c in d.failure.checks})
+    results = {r.name: r for r in run_all(facts, environ=environ, only=wanted)} if wanted else {}
+    out = {}
+    for d in diagnoses:
+        checked = [results[c] for c in d.failure.checks if c in results]
+        if d.failure.packages:
+            checked.append(packages_result(facts, d.failure.packages))
+        if checked:
+            out[d.id] = checked
+    return out
+
+
+def packages_result(facts: EnvFacts, names) -> ProbeResult:
+    found = {n: (facts.dist(n).version if facts.dist(n) else None) for n in names}
+    shown = ", ".join(f"{n} {v}" if v else f"{n} not installed" for n, v in found.items())
+    return ok("packages", shown, installed={n: v for n, v in found.items()})
+
+
+def format_checks(checks: dict[str, list[ProbeResult]], python: str) -> list[str]:
+    """Lines after the findings: each finding's fix checked against the env."""
+    if not checks:
+        return []
+    out = ["", f"checked against the env of {python}:"]
+    for fid, results in checks.items():
+        for r in results:
+            out.append(f"  [{fid}] {r.status:7s} {r.name}: {r.summary}")
+    return out
+
+
 def format_probes(results: list[ProbeResult], python: str) -> str:
-    marks = {"ok": "ok     ", "problem": "PROBLEM", "skipped": "skipped"}
+    marks = {"ok": "ok     ", "problem": "PROBLEM", "warning": "warning", "skipped": "skipped"}
     out = [f"environment of {python}:"]
     for r in results:
         tag = f" [{r.failure_id}]" if r.failure_id else ""
@@ -599,5 +628,7 @@ def format_probes(results: list[ProbeResult], python: str) -> str:
         for step in r.fix:
             out.append(f"            fix: {step}")
     problems = sum(r.status == "problem" for r in results)
-    out.append(f"{problems} problem{'s' if problems != 1 else ''} found" if problems else "no problems found")
+    warnings = sum(r.status == "warning" for r in results)
+    tail = f"{problems} problem{'s' if problems != 1 else ''} found" if problems else "no problems found"
+    out.append(tail + (f" ({warnings} warning{'s' if warnings != 1 else ''})" if warnings else ""))
     return "\n".join(out)

@@ -90,6 +90,24 @@ def versioned_needs(path: Path) -> dict[str, set[str]]:
         return out
 
 
+def version_needs(path: Path) -> dict[str, set[str]]:
+    """Symbol versions the object asks of each library it links, by the library's file name
+    (libc.so.6 -> {GLIBC_2.34, ...}, libstdc++.so.6 -> {GLIBCXX_3.4.30, ...}): the loader refuses a library
+    that does not define them (`version `GLIBC_2.34' not found`). {} for objects without version needs."""
+    with _elf(Path(path)) as elf:
+        section = elf.get_section_by_name(".gnu.version_r") if elf else None
+        if section is None:
+            return {}
+        return {need.name: {aux.name for aux in auxes} for need, auxes in section.iter_versions()}
+
+
+def version_defs(path: Path) -> set[str]:
+    """Symbol versions a library defines (libstdc++.so.6: GLIBCXX_3.4 ... GLIBCXX_3.4.30, CXXABI_1.3 ...)."""
+    with _elf(Path(path)) as elf:
+        section = elf.get_section_by_name(".gnu.version_d") if elf else None
+        return {aux.name for _, auxes in section.iter_versions() for aux in auxes} if section else set()
+
+
 # CUDA libraries an env takes from PyPI's nvidia-* wheels (never the driver's libcuda): a binary built against a
 # newer one than the env pins dies at import with `undefined symbol: X, version libcublasLt.so.13`.
 CUDA_LIBRARY = re.compile(r"^lib(?:cublas|cublasLt|cudart|cudnn\w*|cufft|curand|cusolver|cusparse|cusparseLt|nccl|"

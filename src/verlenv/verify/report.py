@@ -73,6 +73,8 @@ SCHEMA = {
         "wall_seconds": {"type": "number"},
         # Not in reports written before the fast proof existed (they ran what thorough runs, in turn).
         "mode": {"enum": list(MODES)},
+        # Not in reports written before the model families.
+        "trainer": {"type": "object", "required": ["actor", "rollout", "families"]},
     },
 }
 
@@ -123,6 +125,9 @@ def build(run, command: list[str], started: datetime, launcher: str = "verlenv")
         "exit_code": run.exit_code,
         "wall_seconds": run.seconds,
         "mode": s.mode,
+        # What verl's trainer check trained: the variant's actor and rollout, and each family (its source).
+        "trainer": {"actor": s.variant.actor, "rollout": s.variant.rollout,
+                    "families": [{"name": f["name"], "source": f.get("source")} for f in s.families]},
     }
 
 
@@ -200,6 +205,10 @@ def markdown(report: dict) -> str:
         + (f" ({MODES[report['mode']]})" if report.get("mode") in MODES else ""),
         "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v),
     ]
+    if report.get("trainer"):
+        t = report["trainer"]
+        lines.append(f"- verl's trainer: {t['actor']} actor, {t['rollout']} rollout; families "
+                     + (", ".join(f["name"] for f in t["families"]) or "none"))
     if report["selection"]["skipped_packages"]:
         lines.append(f"- skipped by request: {', '.join(report['selection']['skipped_packages'])}")
     lines += ["", "| status | check | package | required | numbers | reason |", "|---|---|---|---|---|---|"]

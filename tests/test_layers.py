@@ -18,7 +18,7 @@ LAYERS = (
                 "sources.py", "wheelcache.py", "parallelism.py", "cubins.py", "mcore_refs.py", "installed_files.py")),
     ("doctor", ("doctor/",)),
     ("lock", ("render.py", "conda_snapshot.py", "conda_layer.py", "lock.py")),
-    ("env", ("runtime_env.py", "toolchain.py", "build.py", "install.py")),
+    ("env", ("runtime_env.py", "toolchain.py", "build.py", "ninja_stats.py", "proctree.py", "install.py")),
     ("bundle", ("bundle/",)),
     ("verify", ("verify/",)),
     ("cluster", ("cluster/",)),

@@ -1,12 +1,10 @@
 """The builder: compile a recipe's package against the env's own torch, once per ABI fingerprint."""
 
-import contextlib
 import fcntl
 import os
 import re
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,9 +15,9 @@ from pathlib import Path
 
 from verlenv import catalog, cubins, recipes, sources, toolchain, validate, wheelcache
 from verlenv.errors import UserError
+from verlenv.ninja_stats import ninja_logs, ninja_stats
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
-
-NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+from verlenv.proctree import run_logged
 
 
 @dataclass
@@ -71,181 +69,6 @@ class MemorySampler(threading.Thread):
         self._halt.set()
         self.join()
         return round(self.start_avail - self.min_avail, 2)
-
-
-def ninja_logs(build_tree: Path) -> list[Path]:
-    """Every .ninja_log under the tree: one per extension when setup.py builds several apart (apex does)."""
-    return sorted(build_tree.rglob(".ninja_log"))
-
-
-def _ninja_spans(log: Path) -> list[tuple[int, int, int, str]]:
-    """(start ms, end ms, mtime, output) per finished unit; start and end count from that ninja run's start."""
-    spans = []
-    for line in log.read_text().splitlines():
-        parts = line.split("\t")
-        if not line.startswith("#") and len(parts) >= 4:
-            spans.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
-    return spans
-
-
-def _union_s(intervals: list[tuple[float, float]]) -> float:
-    """Seconds during which at least one interval is open."""
-    total, reach = 0.0, None
-    for a, b in sorted(intervals):
-        if reach is None or a > reach:
-            total += b - a
-            reach = b
-        elif b > reach:
-            total += b - reach
-            reach = b
-    return total
-
-
-def _runs(spans: list[tuple[int, int, int, str]]) -> list[list[tuple[int, int, int, str]]]:
-    # ninja appends a line as each unit finishes, with times from the start of its own run: an end time lower
-    # than the one before starts a new run (a resumed build).
-    runs: list[list[tuple[int, int, int, str]]] = []
-    for span in spans:
-        if not runs or span[1] < runs[-1][-1][1]:
-            runs.append([])
-        runs[-1].append(span)
-    return runs
-
-
-def _epoch_base(run: list[tuple[int, int, int, str]], anchor: int) -> float | None:
-    """The run's start on the epoch clock, if the mtime column stamps every unit's start (anchor 0) or end (1)."""
-    bases = [span[2] / 1e9 - span[anchor] / 1000 for span in run]
-    return min(bases) if max(bases) - min(bases) < 2.0 else None
-
-
-def _epoch_intervals(logs: list[list[tuple[int, int, int, str]]]) -> list[tuple[float, float]] | None:
-    """Every unit's (start, end) on the epoch clock, or None when the logs' mtime column cannot place them.
-
-    The column is the epoch time of each unit's start in some ninja releases and its output's mtime (its end) in
-    others. One ninja runs a whole build, so a run of two or more units that fits only one reading decides it.
-    """
-    if any(span[2] < 10**18 for spans in logs for span in spans):
-        return None  # not nanoseconds since the epoch (before 2001): no clock to place the units on
-    runs = [run for spans in logs for run in _runs(spans)]
-    fits = [anchor for anchor in (0, 1) if all(_epoch_base(run, anchor) is not None for run in runs)]
-    if len(fits) != 1:
-        return None  # neither reading fits (not a timestamp), or both do (no run tells them apart)
-    intervals = []
-    for run in runs:
-        base = _epoch_base(run, fits[0])
-        intervals += [(base + start / 1000, base + end / 1000) for start, end, _, _ in run]
-    return intervals
-
-
-def ninja_stats(build_tree: Path, cores: int) -> dict | None:
-    """Per-unit times from the tree's ninja logs: Σ unit time ÷ cores is the ideal wall time; the compile wall
-    is the time during which at least one unit was compiling."""
-    logs = [spans for spans in map(_ninja_spans, ninja_logs(build_tree)) if spans]
-    if not logs:
-        return None
-    spans = [span for log_spans in logs for span in log_spans]
-    total = sum(end - start for start, end, _, _ in spans) / 1000
-    # Units of several logs (extensions built at once) or runs (a resumed build) are placed on the epoch clock;
-    # without it, one log's runs are timed apart and summed, and several logs cannot be timed together.
-    intervals = _epoch_intervals(logs)
-    if intervals is not None:
-        wall = _union_s(intervals)
-    elif len(logs) == 1:
-        wall = sum(max(s[1] for s in run) - min(s[0] for s in run) for run in _runs(spans)) / 1000
-    else:
-        wall = None
-    slowest = max(spans, key=lambda s: s[1] - s[0])
-    return {
-        "units": len(spans),
-        "logs": len(logs),
-        "runs": max(len(_runs(log_spans)) for log_spans in logs),
-        "sum_unit_s": round(total, 1),
-        "compile_wall_s": round(wall, 1) if wall is not None else None,
-        "ideal_wall_s": round(total / cores, 1),
-        "efficiency": round(total / cores / wall, 3) if wall else None,
-        "slowest_unit": Path(slowest[3]).name,
-        "slowest_unit_s": round((slowest[1] - slowest[0]) / 1000, 1),
-    }
-
-
-def _run_logged(cmd: list[str], env: dict, log_path: Path, cwd: Path, append: bool = False) -> int:
-    """Run the build, saving its whole output; show [done/total] progress with an ETA from ninja's lines."""
-    interactive = sys.stderr.isatty()
-    started = time.monotonic()
-    with open(log_path, "a" if append else "w") as log, subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, errors="replace") as p:
-        try:
-            return _follow(p, log, started, interactive)
-        except BaseException:
-            # Ctrl-C, SIGTERM or an error in the builder: stop every process of the build, not just pip.
-            _stop_tree(p)
-            raise
-
-
-def _follow(p: subprocess.Popen, log, started: float, interactive: bool) -> int:
-    """Copy the build's output to the log; report ninja's [done/total] with an ETA (each minute when not a tty)."""
-    last_report = 0.0
-    for line in p.stdout:
-        log.write(line)
-        m = NINJA_STEP.match(line)
-        if not m:
-            continue
-        done, total = int(m.group(1)), int(m.group(2))
-        elapsed = time.monotonic() - started
-        eta = elapsed / done * (total - done) if done else 0
-        now = time.monotonic()
-        if interactive or now - last_report > 60 or done == total:
-            end = "\r" if interactive else "\n"
-            print(f"  [{done}/{total}] {100 * done // total}%  elapsed {elapsed / 60:.0f} min  eta {eta / 60:.0f} min",
-                  end=end, file=sys.stderr, flush=True)
-            last_report = now
-        log.flush()
-    p.wait()
-    if interactive:
-        print(file=sys.stderr)
-    return p.returncode
-
-
-def _descendants(pid: int) -> list[int]:
-    """Live descendants of `pid`, from the parent links in /proc/<pid>/stat."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _signal(pids, sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def _stop_tree(p: subprocess.Popen) -> None:
-    """Kill pip and everything under it. ninja puts each compile in a process group of its own, and a process
-    whose parent dies is re-parented away from the tree: so freeze the whole tree first (SIGSTOP; a stopped ninja
-    starts nothing new), collect it again, then SIGKILL it. Units cut short never reach ninja's log, so a resumed
-    build compiles them again."""
-    frozen: set[int] = set()
-    for _ in range(20):
-        tree = {p.pid, *_descendants(p.pid)} - frozen
-        if not tree:
-            break
-        _signal(tree, signal.SIGSTOP)
-        frozen |= tree
-    _signal(frozen, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        p.wait(timeout=30)
 
 
 def _tail(log_path: Path, n: int = 25) -> str:
@@ -352,7 +175,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         sampler = MemorySampler()
         sampler.start()
         started = time.time()
-        rc = _run_logged(cmd, env, log_path, src, append=resumed)
+        rc = run_logged(cmd, env, log_path, src, append=resumed)
         wall = time.time() - started
         peak = sampler.stop()
         if rc != 0:

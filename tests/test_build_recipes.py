@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import build as builder, catalog, recipes
+from verlenv import build as builder, catalog, recipes, sources
 from verlenv.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,14 +26,15 @@ def cat() -> catalog.Catalog:
 def test_every_source_build_of_the_catalog_has_a_recipe_and_a_pin(cat):
     for variant in cat.all_variants():
         for build in variant.source_builds:
-            recipe = recipes.load(REPO, build.name)
-            if recipe.source["kind"] == "pypi-sdist":
-                assert HEX64.match(recipe.sha256_for(build.version)), (variant.key, build.name)
+            source = recipes.load(REPO, build.name).source
+            if isinstance(source, sources.PypiSdist):
+                assert HEX64.match(source.sha256_for(build.version)), (variant.key, build.name)
             else:
                 # A git pin: the catalog's URL names the very commit the recipe verifies.
-                assert build.url.endswith("@" + recipe.source["commit"]), (variant.key, build.name)
-                assert build.url.removeprefix("git+").startswith(recipe.source["url"])
-                assert HEX64.match(recipe.source["tree_sha256"])
+                assert isinstance(source, sources.GitCommit), (variant.key, build.name)
+                assert build.url.endswith("@" + source.commit), (variant.key, build.name)
+                assert build.url.removeprefix("git+").startswith(source.url)
+                assert HEX64.match(source.tree_sha256)
 
 
 def test_recipes_load_and_name_their_knobs():

@@ -62,6 +62,43 @@ def test_an_nvcc_equal_to_torchs_cuda_leaves_the_fingerprint_as_it_was(recipe):
     assert wheelcache.fingerprint(committed["inputs"]) == committed["fingerprint"]
 
 
+def committed_builds() -> list[dict]:
+    """The records of the builds this project committed (docs/builds, docs/verification), each with its inputs."""
+    out = []
+    for path in sorted([*(ROOT / "docs" / "builds").glob("*.json"), *(ROOT / "docs" / "verification").glob("*-build-*.json")]):
+        data = json.loads(path.read_text())
+        out += [entry.get("record", entry) for entry in (data if isinstance(data, list) else [data])]
+    return out
+
+
+def test_a_wheel_built_from_an_unchanged_recipe_keeps_its_fingerprint():
+    """The recipe's source, read as its kind's type, gives the version and source id the committed builds recorded,
+    so every entry built from a recipe not edited since is found again in the cache."""
+    checked = []
+    for record in committed_builds():
+        inputs = record["inputs"]
+        recipe = recipes.load(ROOT, inputs["package"])
+        if recipe.digest != inputs["recipe"]:
+            continue  # an older recipe: a new fingerprint by design
+        version = recipe.source.version_for(inputs["version"])
+        info = dataclasses.replace(TORCH, **{k: inputs[k] for k in ("torch", "cuda", "python_tag", "cxx11_abi")})
+        again = build.fingerprint_inputs(recipe, version, recipe.source.source_id(version), info, inputs["archs"],
+                                         record["toolchain"]["nvcc"])
+        assert again == inputs and wheelcache.fingerprint(again) == record["fingerprint"]
+        checked.append(inputs["package"])
+    assert {"flash-attn", "transformer-engine-torch"} <= set(checked)
+
+
+def test_each_source_kind_names_its_source_as_before():
+    """A git commit and a local folder, whose committed builds came from recipes edited since: their ids keep the
+    form the builder wrote before the kinds were types (an apex record's; the probe's from its old builder)."""
+    apex = next(r["inputs"] for r in committed_builds() if r["inputs"]["package"] == "apex")
+    assert recipes.load(ROOT, "apex").source.source_id("0.1") == apex["source"]
+    probe = recipes.load(DATA, "cuda-ext-probe").source
+    assert (probe.version_for("9"), probe.source_id("0.1")) == (
+        "0.1", "dir:tree-sha256:0fca6a9d0086d5745fd0026a80f0695afaa9ceb068e36205d61c6b78e4dbaf60")
+
+
 def test_a_same_major_nvcc_is_a_fingerprint_input(recipe):
     cu128 = {"torch": "2.8.0+cu128", "cuda": "12.8"}
     exact = inputs(recipe, nvcc="12.8", **cu128)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv import catalog, cubins, recipes, sources, toolchain, validate, wheelcache
+from verlenv import catalog, cubins, recipes, toolchain, validate, wheelcache
 from verlenv.errors import UserError
 from verlenv.ninja_stats import ninja_logs, ninja_stats
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
@@ -99,17 +99,10 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     print(f"  toolchain: {tc.describe()}", file=sys.stderr)
     if tc.warning:
         print(f"  warning: {tc.warning}", file=sys.stderr)
-    if recipe.source["kind"] == "pypi-sdist":
-        version = wanted.version
-        source_id = f"sha256:{recipe.sha256_for(version)}"
-    elif recipe.source["kind"] == "git":
-        version = recipe.source["version"]
-        source_id = f"git:{recipe.source['commit']}:tree-sha256:{recipe.source['tree_sha256']}"
-    else:
-        version = recipe.source["version"]
-        source_id = f"dir:tree-sha256:{recipe.source['tree_sha256']}"
+    version = recipe.source.version_for(wanted.version)
     # Host-only code is the same binary for every GPU: one build serves all archs.
-    inputs = fingerprint_inputs(recipe, version, source_id, info, archs if recipe.gpu_code else [], tc.nvcc_version)
+    inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info,
+                                archs if recipe.gpu_code else [], tc.nvcc_version)
     fp = wheelcache.fingerprint(inputs)
     try:
         hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
@@ -133,8 +126,8 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})", file=sys.stderr)
 
     work.mkdir(parents=True, exist_ok=True)
-    archive = sources.fetch_sdist(recipe, version, work, source) if recipe.source["kind"] == "pypi-sdist" else None
-    tmp, src, lock = _resumable_tree(work, recipe.package, fp, archive) if archive else (None, None, None)
+    origin = recipe.source.fetch(version, work, source)  # the verified sdist, the clone holding the commit, the folder
+    tmp, src, lock = _resumable_tree(work, recipe, fp, origin) if recipe.source.resumable else (None, None, None)
     if tmp is None:
         tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
         lock = _hold(tmp)
@@ -144,16 +137,8 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     log_path = tmp / "build.log"
     resumed = src is not None
     try:
-        if resumed:
-            pass  # src is the stopped build's tree, checked against the sdist above
-        elif archive is not None:
-            src = sources.unpack_sdist(archive, tmp / "src")
-        elif recipe.source["kind"] == "git":
-            if source is None:
-                raise UserError(f"{recipe.package} is built from git {recipe.source['url']}: pass --source <clone or mirror>")
-            src = sources.export_git_tree(recipe, source, tmp / "src")
-        else:
-            src = sources.copy_local_tree(recipe, tmp / "src")
+        if not resumed:  # a resumed tree was checked against the verified sdist above
+            src = recipe.source.place(origin, tmp / "src")
         env = {**os.environ, **tc.env, **recipe.env, recipe.jobs_variable: str(jobs)}
         # The env's own tools (ninja, cmake) as if it were activated; the toolchain's nvcc stays first.
         env["PATH"] = f"{tc.cuda_home}/bin:{Path(python).parent}:{env['PATH']}"
@@ -208,7 +193,8 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         return BuildResult(recipe.package, entry.wheel, fp, False, entry.record)
     finally:
         if keep or (log_path.exists() and not (wheelhouse / recipe.package / fp).exists()):
-            print(f"  build tree kept at {tmp}" + (" (the next run resumes it)" if archive else ""), file=sys.stderr)
+            resumes = " (the next run resumes it)" if recipe.source.resumable else ""
+            print(f"  build tree kept at {tmp}{resumes}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
         lock.close()
@@ -226,19 +212,19 @@ def _hold(tree: Path, wait: bool = True):
     return f
 
 
-def _resumable_tree(work: Path, package: str, fp: str, archive: Path):
+def _resumable_tree(work: Path, recipe: recipes.Recipe, fp: str, origin: Path):
     """(tree, its sources, the lock held on it) of a stopped build of the same fingerprint (folder name) whose
     sources still equal the verified sdist and that no other builder holds, else (None, None, None). ninja then
     compiles only the missing or stale units (it reruns any unit whose command line or headers changed, and any
     unit a kill cut short, which never reached its log). The lock is kept from the check on, so two builders
     never resume the same tree."""
-    for tree in sorted(work.glob(f"build-{package}-{fp[:8]}-*"), key=lambda p: p.stat().st_mtime, reverse=True):
+    for tree in sorted(work.glob(f"build-{recipe.package}-{fp[:8]}-*"), key=lambda p: p.stat().st_mtime, reverse=True):
         if not (tree / "build.log").is_file() or not (tree / "src").is_dir():
             continue
         lock = _hold(tree, wait=False)
         if lock is None:
             continue  # another builder is using it
-        if src := sources.sdist_tree_matches(archive, tree / "src"):
+        if src := recipe.source.intact(origin, tree / "src"):
             return tree, src, lock
         lock.close()
     return None, None, None

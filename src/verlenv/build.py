@@ -1,6 +1,7 @@
 """The builder: compile a recipe's package against the env's own torch, once per ABI fingerprint."""
 
 import fcntl
+import json
 import os
 import re
 import resource
@@ -18,6 +19,19 @@ from verlenv.errors import UserError
 from verlenv.ninja_stats import ninja_logs, ninja_stats
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
 from verlenv.proctree import run_logged
+
+
+# Run in the env: which of the named distributions it lacks.
+_MISSING = """
+import importlib.metadata as m, json, sys
+def installed(name):
+    try:
+        m.distribution(name)
+    except m.PackageNotFoundError:
+        return False
+    return True
+print(json.dumps([name for name in sys.argv[1:] if not installed(name)]))
+"""
 
 
 @dataclass
@@ -113,6 +127,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     if hit:
         print(f"  cache hit {hit.path} ({hit.wheel.name}): no rebuild", file=sys.stderr)
         return BuildResult(recipe.package, hit.wheel, fp, True, hit.record)
+    check_requires(recipe, python)
 
     mem, cores = mem_available_gib(), os.cpu_count() or 1
     # nvcc threads only help when the recipe can pass them on and there is GPU code to split by arch.
@@ -198,6 +213,22 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         else:
             shutil.rmtree(tmp, ignore_errors=True)
         lock.close()
+
+
+def check_requires(recipe: recipes.Recipe, python: str) -> None:
+    """Every distribution of the recipe's build.requires is installed in the env: its build runs there, without
+    build isolation, so a missing one would fail (or fall back, as torch does without ninja) mid-compile."""
+    if not recipe.requires:
+        return
+    r = subprocess.run([python, "-c", _MISSING, *recipe.requires], capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"cannot list the distributions installed in {python}: {last}")
+    missing = json.loads(r.stdout)
+    if missing:
+        raise UserError(f"{recipe.package} builds in the env of {python} (no build isolation), which lacks "
+                        f"{', '.join(missing)} (build.requires of {recipe.path}); run `verlenv install` again, or "
+                        f"install them into that env: uv pip install --python {python} {' '.join(missing)}")
 
 
 def _hold(tree: Path, wait: bool = True):

@@ -119,10 +119,10 @@ def sdist_tree_matches(archive: Path, dest: Path) -> Path | None:
     return dest / roots.pop() if len(roots) == 1 else None
 
 
-def _text(table: dict, key: str) -> str:
+def _text(table: dict, key: str, where: str = "source") -> str:
     value = table[key]
     if not isinstance(value, str):
-        raise TypeError(f"source.{key} is {value!r}, not a string")
+        raise TypeError(f"{where}.{key} is {value!r}, not a string")
     return value
 
 
@@ -162,7 +162,10 @@ class PypiSdist(_Pinned):
 
     @classmethod
     def from_table(cls, table: dict, package: str, recipe: Path) -> "PypiSdist":
-        return cls(package, recipe, {version: _text(table["sha256"], version) for version in table.get("sha256", {})})
+        pins = table.get("sha256", {})
+        if not isinstance(pins, dict):
+            raise TypeError(f"source.sha256 is {pins!r}, not a table of version = sha256")
+        return cls(package, recipe, {version: _text(pins, version, "source.sha256") for version in pins})
 
     def version_for(self, wanted: str) -> str:
         return wanted

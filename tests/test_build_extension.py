@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from test_build_env import DATA, clean_build_env, torch_python
-from verlenv import build, catalog, cubins, sources, wheelcache
+from verlenv import build, catalog, cubins, ninja_stats, sources, wheelcache
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -82,7 +82,7 @@ def test_first_build_compiles_cubins_for_sm80_and_sm90(first, dirs, tmp_path):
     # The entry keeps ninja's log, and its figures can be derived again from it.
     [kept] = list((folder / "ninja").glob("*.ninja_log"))
     shutil.copy(kept, tmp_path / ".ninja_log")
-    assert build.ninja_stats(tmp_path, entry["parallelism"]["cores"]) == entry["ninja"]
+    assert ninja_stats.ninja_stats(tmp_path, entry["parallelism"]["cores"]) == entry["ninja"]
     so = extension_so(first.wheel, tmp_path)
     assert cubins.cubin_archs(cubins.shared_object_archs(so)) == {80, 90}
 

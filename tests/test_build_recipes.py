@@ -1,5 +1,6 @@
 """The project's recipes agree with the catalog, and `verlenv build` refuses bad input in one line."""
 
+import dataclasses
 import os
 import re
 import shutil
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import build as builder, catalog, recipes
+from verlenv import build as builder, catalog, recipes, sources
 from verlenv.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,14 +27,15 @@ def cat() -> catalog.Catalog:
 def test_every_source_build_of_the_catalog_has_a_recipe_and_a_pin(cat):
     for variant in cat.all_variants():
         for build in variant.source_builds:
-            recipe = recipes.load(REPO, build.name)
-            if recipe.source["kind"] == "pypi-sdist":
-                assert HEX64.match(recipe.sha256_for(build.version)), (variant.key, build.name)
+            source = recipes.load(REPO, build.name).source
+            if isinstance(source, sources.PypiSdist):
+                assert HEX64.match(source.sha256_for(build.version)), (variant.key, build.name)
             else:
                 # A git pin: the catalog's URL names the very commit the recipe verifies.
-                assert build.url.endswith("@" + recipe.source["commit"]), (variant.key, build.name)
-                assert build.url.removeprefix("git+").startswith(recipe.source["url"])
-                assert HEX64.match(recipe.source["tree_sha256"])
+                assert isinstance(source, sources.GitCommit), (variant.key, build.name)
+                assert build.url.endswith("@" + source.commit), (variant.key, build.name)
+                assert build.url.removeprefix("git+").startswith(source.url)
+                assert HEX64.match(source.tree_sha256)
 
 
 def test_recipes_load_and_name_their_knobs():
@@ -139,6 +141,48 @@ def test_an_unknown_gpu_is_refused(probe_root, tmp_path):
 def test_an_unknown_variant_is_refused(probe_root):
     r = verlenv_build(probe_root, "cuda-ext-probe", "--variant", "deepspeed", "--python", sys.executable)
     assert refused(r) == "unknown variant 'deepspeed' of stack probe; valid: fsdp"
+
+
+@pytest.mark.network
+def test_a_build_requirement_the_env_lacks_is_named_in_one_line(tmp_path):
+    """A real env with ninja, setuptools and wheel but no torch, for the probe's recipe, which requires all four."""
+    from test_verify_static import venv
+
+    python = venv(tmp_path / "env", "ninja==1.13.2", "setuptools==81.0.0", "wheel==0.48.0")
+    recipe = recipes.load(DATA, "cuda-ext-probe")
+    assert recipe.requires == ("torch", "ninja", "setuptools", "wheel")
+    with pytest.raises(UserError) as e:
+        builder.check_requires(recipe, python)
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert str(e.value) == (f"cuda-ext-probe builds in the env of {python} (no build isolation), which lacks torch "
+                            f"(build.requires of {recipe.path}); run `verlenv install` again, or install them into "
+                            f"that env: uv pip install --python {python} torch")
+    # Names are matched as installers match them (case, - or _).
+    builder.check_requires(dataclasses.replace(recipe, requires=("Ninja", "setuptools", "wheel")), python)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_build_in_an_env_without_ninja_stops_before_anything_compiles(probe_root, tmp_path):
+    """The build-test env less ninja (torch without ninja would fall back to a slow build): refused in one line,
+    exit 2, before a source is copied, a build tree made or the wheelhouse touched."""
+    from test_build_env import PINS, base_python
+
+    env = tmp_path / "env"
+    for cmd in (["uv", "venv", "-q", "--python", base_python(), str(env)],
+                ["uv", "pip", "install", "-q", "--python", str(env / "bin" / "python"),
+                 *(pin for pin in PINS if not pin.startswith("ninja=="))]):
+        subprocess.run(cmd, check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    wheelhouse = tmp_path / "wheelhouse"
+    r = verlenv_build(probe_root, "cuda-ext-probe", "--python", str(env / "bin" / "python"), "--archs", "9.0",
+                      "--wheelhouse", str(wheelhouse), "--no-install")
+    assert r.returncode == 2, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("verlenv build:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert ", which lacks ninja (build.requires of " in errors[0]
+    assert errors[0].endswith(f"uv pip install --python {env / 'bin' / 'python'} ninja")
+    work = probe_root / ".verlenv"
+    assert not list(work.glob("build-*")) and not (work / "sources").exists() and not wheelhouse.exists()
 
 
 def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, source: str | None,

@@ -41,10 +41,10 @@ def test_a_local_sdist_with_the_pinned_hash_is_stored_once(tmp_path):
     archive = tmp_path / "probe-1.0.tar.gz"
     archive.write_bytes(b"an sdist's bytes")
     recipe = sdist_recipe(tmp_path, hashlib.sha256(b"an sdist's bytes").hexdigest())
-    stored = sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive)
+    stored = recipe.source.fetch("1.0", tmp_path / "cache", archive)
     assert stored.read_bytes() == archive.read_bytes() and stored.name == archive.name
     archive.unlink()  # the cache answers from now on
-    assert sources.fetch_sdist(recipe, "1.0", tmp_path / "cache") == stored
+    assert recipe.source.fetch("1.0", tmp_path / "cache") == stored
 
 
 def test_an_sdist_with_another_hash_is_refused_and_not_kept(tmp_path):
@@ -52,7 +52,7 @@ def test_an_sdist_with_another_hash_is_refused_and_not_kept(tmp_path):
     archive.write_bytes(b"something else")
     recipe = sdist_recipe(tmp_path, hashlib.sha256(b"an sdist's bytes").hexdigest())
     with pytest.raises(UserError) as e:
-        sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive)
+        recipe.source.fetch("1.0", tmp_path / "cache", archive)
     assert "does not match the recipe's" in str(e.value) and "refusing to build" in str(e.value)
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
 
@@ -61,15 +61,15 @@ def test_a_corrupted_cached_sdist_is_fetched_again(tmp_path):
     archive = tmp_path / "probe-1.0.tar.gz"
     archive.write_bytes(b"an sdist's bytes")
     recipe = sdist_recipe(tmp_path, hashlib.sha256(b"an sdist's bytes").hexdigest())
-    stored = sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive)
+    stored = recipe.source.fetch("1.0", tmp_path / "cache", archive)
     stored.write_bytes(b"bit rot")
-    assert sources.fetch_sdist(recipe, "1.0", tmp_path / "cache", archive).read_bytes() == b"an sdist's bytes"
+    assert recipe.source.fetch("1.0", tmp_path / "cache", archive).read_bytes() == b"an sdist's bytes"
 
 
 def test_an_unpinned_version_is_refused(tmp_path):
     recipe = sdist_recipe(tmp_path, "0" * 64)
     with pytest.raises(UserError) as e:
-        recipe.sha256_for("2.0")
+        recipe.source.source_id("2.0")
     assert str(e.value).endswith("no pinned sha256 for probe 2.0; pinned versions: 1.0")
 
 
@@ -109,9 +109,14 @@ mem_per_job_gib = 1
 """)
 
 
+def export(recipe: recipes.Recipe, repo: Path, dest: Path) -> Path:
+    """The recipe's git commit made ready as the builder does it: the clone checked, then the commit exported."""
+    return recipe.source.place(recipe.source.fetch(recipe.source.version, dest / "cache", repo), dest)
+
+
 def test_a_git_commit_is_exported_and_checked(git_repo, tmp_path):
     repo, commit, digest = git_repo
-    out = sources.export_git_tree(git_recipe(tmp_path, commit, digest), repo, tmp_path / "src")
+    out = export(git_recipe(tmp_path, commit, digest), repo, tmp_path / "src")
     assert (out / "csrc" / "k.cu").is_file() and os.access(out / "build.sh", os.X_OK)
     assert not (out / ".git").exists()
 
@@ -119,18 +124,32 @@ def test_a_git_commit_is_exported_and_checked(git_repo, tmp_path):
 def test_a_git_tree_with_another_digest_is_refused(git_repo, tmp_path):
     repo, commit, _ = git_repo
     with pytest.raises(UserError) as e:
-        sources.export_git_tree(git_recipe(tmp_path, commit, "f" * 64), repo, tmp_path / "src")
+        export(git_recipe(tmp_path, commit, "f" * 64), repo, tmp_path / "src")
     assert "does not match the recipe's" in str(e.value)
 
 
 def test_a_missing_commit_and_a_non_repository_are_refused(git_repo, tmp_path):
     repo, _, digest = git_repo
     with pytest.raises(UserError) as e:
-        sources.export_git_tree(git_recipe(tmp_path, "1" * 40, digest), repo, tmp_path / "src")
+        export(git_recipe(tmp_path, "1" * 40, digest), repo, tmp_path / "src")
     assert f"has no commit {'1' * 40}" in str(e.value)
     with pytest.raises(UserError) as e:
-        sources.export_git_tree(git_recipe(tmp_path, "1" * 40, digest), tmp_path / "nowhere", tmp_path / "src")
+        export(git_recipe(tmp_path, "1" * 40, digest), tmp_path / "nowhere", tmp_path / "src")
     assert "is not a git repository" in str(e.value)
+
+
+def test_a_git_pin_without_its_commit_or_with_a_number_for_a_string_is_refused_at_load(tmp_path):
+    assert isinstance(git_recipe(tmp_path, "1" * 40, "f" * 64).source, sources.GitCommit)
+    path = tmp_path / "recipes" / "upstream" / "recipe.toml"
+    pinned = path.read_text()
+    path.write_text(pinned.replace(f'commit = "{"1" * 40}"\n', ""))
+    with pytest.raises(UserError) as e:
+        recipes.load(tmp_path, "upstream")
+    assert str(e.value) == f"{path}: missing key source.commit"
+    path.write_text(pinned.replace('version = "0.1"', "version = 0.1"))
+    with pytest.raises(UserError) as e:
+        recipes.load(tmp_path, "upstream")
+    assert str(e.value).startswith(f"{path}: malformed (TypeError: source.version is 0.1, not a string)")
 
 
 def test_the_apex_recipe_matches_its_upstream_commit(tmp_path):
@@ -139,14 +158,14 @@ def test_the_apex_recipe_matches_its_upstream_commit(tmp_path):
     if not repo:
         pytest.skip("set VERLENV_APEX_GIT to a clone or mirror of NVIDIA/apex")
     recipe = recipes.load(REPO, "apex")
-    out = sources.export_git_tree(recipe, Path(repo), tmp_path / "src")
-    assert f'version="{recipe.source["version"]}"' in (out / "setup.py").read_text()
+    out = export(recipe, Path(repo), tmp_path / "src")
+    assert f'version="{recipe.source.version}"' in (out / "setup.py").read_text()
 
 
 def test_the_test_extensions_match_their_pinned_digests(tmp_path):
     for package in ("cuda-ext-probe", "sleepy-probe"):
         recipe = recipes.load(DATA, package)
-        out = sources.copy_local_tree(recipe, tmp_path / package)
+        out = recipe.source.place(recipe.source.fetch(recipe.source.version, tmp_path, None), tmp_path / package)
         assert (out / "setup.py").is_file()
 
 
@@ -154,7 +173,8 @@ def test_an_edited_local_folder_is_refused(tmp_path):
     shutil.copytree(DATA, tmp_path / "ext", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "ext" / "cuda-ext-probe" / "probe.cpp").write_text("// edited\n")
     with pytest.raises(UserError) as e:
-        sources.copy_local_tree(recipes.load(tmp_path / "ext", "cuda-ext-probe"), tmp_path / "src")
+        source = recipes.load(tmp_path / "ext", "cuda-ext-probe").source
+        source.place(source.fetch(source.version, tmp_path, None), tmp_path / "src")
     assert "refusing to build" in str(e.value)
 
 

@@ -19,7 +19,7 @@ LAYERS = (
                 "packages.py", "backends.py", "families.py")),
     ("doctor", ("doctor/",)),
     ("lock", ("render.py", "conda_snapshot.py", "conda_layer.py", "lock.py")),
-    ("env", ("runtime_env.py", "toolchain.py", "build.py", "install.py")),
+    ("env", ("runtime_env.py", "toolchain.py", "build.py", "ninja_stats.py", "proctree.py", "install.py")),
     ("bundle", ("bundle/",)),
     ("verify", ("verify/",)),
     ("cluster", ("cluster/",)),

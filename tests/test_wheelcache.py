@@ -17,7 +17,7 @@ import pytest
 
 from project_files import ROOT
 from test_build_env import DATA, clean_build_env, kill_session, torch_python
-from verlenv import build, catalog, recipes, toolchain, wheelcache
+from verlenv import build, catalog, ninja_stats, recipes, toolchain, wheelcache
 from verlenv.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +60,43 @@ def test_an_nvcc_equal_to_torchs_cuda_leaves_the_fingerprint_as_it_was(recipe):
     assert inputs(recipe, nvcc="13.0") == inputs(recipe)
     assert set(inputs(recipe, nvcc="13.0")) == set(committed["inputs"])
     assert wheelcache.fingerprint(committed["inputs"]) == committed["fingerprint"]
+
+
+def committed_builds() -> list[dict]:
+    """The records of the builds this project committed (docs/builds, docs/verification), each with its inputs."""
+    out = []
+    for path in sorted([*(ROOT / "docs" / "builds").glob("*.json"), *(ROOT / "docs" / "verification").glob("*-build-*.json")]):
+        data = json.loads(path.read_text())
+        out += [entry.get("record", entry) for entry in (data if isinstance(data, list) else [data])]
+    return out
+
+
+def test_a_wheel_built_from_an_unchanged_recipe_keeps_its_fingerprint():
+    """The recipe's source, read as its kind's type, gives the version and source id the committed builds recorded,
+    so every entry built from a recipe not edited since is found again in the cache."""
+    checked = []
+    for record in committed_builds():
+        inputs = record["inputs"]
+        recipe = recipes.load(ROOT, inputs["package"])
+        if recipe.digest != inputs["recipe"]:
+            continue  # an older recipe: a new fingerprint by design
+        version = recipe.source.version_for(inputs["version"])
+        info = dataclasses.replace(TORCH, **{k: inputs[k] for k in ("torch", "cuda", "python_tag", "cxx11_abi")})
+        again = build.fingerprint_inputs(recipe, version, recipe.source.source_id(version), info, inputs["archs"],
+                                         record["toolchain"]["nvcc"])
+        assert again == inputs and wheelcache.fingerprint(again) == record["fingerprint"]
+        checked.append(inputs["package"])
+    assert {"flash-attn", "transformer-engine-torch"} <= set(checked)
+
+
+def test_each_source_kind_names_its_source_as_before():
+    """A git commit and a local folder, whose committed builds came from recipes edited since: their ids keep the
+    form the builder wrote before the kinds were types (an apex record's; the probe's from its old builder)."""
+    apex = next(r["inputs"] for r in committed_builds() if r["inputs"]["package"] == "apex")
+    assert recipes.load(ROOT, "apex").source.source_id("0.1") == apex["source"]
+    probe = recipes.load(DATA, "cuda-ext-probe").source
+    assert (probe.version_for("9"), probe.source_id("0.1")) == (
+        "0.1", "dir:tree-sha256:0fca6a9d0086d5745fd0026a80f0695afaa9ceb068e36205d61c6b78e4dbaf60")
 
 
 def test_a_same_major_nvcc_is_a_fingerprint_input(recipe):
@@ -341,7 +378,7 @@ def test_ninja_stats_add_up_the_runs_of_a_resumed_build(tmp_path):
         "# ninja log v7\n"
         "0\t100000\t1\ta.o\th\n" "0\t150000\t1\tb.o\th\n" "100000\t260000\t1\tc.o\th\n"   # run 1: 260 s
         "0\t120000\t1\td.o\th\n" "0\t125000\t1\te.o\th\n")                                      # run 2: 125 s
-    stats = build.ninja_stats(tmp_path, cores=2)
+    stats = ninja_stats.ninja_stats(tmp_path, cores=2)
     assert stats["runs"] == 2 and stats["units"] == 5
     assert stats["sum_unit_s"] == 655.0 and stats["compile_wall_s"] == 385.0
     assert stats["ideal_wall_s"] == 327.5 and stats["efficiency"] == round(327.5 / 385, 3)
@@ -368,7 +405,7 @@ def test_ninja_stats_time_extensions_built_at_once_on_one_clock(tmp_path, stamp)
                     [unit(0, 200, "a1.o", t0), unit(0, 300, "a2.o", t0)])
     write_ninja_log(tmp_path / "build" / "b" / ".ninja_log",
                     [unit(0, 250, "b1.o", t0 + 100), unit(250, 400, "b2.o", t0 + 100)])
-    stats = build.ninja_stats(tmp_path, cores=2)
+    stats = ninja_stats.ninja_stats(tmp_path, cores=2)
     assert stats["logs"] == 2 and stats["units"] == 4 and stats["sum_unit_s"] == 900.0
     assert stats["compile_wall_s"] == 500.0  # not 300 + 400: the two ran side by side
     assert stats["efficiency"] == 0.9
@@ -377,7 +414,7 @@ def test_ninja_stats_time_extensions_built_at_once_on_one_clock(tmp_path, stamp)
 def test_ninja_stats_leave_the_wall_open_when_several_logs_cannot_be_placed(tmp_path):
     write_ninja_log(tmp_path / "a" / ".ninja_log", [(0, 200, 1e-9, "a1.o"), (0, 300, 1e-9, "a2.o")])
     write_ninja_log(tmp_path / "b" / ".ninja_log", [(0, 250, 1e-9, "b1.o")])
-    stats = build.ninja_stats(tmp_path, cores=2)
+    stats = ninja_stats.ninja_stats(tmp_path, cores=2)
     assert stats["units"] == 3 and stats["sum_unit_s"] == 750.0
     assert stats["compile_wall_s"] is None and stats["efficiency"] is None
 
@@ -387,10 +424,10 @@ def test_ninja_stats_read_the_same_wall_from_the_clock_as_from_the_runs(tmp_path
     """Real flash-attn logs from this project's builds, one stamped by start, one by end: the epoch clock and
     ninja's own relative times must give the same compile wall."""
     shutil.copy(log, tmp_path / ".ninja_log")
-    spans = build._ninja_spans(tmp_path / ".ninja_log")
-    assert build._epoch_intervals([spans]) is not None
-    relative = sum(max(s[1] for s in run) - min(s[0] for s in run) for run in build._runs(spans)) / 1000
-    assert build.ninja_stats(tmp_path, cores=2)["compile_wall_s"] == pytest.approx(relative, abs=1.0)
+    spans = ninja_stats._ninja_spans(tmp_path / ".ninja_log")
+    assert ninja_stats._epoch_intervals([spans]) is not None
+    relative = sum(max(s[1] for s in run) - min(s[0] for s in run) for run in ninja_stats._runs(spans)) / 1000
+    assert ninja_stats.ninja_stats(tmp_path, cores=2)["compile_wall_s"] == pytest.approx(relative, abs=1.0)
 
 
 @pytest.mark.parametrize("record", sorted((ROOT / "docs" / "verification").glob("*-h100-build-apex*.json")),
@@ -403,5 +440,5 @@ def test_ninja_stats_of_apex_read_all_twelve_logs(tmp_path, record):
         (tmp_path / "tree" / str(i)).mkdir(parents=True)
         shutil.copy(log, tmp_path / "tree" / str(i) / ".ninja_log")
     entry = json.loads(record.read_text())
-    stats = build.ninja_stats(tmp_path / "tree", entry["parallelism"]["cores"])
+    stats = ninja_stats.ninja_stats(tmp_path / "tree", entry["parallelism"]["cores"])
     assert stats == entry["ninja"] and stats["logs"] == 12 and stats["units"] == 37

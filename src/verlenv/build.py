@@ -1,12 +1,11 @@
 """The builder: compile a recipe's package against the env's own torch, once per ABI fingerprint."""
 
-import contextlib
 import fcntl
+import json
 import os
 import re
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -15,11 +14,24 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv import catalog, cubins, recipes, sources, toolchain, validate, wheelcache
+from verlenv import catalog, cubins, recipes, toolchain, validate, wheelcache
 from verlenv.errors import UserError
+from verlenv.ninja_stats import ninja_logs, ninja_stats
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
+from verlenv.proctree import run_logged
 
-NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+
+# Run in the env: which of the named distributions it lacks.
+_MISSING = """
+import importlib.metadata as m, json, sys
+def installed(name):
+    try:
+        m.distribution(name)
+    except m.PackageNotFoundError:
+        return False
+    return True
+print(json.dumps([name for name in sys.argv[1:] if not installed(name)]))
+"""
 
 
 @dataclass
@@ -73,181 +85,6 @@ class MemorySampler(threading.Thread):
         return round(self.start_avail - self.min_avail, 2)
 
 
-def ninja_logs(build_tree: Path) -> list[Path]:
-    """Every .ninja_log under the tree: one per extension when setup.py builds several apart (apex does)."""
-    return sorted(build_tree.rglob(".ninja_log"))
-
-
-def _ninja_spans(log: Path) -> list[tuple[int, int, int, str]]:
-    """(start ms, end ms, mtime, output) per finished unit; start and end count from that ninja run's start."""
-    spans = []
-    for line in log.read_text().splitlines():
-        parts = line.split("\t")
-        if not line.startswith("#") and len(parts) >= 4:
-            spans.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
-    return spans
-
-
-def _union_s(intervals: list[tuple[float, float]]) -> float:
-    """Seconds during which at least one interval is open."""
-    total, reach = 0.0, None
-    for a, b in sorted(intervals):
-        if reach is None or a > reach:
-            total += b - a
-            reach = b
-        elif b > reach:
-            total += b - reach
-            reach = b
-    return total
-
-
-def _runs(spans: list[tuple[int, int, int, str]]) -> list[list[tuple[int, int, int, str]]]:
-    # ninja appends a line as each unit finishes, with times from the start of its own run: an end time lower
-    # than the one before starts a new run (a resumed build).
-    runs: list[list[tuple[int, int, int, str]]] = []
-    for span in spans:
-        if not runs or span[1] < runs[-1][-1][1]:
-            runs.append([])
-        runs[-1].append(span)
-    return runs
-
-
-def _epoch_base(run: list[tuple[int, int, int, str]], anchor: int) -> float | None:
-    """The run's start on the epoch clock, if the mtime column stamps every unit's start (anchor 0) or end (1)."""
-    bases = [span[2] / 1e9 - span[anchor] / 1000 for span in run]
-    return min(bases) if max(bases) - min(bases) < 2.0 else None
-
-
-def _epoch_intervals(logs: list[list[tuple[int, int, int, str]]]) -> list[tuple[float, float]] | None:
-    """Every unit's (start, end) on the epoch clock, or None when the logs' mtime column cannot place them.
-
-    The column is the epoch time of each unit's start in some ninja releases and its output's mtime (its end) in
-    others. One ninja runs a whole build, so a run of two or more units that fits only one reading decides it.
-    """
-    if any(span[2] < 10**18 for spans in logs for span in spans):
-        return None  # not nanoseconds since the epoch (before 2001): no clock to place the units on
-    runs = [run for spans in logs for run in _runs(spans)]
-    fits = [anchor for anchor in (0, 1) if all(_epoch_base(run, anchor) is not None for run in runs)]
-    if len(fits) != 1:
-        return None  # neither reading fits (not a timestamp), or both do (no run tells them apart)
-    intervals = []
-    for run in runs:
-        base = _epoch_base(run, fits[0])
-        intervals += [(base + start / 1000, base + end / 1000) for start, end, _, _ in run]
-    return intervals
-
-
-def ninja_stats(build_tree: Path, cores: int) -> dict | None:
-    """Per-unit times from the tree's ninja logs: Σ unit time ÷ cores is the ideal wall time; the compile wall
-    is the time during which at least one unit was compiling."""
-    logs = [spans for spans in map(_ninja_spans, ninja_logs(build_tree)) if spans]
-    if not logs:
-        return None
-    spans = [span for log_spans in logs for span in log_spans]
-    total = sum(end - start for start, end, _, _ in spans) / 1000
-    # Units of several logs (extensions built at once) or runs (a resumed build) are placed on the epoch clock;
-    # without it, one log's runs are timed apart and summed, and several logs cannot be timed together.
-    intervals = _epoch_intervals(logs)
-    if intervals is not None:
-        wall = _union_s(intervals)
-    elif len(logs) == 1:
-        wall = sum(max(s[1] for s in run) - min(s[0] for s in run) for run in _runs(spans)) / 1000
-    else:
-        wall = None
-    slowest = max(spans, key=lambda s: s[1] - s[0])
-    return {
-        "units": len(spans),
-        "logs": len(logs),
-        "runs": max(len(_runs(log_spans)) for log_spans in logs),
-        "sum_unit_s": round(total, 1),
-        "compile_wall_s": round(wall, 1) if wall is not None else None,
-        "ideal_wall_s": round(total / cores, 1),
-        "efficiency": round(total / cores / wall, 3) if wall else None,
-        "slowest_unit": Path(slowest[3]).name,
-        "slowest_unit_s": round((slowest[1] - slowest[0]) / 1000, 1),
-    }
-
-
-def _run_logged(cmd: list[str], env: dict, log_path: Path, cwd: Path, append: bool = False) -> int:
-    """Run the build, saving its whole output; show [done/total] progress with an ETA from ninja's lines."""
-    interactive = sys.stderr.isatty()
-    started = time.monotonic()
-    with open(log_path, "a" if append else "w") as log, subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, errors="replace") as p:
-        try:
-            return _follow(p, log, started, interactive)
-        except BaseException:
-            # Ctrl-C, SIGTERM or an error in the builder: stop every process of the build, not just pip.
-            _stop_tree(p)
-            raise
-
-
-def _follow(p: subprocess.Popen, log, started: float, interactive: bool) -> int:
-    """Copy the build's output to the log; report ninja's [done/total] with an ETA (each minute when not a tty)."""
-    last_report = 0.0
-    for line in p.stdout:
-        log.write(line)
-        m = NINJA_STEP.match(line)
-        if not m:
-            continue
-        done, total = int(m.group(1)), int(m.group(2))
-        elapsed = time.monotonic() - started
-        eta = elapsed / done * (total - done) if done else 0
-        now = time.monotonic()
-        if interactive or now - last_report > 60 or done == total:
-            end = "\r" if interactive else "\n"
-            print(f"  [{done}/{total}] {100 * done // total}%  elapsed {elapsed / 60:.0f} min  eta {eta / 60:.0f} min",
-                  end=end, file=sys.stderr, flush=True)
-            last_report = now
-        log.flush()
-    p.wait()
-    if interactive:
-        print(file=sys.stderr)
-    return p.returncode
-
-
-def _descendants(pid: int) -> list[int]:
-    """Live descendants of `pid`, from the parent links in /proc/<pid>/stat."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _signal(pids, sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def _stop_tree(p: subprocess.Popen) -> None:
-    """Kill pip and everything under it. ninja puts each compile in a process group of its own, and a process
-    whose parent dies is re-parented away from the tree: so freeze the whole tree first (SIGSTOP; a stopped ninja
-    starts nothing new), collect it again, then SIGKILL it. Units cut short never reach ninja's log, so a resumed
-    build compiles them again."""
-    frozen: set[int] = set()
-    for _ in range(20):
-        tree = {p.pid, *_descendants(p.pid)} - frozen
-        if not tree:
-            break
-        _signal(tree, signal.SIGSTOP)
-        frozen |= tree
-    _signal(frozen, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        p.wait(timeout=30)
-
-
 def _tail(log_path: Path, n: int = 25) -> str:
     lines = log_path.read_text(errors="replace").splitlines()
     errors = [line for line in lines if re.search(r"error|Error|Killed|FAILED", line)]
@@ -276,17 +113,10 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     print(f"  toolchain: {tc.describe()}", file=sys.stderr)
     if tc.warning:
         print(f"  warning: {tc.warning}", file=sys.stderr)
-    if recipe.source["kind"] == "pypi-sdist":
-        version = wanted.version
-        source_id = f"sha256:{recipe.sha256_for(version)}"
-    elif recipe.source["kind"] == "git":
-        version = recipe.source["version"]
-        source_id = f"git:{recipe.source['commit']}:tree-sha256:{recipe.source['tree_sha256']}"
-    else:
-        version = recipe.source["version"]
-        source_id = f"dir:tree-sha256:{recipe.source['tree_sha256']}"
+    version = recipe.source.version_for(wanted.version)
     # Host-only code is the same binary for every GPU: one build serves all archs.
-    inputs = fingerprint_inputs(recipe, version, source_id, info, archs if recipe.gpu_code else [], tc.nvcc_version)
+    inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info,
+                                archs if recipe.gpu_code else [], tc.nvcc_version)
     fp = wheelcache.fingerprint(inputs)
     try:
         hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
@@ -297,6 +127,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     if hit:
         print(f"  cache hit {hit.path} ({hit.wheel.name}): no rebuild", file=sys.stderr)
         return BuildResult(recipe.package, hit.wheel, fp, True, hit.record)
+    check_requires(recipe, python)
 
     mem, cores = mem_available_gib(), os.cpu_count() or 1
     # nvcc threads only help when the recipe can pass them on and there is GPU code to split by arch.
@@ -310,8 +141,8 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})", file=sys.stderr)
 
     work.mkdir(parents=True, exist_ok=True)
-    archive = sources.fetch_sdist(recipe, version, work, source) if recipe.source["kind"] == "pypi-sdist" else None
-    tmp, src, lock = _resumable_tree(work, recipe.package, fp, archive) if archive else (None, None, None)
+    origin = recipe.source.fetch(version, work, source)  # the verified sdist, the clone holding the commit, the folder
+    tmp, src, lock = _resumable_tree(work, recipe, fp, origin) if recipe.source.resumable else (None, None, None)
     if tmp is None:
         tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
         lock = _hold(tmp)
@@ -321,16 +152,8 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     log_path = tmp / "build.log"
     resumed = src is not None
     try:
-        if resumed:
-            pass  # src is the stopped build's tree, checked against the sdist above
-        elif archive is not None:
-            src = sources.unpack_sdist(archive, tmp / "src")
-        elif recipe.source["kind"] == "git":
-            if source is None:
-                raise UserError(f"{recipe.package} is built from git {recipe.source['url']}: pass --source <clone or mirror>")
-            src = sources.export_git_tree(recipe, source, tmp / "src")
-        else:
-            src = sources.copy_local_tree(recipe, tmp / "src")
+        if not resumed:  # a resumed tree was checked against the verified sdist above
+            src = recipe.source.place(origin, tmp / "src")
         env = {**os.environ, **tc.env, **recipe.env, recipe.jobs_variable: str(jobs)}
         # The env's own tools (ninja, cmake) as if it were activated; the toolchain's nvcc stays first.
         env["PATH"] = f"{tc.cuda_home}/bin:{Path(python).parent}:{env['PATH']}"
@@ -352,7 +175,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         sampler = MemorySampler()
         sampler.start()
         started = time.time()
-        rc = _run_logged(cmd, env, log_path, src, append=resumed)
+        rc = run_logged(cmd, env, log_path, src, append=resumed)
         wall = time.time() - started
         peak = sampler.stop()
         if rc != 0:
@@ -385,10 +208,27 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         return BuildResult(recipe.package, entry.wheel, fp, False, entry.record)
     finally:
         if keep or (log_path.exists() and not (wheelhouse / recipe.package / fp).exists()):
-            print(f"  build tree kept at {tmp}" + (" (the next run resumes it)" if archive else ""), file=sys.stderr)
+            resumes = " (the next run resumes it)" if recipe.source.resumable else ""
+            print(f"  build tree kept at {tmp}{resumes}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
         lock.close()
+
+
+def check_requires(recipe: recipes.Recipe, python: str) -> None:
+    """Every distribution of the recipe's build.requires is installed in the env: its build runs there, without
+    build isolation, so a missing one would fail (or fall back, as torch does without ninja) mid-compile."""
+    if not recipe.requires:
+        return
+    r = subprocess.run([python, "-c", _MISSING, *recipe.requires], capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"cannot list the distributions installed in {python}: {last}")
+    missing = json.loads(r.stdout)
+    if missing:
+        raise UserError(f"{recipe.package} builds in the env of {python} (no build isolation), which lacks "
+                        f"{', '.join(missing)} (build.requires of {recipe.path}); run `verlenv install` again, or "
+                        f"install them into that env: uv pip install --python {python} {' '.join(missing)}")
 
 
 def _hold(tree: Path, wait: bool = True):
@@ -403,19 +243,19 @@ def _hold(tree: Path, wait: bool = True):
     return f
 
 
-def _resumable_tree(work: Path, package: str, fp: str, archive: Path):
+def _resumable_tree(work: Path, recipe: recipes.Recipe, fp: str, origin: Path):
     """(tree, its sources, the lock held on it) of a stopped build of the same fingerprint (folder name) whose
     sources still equal the verified sdist and that no other builder holds, else (None, None, None). ninja then
     compiles only the missing or stale units (it reruns any unit whose command line or headers changed, and any
     unit a kill cut short, which never reached its log). The lock is kept from the check on, so two builders
     never resume the same tree."""
-    for tree in sorted(work.glob(f"build-{package}-{fp[:8]}-*"), key=lambda p: p.stat().st_mtime, reverse=True):
+    for tree in sorted(work.glob(f"build-{recipe.package}-{fp[:8]}-*"), key=lambda p: p.stat().st_mtime, reverse=True):
         if not (tree / "build.log").is_file() or not (tree / "src").is_dir():
             continue
         lock = _hold(tree, wait=False)
         if lock is None:
             continue  # another builder is using it
-        if src := sources.sdist_tree_matches(archive, tree / "src"):
+        if src := recipe.source.intact(origin, tree / "src"):
             return tree, src, lock
         lock.close()
     return None, None, None

@@ -5,6 +5,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from verlenv import sources
 from verlenv.errors import UserError
 from verlenv.fsutil import read_text
 
@@ -12,7 +13,6 @@ ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TOR
 # "major": any nvcc of torch's CUDA major, the exact minor preferred (torch's own rule); "exact": only torch's
 # major.minor, for a package whose build refuses another minor itself (apex).
 NVCC_MATCHES = ("major", "exact")
-SOURCE_KINDS = ("pypi-sdist", "git", "local-dir")  # local-dir: a folder beside the recipe, pinned by tree digest
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Recipe:
     package: str
     import_name: str
     extension_modules: tuple[str, ...]
-    source: dict
+    source: sources.Source  # a PyPI sdist, a git commit or a local folder: sources.KINDS
     requires: tuple[str, ...]
     arch_variable: str | None
     arch_format: str
@@ -48,13 +48,6 @@ class Recipe:
 
     def arch_value(self, archs: list[str]) -> str:
         return ";".join(a.replace(".", "") if self.arch_format == "nodot" else a for a in archs)
-
-    def sha256_for(self, version: str) -> str:
-        try:
-            return self.source["sha256"][version]
-        except KeyError:
-            known = ", ".join(self.source.get("sha256", {})) or "none"
-            raise UserError(f"{self.path}: no pinned sha256 for {self.package} {version}; pinned versions: {known}") from None
 
 
 def recipes_dir(root: Path) -> Path:
@@ -84,7 +77,7 @@ def load(root: Path, package: str) -> Recipe:
             package=data["package"],
             import_name=data["import_name"],
             extension_modules=tuple(data.get("extension_modules", [])),
-            source=source,
+            source=sources.from_table(source, data["package"], path),
             requires=tuple(build.get("requires", [])),
             arch_variable=build.get("arch_variable"),
             arch_format=build.get("arch_format", "dotted"),
@@ -112,10 +105,4 @@ def load(root: Path, package: str) -> Recipe:
         raise UserError(f"{path}: build.arch_format is {recipe.arch_format!r}; valid: {', '.join(ARCH_FORMATS)}")
     if recipe.nvcc_match not in NVCC_MATCHES:
         raise UserError(f"{path}: build.nvcc_match is {recipe.nvcc_match!r}; valid: {', '.join(NVCC_MATCHES)}")
-    if source.get("kind") not in SOURCE_KINDS:
-        raise UserError(f"{path}: source.kind is {source.get('kind')!r}; valid: {', '.join(SOURCE_KINDS)}")
-    if source["kind"] == "local-dir":
-        missing = [k for k in ("path", "version", "tree_sha256") if k not in source]
-        if missing:
-            raise UserError(f"{path}: missing key source.{missing[0]}")
     return recipe

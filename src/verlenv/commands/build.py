@@ -64,10 +64,7 @@ def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
         validate.env_count(recipe.threads_variable)
         validate.env_count(recipe.concurrent_extensions_variable)
         if args.source is not None:
-            if recipe.source["kind"] == "git":
-                validate.existing_dir(args.source, "--source")
-            elif recipe.source["kind"] == "pypi-sdist":
-                validate.existing_file(args.source, "--source")
+            recipe.source.check_given(args.source, "--source")
     validate.new_or_dir(args.wheelhouse, "--wheelhouse")
     if args.json:
         validate.writable_file(args.json, "--json")

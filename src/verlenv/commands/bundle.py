@@ -14,7 +14,7 @@ def register(sub) -> None:
     p = sub.add_parser("bundle", help="collect every file a locked variant needs into a folder for offline installs")
     p.add_argument("--stack", help="stack (default: the catalog's default)")
     p.add_argument("--variant", action="append", metavar="VARIANT",
-                   help="fsdp (default) or megatron; repeat for one bundle of several variants (shared files carried once)")
+                   help=catalog.VARIANT_HELP + "; repeat for one bundle of several variants (shared files carried once)")
     p.add_argument("--platform", default=pins.LOCK_PLATFORM, help="linux-64 (default) or linux-aarch64")
     p.add_argument("--glibc", default=fetch.GLIBC, help=f"the target's glibc: wheels needing a newer one are not taken (default {fetch.GLIBC})")
     p.add_argument("--out", type=Path, help="bundle folder (default: bundles/<stack>-<variant>[+<variant>].<platform>)")
@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 def _main(args) -> int:
     cat = catalog.load()
-    names = list(dict.fromkeys(args.variant or ["fsdp"]))
+    names = list(dict.fromkeys(args.variant or [catalog.DEFAULT_VARIANT]))
     variants = [cat.variant(args.stack, name) for name in names]
     stack = variants[0].stack
     for variant in variants:

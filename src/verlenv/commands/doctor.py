@@ -118,7 +118,7 @@ def _default_python(args) -> str:
         cat = catalog.load()
     except UserError:
         return sys.executable
-    variant = cat.variant(args.stack, args.variant or "fsdp")  # a bad --stack/--variant is the user's error
+    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)  # a bad --stack/--variant is the user's error
     try:
         return default_python(variant, cat.root, "doctor")
     except UserError:
@@ -150,7 +150,7 @@ def _doctor_cluster(args) -> int:
     if unknown:
         raise UserError(f"unknown probe {', '.join(unknown)}; valid: {', '.join(probes.PROBES)}")
     cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant or "fsdp")
+    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)
     python = validate.python3(args.python or default_python(variant, cat.root, "doctor"))
     lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
     if not lock.is_file():

@@ -32,7 +32,7 @@ def _main(args) -> int:
     if args.bundle:
         return _install_bundle(args)
     cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant or "fsdp")
+    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)
     prefix = install.install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)
     lock = install.lock_path(cat.root, variant)
     return 1 if _drifted(str(install.env_python(prefix)), cat, variant, lock) else 0

@@ -228,6 +228,7 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
         results.append(api)
     targets = [s.profile.arch] if s.profile else list(s.stack.gpu_archs)
     results += static.check_objects(probe["objects"], installed, facts.torch, targets, s.profile is not None, scope)
+    results += static.check_runtime_needs(s.python, installed, facts.torch, scope)
     driver_result, driver = static.check_driver(s.stack, s.catalog, dict(os.environ))
     if whole_env:
         results.append(driver_result)

@@ -207,7 +207,8 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     results += static.check_installed(installed, scope, s.variant.name, unbuilt_ok)
     # pip check is the slowest step (seconds on a big env) and mostly waits: run it beside the others.
     pool = ThreadPoolExecutor(max_workers=1)
-    pip_check = pool.submit(static.check_pip, s.python, "pip" in installed) if whole_env else None
+    pip_check = pool.submit(static.check_pip, s.python, "pip" in installed,
+                            overridden=static.overridden_names(s.variant)) if whole_env else None
 
     pins = _pins(s)
     if whole_env:

@@ -219,8 +219,10 @@ def check_locked_files(python: str, names: list[str]) -> CheckResult:
 
 # --- pip check ----------------------------------------------------------------------------------------
 
-def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
-    """The env's declared requirements are satisfied (`python -m pip check`, else `uv pip check`)."""
+def check_pip(python: str, has_pip: bool, timeout: float = 120, overridden: dict[str, str] | None = None
+              ) -> CheckResult:
+    """The env's declared requirements are satisfied (`python -m pip check`, else `uv pip check`), but those on a
+    distribution the variant's lock overrides on purpose (overridden: canonical name -> the stacks.toml override)."""
     start = time.monotonic()
     if has_pip:
         cmd, tool = [python, "-m", "pip", "check"], "pip check"
@@ -239,7 +241,14 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
     problems = [line for line in lines if not re.match(r"^((Checked|Found) \d+ |Using Python )", line)]
     mislabeled = _mislabeled(python, problems)
     problems = [p for p in problems if p not in mislabeled]
-    numbers = {"tool": tool, "problems": problems, "mislabeled": mislabeled}
+    chosen = {p: overridden[dep] for p in problems if (dep := _unmet_dependency(p)) in (overridden or {})}
+    problems = [p for p in problems if p not in chosen]
+    numbers = {"tool": tool, "problems": problems, "mislabeled": mislabeled, "overridden": chosen}
+    if not problems and not mislabeled:
+        return CheckResult("env/pip-check", "env", "static", "pass",
+                           f"{tool}: only requirements the lock overrides on purpose (stacks.toml: "
+                           f"{'; '.join(sorted(set(chosen.values())))}): {_listed(list(chosen), 3)}",
+                           True, numbers, seconds)
     if not problems:
         return CheckResult("env/pip-check", "env", "static", "warn",
                            f"{tool}: only wheels whose WHEEL tag names another Python but that hold no Python extension "
@@ -247,6 +256,27 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
                            True, numbers, seconds)
     return CheckResult("env/pip-check", "env", "static", "fail", f"{tool}: {len(problems)} broken: {_listed(problems, 3)}",
                        True, numbers, seconds)
+
+
+# The dependency a pip check line says is missing or of another version: pip "x 1.0 requires y, which is not
+# installed." / "x 1.0 has requirement y==2, but you have y 3."; uv "The package `x` requires `y>=1`, but it's not
+# installed" / "The package `x` requires `y==2`, but `3` is installed".
+_UNMET = re.compile(r"^(?:\S+ \S+ (?:requires|has requirement) |The package `\S+` requires `)(?P<dep>[A-Za-z0-9._-]+)")
+
+
+def _unmet_dependency(line: str) -> str | None:
+    from packaging.utils import canonicalize_name
+
+    match = _UNMET.match(line)
+    return canonicalize_name(match.group("dep")) if match else None
+
+
+def overridden_names(variant) -> dict[str, str]:
+    """canonical name -> the override line, for each distribution the variant's overrides name (stacks.toml)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    return {canonicalize_name(Requirement(line).name): line for line in variant.overrides}
 
 
 # pip: "X 1.0 is not supported on this platform"; uv: "The package `X` was built for a different platform".

@@ -328,6 +328,27 @@ def test_real_resolution_reproduces_the_committed_lock(tmp_path, capsys):
 
 @pytest.mark.network
 @pytest.mark.slow
+def test_sglang_resolution_reproduces_its_lock_and_its_own_conda_lock(tmp_path, capsys):
+    """The sglang variant (manylinux_2_34, its own group): a real uv resolution gives the committed lock again, only it
+    is resolved, and the offline conda solve writes conda-lock.sglang.yml as committed, conda-lock.yml untouched."""
+    path = copy_tree(tmp_path)
+    shutil.copy(ROOT / lock.CONDA_LOCK_FILE, tmp_path / lock.CONDA_LOCK_FILE)
+    sglang = CATALOG.variant("verl-0.9", "sglang")
+    pins.lock_path(tmp_path, sglang).write_text("stale\n")
+    rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9", "--variant", "sglang"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert re.search(r"resolved verl-0.9-sglang: 257 pins in [0-9.]+ s", err) and "resolved verl-0.9-fsdp" not in err
+    assert pins.lock_path(tmp_path, sglang).read_text() == pins.lock_path(ROOT, sglang).read_text()
+    assert lock.inputs_path(tmp_path, sglang).read_text() == lock.inputs_path(ROOT, sglang).read_text()
+    if lock.conda_unreachable() is not None:
+        for name in (lock.CONDA_LOCK_FILE, "conda-lock.sglang.yml"):
+            assert (tmp_path / name).read_text() == (ROOT / name).read_text(), name
+    assert run_check(path, capsys)[0] == 0
+
+
+@pytest.mark.network
+@pytest.mark.slow
 def test_megatron_resolution_applies_its_overrides(tmp_path, capsys):
     """transformer-engine-torch 2.12.0's sdist names the cu12 core; the override keeps it out of the real lock."""
     path = copy_tree(tmp_path)

@@ -11,6 +11,6 @@ def copy_tree(dest: Path) -> Path:
     shutil.copy(ROOT / "stacks.toml", dest / "stacks.toml")
     shutil.copytree(ROOT / "locks", dest / "locks")
     shutil.copytree(ROOT / "environments", dest / "environments")
-    for name in ("environment.yml", "environment.megatron.yml"):
-        shutil.copy(ROOT / name, dest / name)
+    for path in ROOT.glob("environment*.yml"):
+        shutil.copy(path, dest / path.name)
     return dest / "stacks.toml"

@@ -18,8 +18,10 @@ from project_files import copy_tree
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
 STACK = CATALOG.stack()
+# The group of env files conda-lock.yml is made from (the stack's first base variant and those extending it).
+GROUP = render.groups(STACK)[0]
 LOCKFILE = ROOT / lock.CONDA_LOCK_FILE
-SOURCES = [ROOT / name for name in lock.env_files(STACK)]
+SOURCES = [ROOT / name for name in lock.env_files(GROUP)]
 
 
 def parsed():
@@ -55,14 +57,14 @@ def test_committed_lock_is_fresh(capsys):
 
 def test_lock_holds_the_solved_platforms_and_categories():
     locked = parsed()
-    assert locked.metadata.platforms == STACK.all_platforms == ["linux-64", "linux-aarch64"]
+    assert locked.metadata.platforms == GROUP.platforms == ["linux-64", "linux-aarch64"]
     conda = {(p.platform, p.name): p for p in locked.package if p.manager == "conda"}
     assert conda["linux-64", "python"].version.startswith("3.12.")
     assert conda["linux-64", "gxx"].version.startswith("13.")
     assert conda["linux-aarch64", "gxx"].url.split("/")[-2] == "linux-aarch64"
     assert {c for p in locked.package if p.manager == "conda" for c in p.categories} == {"main"}
     for platform in locked.metadata.platforms:
-        want = conda_layer.category_locks(ROOT, STACK, platform)
+        want = conda_layer.category_locks(ROOT, GROUP, platform)
         pip = [p for p in locked.package if p.platform == platform and p.manager == "pip"]
         for category, pins_ in want.items():
             assert sorted(p.name for p in pip if category in p.categories) == sorted(pins_), (platform, category)
@@ -258,6 +260,25 @@ def test_pip_takes_the_best_wheel_pip_would_install_for_the_platform():
     assert conda_layer.pick_file(files, only_some, "linux-64")["filename"].endswith("manylinux2014_x86_64.whl")
     assert conda_layer.pick_file(files, only_some, "linux-aarch64")["filename"] == "demo-1.0.tar.gz"
     assert conda_layer.pick_file(files, pins.LockedPin("demo", "1.0", ()), "linux-64") is None
+    # A group locked for glibc 2.34 (sglang's) takes the 2_34 wheel; at 2.28 it is never taken.
+    assert conda_layer.pick_file(files, pin, "linux-64", glibc="2.34")["filename"] == names[0]
+    newest = pins.LockedPin(name="demo", version="1.0", hashes=(f"sha256:{0:064x}",))
+    assert conda_layer.pick_file(files, newest, "linux-64") is None
+    assert conda_layer.pick_file(files, newest, "linux-64", glibc="2.34")["filename"] == names[0]
+
+
+def test_a_second_base_variant_has_a_conda_lock_file_of_its_own():
+    """sglang's group: its own conda-lock file, its whole lock in category main, the wheels of its glibc (2.34)."""
+    group = render.groups(STACK)[1]
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    locked = parse_conda_lock_file(ROOT / group.lock_file)
+    assert (group.lock_file, locked.metadata.platforms) == ("conda-lock.sglang.yml", ["linux-64"])
+    assert {c for p in locked.package for c in p.categories} == {"main"}
+    pip = {p.name: p for p in locked.package if p.manager == "pip"}
+    assert set(pip) == set(pins.read_lock(pins.lock_path(ROOT, group.base)))
+    assert pip["sglang"].url.endswith("/sglang-0.5.12-cp312-cp312-manylinux_2_34_x86_64.whl")
+    assert pip["torch"].url.endswith("-cp312-cp312-manylinux_2_28_x86_64.whl")  # the newest tag pip would take
 
 
 def test_an_index_that_does_not_answer_is_one_line(monkeypatch):

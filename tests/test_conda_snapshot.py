@@ -169,7 +169,8 @@ def test_roots_cover_every_conda_spec_of_the_env_files():
     roots = conda_snapshot.roots_of(ROOT)
     for stack in cat.stacks.values():
         folder = ROOT / render.stack_dir(stack)
-        spec = conda_layer.lock_spec([folder / name for name in lock.env_files(stack)])
-        for platform in spec.platforms:
-            names = {s.split()[0] for s in conda_layer.conda_specs(spec, platform)}
-            assert names <= roots, f"{stack.name} {platform}: {sorted(names - roots)} not in sources.toml's roots"
+        for group in render.groups(stack):
+            spec = conda_layer.lock_spec([folder / name for name in lock.env_files(group)])
+            for platform in spec.platforms:
+                names = {s.split()[0] for s in conda_layer.conda_specs(spec, platform)}
+                assert names <= roots, f"{stack.name} {platform}: {sorted(names - roots)} not in sources.toml's roots"

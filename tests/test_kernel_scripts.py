@@ -32,6 +32,7 @@ NOT_INSTALLED = {
     "transformer_engine": "transformer-engine not installed",
     "megatron_core": "megatron-core not installed",
     "vllm": "vllm not installed",
+    "sglang": "sglang not installed",
     "triton": "triton not installed",
     "nccl": "torch not installed",
     "verl": "verl not installed",
@@ -43,7 +44,7 @@ FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
 # The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
-HELPERS = ("_common", "_models", "_phases")
+HELPERS = ("_common", "_engines", "_models", "_phases")
 
 
 def load(name: str):

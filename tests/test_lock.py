@@ -43,6 +43,32 @@ def test_resolver_input_has_source_builds_but_no_git_urls():
     assert "--exclude-newer-package" not in flags
 
 
+def test_each_variant_is_resolved_for_its_own_glibc():
+    """sglang 0.5.12 ships manylinux_2_34 wheels only: its variant names glibc 2.34; the others keep 2.28, so their
+    recorded inputs (and locks) stay as they were."""
+    platform = {v.key: lock.uv_flags(v)[lock.uv_flags(v).index("--python-platform") + 1] for v in CATALOG.all_variants()}
+    assert platform.pop("verl-0.9-sglang") == "x86_64-manylinux_2_34"
+    assert set(platform.values()) == {"x86_64-manylinux_2_28"}
+    for variant in CATALOG.all_variants():
+        record = json.loads(lock.inputs_path(ROOT, variant).read_text())
+        assert record["inputs"]["uv_flags"] == lock.uv_flags(variant)
+    sglang = pins.read_lock(pins.lock_path(ROOT, CATALOG.variant("verl-0.9", "sglang")))
+    assert sglang["sglang"].version == "0.5.12" and "vllm" not in sglang
+
+
+@pytest.mark.parametrize("value, complaint", [
+    ('"2.x"', "glibc is '2.x'; give a glibc version such as"),
+    ("2.34", "glibc is 2.34; give a glibc version such as"),
+    ('"2.12"', "glibc is '2.12'"),
+])
+def test_a_bad_glibc_is_one_line(tmp_path, value, complaint):
+    path = copy_tree(tmp_path)
+    edit(path, 'glibc = "2.34"', f"glibc = {value}")
+    with pytest.raises(UserError) as e:
+        catalog.load(path)
+    assert f"stacks.verl-0.9.variants.sglang.{complaint}" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_overrides_are_inherited_recorded_and_validated(tmp_path):
     fsdp, megatron = CATALOG.variant("verl-0.9", "fsdp"), CATALOG.variant("verl-0.9", "megatron")
     assert fsdp.overrides == ()
@@ -93,7 +119,7 @@ def test_verl_07_exempts_only_flash_attn_from_its_date_cap():
 def test_check_passes_on_the_committed_tree(capsys):
     rc, err = run_check(ROOT / "stacks.toml", capsys)
     assert rc == 0, err
-    assert "4 lock(s) and their environment files are fresh" in err
+    assert f"{len(CATALOG.all_variants())} lock(s) and their environment files are fresh" in err
 
 
 def test_check_fails_on_a_hand_edited_lock(tmp_path, capsys):
@@ -297,6 +323,27 @@ def test_real_resolution_reproduces_the_committed_lock(tmp_path, capsys):
         assert (tmp_path / lock.CONDA_LOCK_FILE).read_text() == (ROOT / lock.CONDA_LOCK_FILE).read_text()
     assert lock_file.read_text() == pins.lock_path(ROOT, fsdp).read_text()
     assert lock.inputs_path(tmp_path, fsdp).read_text() == lock.inputs_path(ROOT, fsdp).read_text()
+    assert run_check(path, capsys)[0] == 0
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_sglang_resolution_reproduces_its_lock_and_its_own_conda_lock(tmp_path, capsys):
+    """The sglang variant (manylinux_2_34, its own group): a real uv resolution gives the committed lock again, only it
+    is resolved, and the offline conda solve writes conda-lock.sglang.yml as committed, conda-lock.yml untouched."""
+    path = copy_tree(tmp_path)
+    shutil.copy(ROOT / lock.CONDA_LOCK_FILE, tmp_path / lock.CONDA_LOCK_FILE)
+    sglang = CATALOG.variant("verl-0.9", "sglang")
+    pins.lock_path(tmp_path, sglang).write_text("stale\n")
+    rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9", "--variant", "sglang"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert re.search(r"resolved verl-0.9-sglang: 257 pins in [0-9.]+ s", err) and "resolved verl-0.9-fsdp" not in err
+    assert pins.lock_path(tmp_path, sglang).read_text() == pins.lock_path(ROOT, sglang).read_text()
+    assert lock.inputs_path(tmp_path, sglang).read_text() == lock.inputs_path(ROOT, sglang).read_text()
+    if lock.conda_unreachable() is not None:
+        for name in (lock.CONDA_LOCK_FILE, "conda-lock.sglang.yml"):
+            assert (tmp_path / name).read_text() == (ROOT / name).read_text(), name
     assert run_check(path, capsys)[0] == 0
 
 

@@ -155,3 +155,31 @@ def test_install_refuses_a_variant_not_locked_for_this_platform(machine, monkeyp
     assert err == ("verlenv install: verl-0.9-megatron is not locked for linux-aarch64 (this machine); "
                    "it is locked for: linux-64\n")
     assert not (ROOT / "never-created").exists()
+
+
+def test_install_refuses_a_machine_whose_glibc_is_older_than_the_variants(monkeypatch, capsys):
+    """sglang's wheels are manylinux_2_34: RHEL 8's glibc 2.28 is refused in one line, before anything is made."""
+    monkeypatch.setattr(install, "machine_glibc", lambda: "2.28")  # test double: this machine has glibc 2.36
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("VERLENV_ROOT", raising=False)
+    rc = cli.main(["install", "--stack", "verl-0.9", "--variant", "sglang", "--prefix", str(ROOT / "never-created")])
+    assert rc == 2 and capsys.readouterr().err == (
+        "verlenv install: verl-0.9-sglang needs glibc >= 2.34 (its wheels are manylinux_2_34); this machine has glibc "
+        "2.28: install it on a newer system (RHEL 9, Ubuntu 22.04 or later) or pick another variant\n")
+    assert not (ROOT / "never-created").exists()
+    assert install.lock_path(ROOT, FSDP).name == "verl-0.9-fsdp.linux-64.txt"  # manylinux_2_28: fine there
+    monkeypatch.setattr(install, "machine_glibc", lambda: "2.34")
+    assert install.lock_path(ROOT, CATALOG.variant("verl-0.9", "sglang")).name == "verl-0.9-sglang.linux-64.txt"
+
+
+def test_this_machines_glibc_is_read():
+    assert re.fullmatch(r"2\.\d+", install.machine_glibc()), install.machine_glibc()  # Debian 12 here: 2.36
+
+
+def test_a_bundle_for_an_older_glibc_than_the_variants_is_refused(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("VERLENV_ROOT", raising=False)
+    rc = cli.main(["bundle", "--stack", "verl-0.9", "--variant", "sglang", "--glibc", "2.28", "--dry-run"])
+    assert rc == 2 and capsys.readouterr().err == (
+        "verlenv bundle: --glibc 2.28: verl-0.9-sglang is locked for glibc >= 2.34 (its wheels need it); give "
+        "--glibc 2.34 or newer, or another variant\n")

@@ -17,7 +17,8 @@ STACKS = list(CATALOG.stacks.values())
 
 def test_committed_files_are_what_render_produces():
     want = render.rendered(CATALOG)
-    assert len(want) == 2 * len(STACKS) + 2
+    # One file per variant under environments/<stack>/, and the default stack's again at the top.
+    assert len(want) == sum(len(s.variants) for s in STACKS) + len(CATALOG.stack().variants)
     for rel, text in want.items():
         assert (ROOT / rel).read_text() == text, f"{rel} is stale: run `verlenv render`"
 
@@ -39,7 +40,7 @@ def test_render_command_regenerates_deleted_files_identically(tmp_path):
 
 def test_top_level_files_are_the_default_stack():
     stack = CATALOG.stack()
-    for name in ("environment.yml", "environment.megatron.yml"):
+    for name in ("environment.yml", "environment.megatron.yml", "environment.sglang.yml"):
         assert (ROOT / name).read_text() == (ROOT / render.stack_dir(stack) / name).read_text()
         assert (ROOT / name).read_text().startswith(render.HEADER + "\n")
 
@@ -47,7 +48,7 @@ def test_top_level_files_are_the_default_stack():
 @pytest.mark.parametrize("stack", STACKS, ids=lambda s: s.name)
 def test_pip_sections_hold_every_locked_pin_exactly_once(stack):
     docs = {v.name: yaml.safe_load((ROOT / render.stack_dir(stack) / render.env_file_name(v)).read_text())
-            for v in stack.variants.values()}
+            for v in render.groups(stack)[0].variants}
     pip = {name: next(d["pip"] for d in doc["dependencies"] if isinstance(d, dict)) for name, doc in docs.items()}
     fsdp = pins.read_lock(pins.lock_path(ROOT, stack.variant("fsdp")))
     megatron = pins.read_lock(pins.lock_path(ROOT, stack.variant("megatron")))
@@ -57,6 +58,26 @@ def test_pip_sections_hold_every_locked_pin_exactly_once(stack):
     assert docs["fsdp"]["category"] == "main" and docs["megatron"]["category"] == "megatron"
     for doc in docs.values():
         assert doc["channels"] == ["conda-forge", "nodefaults"] and doc["platforms"] == stack.all_platforms
+
+
+def test_a_second_base_variant_is_a_group_of_its_own():
+    """sglang extends nothing (its pins differ from fsdp's): its file lists its whole lock in category main, with the
+    same thin conda part, for its own platforms, and its own conda-lock file holds it."""
+    stack = CATALOG.stack("verl-0.9")
+    first, second = render.groups(stack)
+    assert [v.name for v in first.variants] == ["fsdp", "megatron"] and first.lock_file == "conda-lock.yml"
+    assert [v.name for v in second.variants] == ["sglang"] and second.lock_file == "conda-lock.sglang.yml"
+    assert second.env_files == ["environment.sglang.yml"] and second.platforms == ["linux-64"]
+    doc = yaml.safe_load((ROOT / render.stack_dir(stack) / "environment.sglang.yml").read_text())
+    sglang = pins.read_lock(pins.lock_path(ROOT, stack.variant("sglang")))
+    pip = next(d["pip"] for d in doc["dependencies"] if isinstance(d, dict))
+    assert pip == [p.requirement for _, p in sorted(sglang.items())]
+    assert (doc["name"], doc["category"], doc["platforms"]) == ("verl-0.9-sglang", "main", ["linux-64"])
+    assert [d for d in doc["dependencies"] if isinstance(d, str)] == [f"python={stack.python}", "pip",
+                                                                      stack.host_compiler]
+    # Its pins differ from fsdp's: one conda-lock file could not hold both as categories.
+    fsdp = pins.read_lock(pins.lock_path(ROOT, stack.variant("fsdp")))
+    assert sglang["flashinfer-python"].version != fsdp["flashinfer-python"].version
 
 
 @pytest.mark.parametrize("stack", STACKS, ids=lambda s: s.name)

@@ -116,3 +116,22 @@ def test_a_new_family_is_a_row_alone(tmp_path):
     assert "trainer.experiment_name=verify-mistral" in check_verl_trainer.overrides(paths, spec, row)
     json.dumps(row)  # it travels as JSON in --profile and to every cluster node
     assert dataclasses.asdict(table.families["mistral"])["config_class"] == "MistralConfig"
+
+
+def test_the_sglang_variant_is_rows_alone():
+    """verl-0.9's sglang variant: its rollout row, its package row and check script, no code of its own in the runner."""
+    cat = catalog.load(REPO / "stacks.toml")
+    variant = cat.variant("verl-0.9", "sglang")
+    required = packages.table().required(variant.actor, variant.rollout)
+    assert {"sglang", "flash-attn", "verl"} <= required and "vllm" not in required
+    names = [p.name for p in runner.scripts(KERNELS)]
+    assert names.index("check_vllm.py") < names.index("check_sglang.py") < names.index("check_nccl.py")
+    assert runner.package_of(KERNELS / "check_sglang.py") == "sglang"
+    settings = runner.Settings.from_options(VerifyOptions(variant="sglang"), python=sys.executable, cat=cat,
+                                            variant=variant, profile=gpus.profile("h100"),
+                                            visible=[gpus.Gpu("NVIDIA H100", "9.0", 81559, "580")], lock=None)
+    spec = settings.trainer()
+    assert spec["rollout"]["name"] == "sglang" and spec["actor"]["name"] == "fsdp"
+    paths = {k: f"/t/{k}" for k in ("model", "data", "reward", "checkpoints", "run")}
+    fast = check_verl_trainer.overrides(paths, spec, settings.families[0])
+    assert "actor_rollout_ref.rollout.name=sglang" in fast and not any("vllm" in o for o in fast)

@@ -107,7 +107,10 @@ def test_a_stack_without_defaults_removes_the_file(venv, cat):
 
 @pytest.mark.parametrize("table, complaint", [
     ('"bad name" = "1"', "'bad name' is not an environment variable name"),
-    ("X = 1", ".X must be a string, not 1"),
+    ("X = 1", ".X must be a string or a list of directories, not 1"),
+    ('PATH = ["{prefix}/bin", 2]', ".PATH must be a string or a list of directories"),
+    ('CUDA_HOME = "{home}"', ".CUDA_HOME: {home} in '{home}'; fields: {prefix}, {cuda_home}"),
+    ('X = "{prefix"', ".X: '{prefix' is not a template"),
 ])
 def test_a_bad_table_is_one_line(tmp_path, table, complaint):
     path = tmp_path / "stacks.toml"
@@ -132,3 +135,65 @@ def test_the_module_writes_an_env_by_hand_and_refuses_a_bad_python(venv, tmp_pat
     proc = subprocess.run([sys.executable, "-m", "verlenv.commands.runtime_env", "--python", str(tmp_path / "false")],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_variant_adds_its_own_defaults_to_the_stacks(cat):
+    stack = runtime_env.defaults(cat.path, "verl-0.9")
+    assert runtime_env.defaults(cat.path, "verl-0.9", "fsdp") == stack
+    assert runtime_env.defaults(cat.path, "verl-0.9", "megatron") == stack
+    assert runtime_env.defaults(cat.path, "verl-0.9", "sglang") == {**stack, "CUDA_HOME": "{cuda_home}",
+                                                                     "PATH": ["{prefix}/bin"]}
+
+
+def test_directories_go_in_front_once_each_first_listed_first():
+    text = runtime_env.pth_text({"PATH": ["/env/bin", "/env/cuda/bin"], "A": "0"})
+    assert text.count("\n") == 1 and text.startswith("import os; ")
+    env = {"PATH": "/usr/bin:/env/cuda/bin"}
+    fake_os = type("os", (), {"environ": env, "pathsep": ":"})
+    exec(text.replace("import os; ", ""), {"os": fake_os})
+    assert env == {"PATH": "/env/bin:/usr/bin:/env/cuda/bin", "A": "0"}  # one already there is left where it is
+    exec(text.replace("import os; ", ""), {"os": fake_os})
+    assert env["PATH"] == "/env/bin:/usr/bin:/env/cuda/bin"
+    unset = {}
+    exec(text.replace("import os; ", ""), {"os": type("os", (), {"environ": unset, "pathsep": ":"})})
+    assert unset["PATH"] == "/env/bin:/env/cuda/bin"
+
+
+def test_the_sglang_env_gets_a_cuda_home_and_its_bin_on_path_filled_at_install(venv, cat, tmp_path, monkeypatch):
+    """In a real venv with (a test double of) the PyPI CUDA 13 wheels: a CUDA_HOME is assembled inside the env, its
+    path and the env's bin reach a spawned child (as a Ray worker of the env), verify reports them; a CUDA_HOME the
+    user exports wins."""
+    from test_toolchain import pypi_cu13
+
+    sglang = cat.variant("verl-0.9", "sglang")
+    site, prefix = runtime_env.probe(venv, [])["site"], runtime_env.probe(venv, [])["prefix"]
+    with pytest.raises(UserError, match=r"name \{cuda_home\}, but the env at .* has no PyPI nvcc") as e:
+        runtime_env.apply(venv, cat.path, sglang)
+    assert "\n" not in str(e.value)
+    pypi_cu13(Path(site))
+    try:
+        runtime_env.apply(venv, cat.path, sglang)
+        home = Path(prefix) / "verlenv" / os.listdir(Path(prefix) / "verlenv")[0]
+        assert (home / "bin" / "nvcc").exists() and (home / "lib64" / "stubs" / "libcuda.so").exists()
+        script = tmp_path / "child.py"
+        script.write_text(CHILD.replace('("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER")',
+                                        '("CUDA_HOME", "PATH")'))
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_HOME"}
+        seen = json.loads(subprocess.run([str(venv), str(script)], capture_output=True, text=True, env=env,
+                                         cwd=tmp_path, check=True, timeout=120).stdout)
+        assert seen["CUDA_HOME"] == str(home)
+        assert seen["PATH"].split(os.pathsep)[0] == f"{prefix}/bin" and seen["PATH"].endswith(env["PATH"])
+        monkeypatch.delenv("CUDA_HOME", raising=False)
+        r = static.check_runtime_env(venv, cat.path, sglang)
+        assert r.status == "pass" and f"CUDA_HOME={home}" in r.reason and f"{prefix}/bin on PATH" in r.reason
+        monkeypatch.setenv("CUDA_HOME", "/opt/cuda-13.0")
+        r = static.check_runtime_env(venv, cat.path, sglang)
+        assert r.status == "pass" and f"CUDA_HOME=/opt/cuda-13.0 set by the user (default {home})" in r.reason
+        monkeypatch.delenv("CUDA_HOME")
+        shutil.rmtree(home)
+        r = static.check_runtime_env(venv, cat.path, sglang)
+        assert r.status == "warn" and f"the CUDA_HOME the defaults name is not there: {home}" in r.reason
+    finally:
+        shutil.rmtree(Path(site) / "nvidia", ignore_errors=True)
+        shutil.rmtree(Path(prefix) / "verlenv", ignore_errors=True)
+        runtime_env.apply(venv, cat.path, cat.variant("verl-0.9", "fsdp"))

@@ -315,3 +315,43 @@ def test_nvcc_13_is_refused_for_a_cuda_12_8_torch(real_env, tmp_path):
         toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(home)))
     assert one_line(e).startswith(f"CUDA_HOME={home} has nvcc 13.0 but torch 2.8.0+cu128 was built with CUDA 12.8; "
                                   "a different CUDA major never works")
+
+
+def pypi_cu13(site: Path) -> Path:
+    """Test double: the PyPI CUDA 13 wheels' folder of a site-packages (bin/nvcc prints the real PyPI nvcc's
+    --version text; an empty libcudart)."""
+    root = toolkit(site / "nvidia" / "cu13", NVCC_13_0)
+    for name in ("include", "nvvm", "lib"):
+        (root / name).mkdir()
+    (root / "lib" / "libcudart.so.13").write_bytes(b"")
+    return root
+
+
+def link_minus_lcuda(tmp_path: Path, stubs: Path) -> subprocess.CompletedProcess:
+    """FlashInfer's JIT link (flashinfer/jit/cpp_ext.py: -L$cuda_home/lib64/stubs -lcuda) of a module that calls the
+    driver, with this machine's real gcc."""
+    (tmp_path / "mod.c").write_text("extern int cuInit(unsigned);\nint f(void) { return cuInit(0); }\n")
+    subprocess.run(["gcc", "-fPIC", "-c", "mod.c", "-o", "mod.o"], cwd=tmp_path, check=True)
+    return subprocess.run(["gcc", "-shared", "mod.o", f"-L{stubs}", "-lcuda", "-o", "mod.so"], cwd=tmp_path,
+                          capture_output=True, text=True)
+
+
+def test_the_run_time_cuda_home_is_made_inside_the_env_and_links_minus_lcuda(tmp_path):
+    site, prefix = tmp_path / "site-packages", tmp_path / "env"
+    cu_root = pypi_cu13(site)
+    where = toolchain.runtime_cuda_home(str(site), prefix, make=False)
+    assert where.parent == prefix / "verlenv" and not where.exists()  # make=False only says where
+    home = toolchain.runtime_cuda_home(str(site), prefix)
+    assert home == where and toolchain.nvcc_version(home / "bin" / "nvcc") == "13.0"
+    assert (home / "lib64" / "stubs" / "libcuda.so").read_text() == toolchain.LIBCUDA_LINK_STUB
+    assert toolchain.runtime_cuda_home(str(site), prefix) == home  # made once
+    # The build's CUDA_HOME of the same wheels is another folder, without the stub (its key is unchanged).
+    build_home = toolchain.assemble_pypi_cuda_home(cu_root, prefix / "verlenv")
+    assert build_home != home and not (build_home / "lib64" / "stubs").exists()
+    assert "cannot find -lcuda" in link_minus_lcuda(tmp_path, build_home / "lib64" / "stubs").stderr
+    linked = link_minus_lcuda(tmp_path, home / "lib64" / "stubs")
+    assert linked.returncode == 0, linked.stderr
+    # The stub adds nothing: cuInit stays for the driver's libcuda.so.1 in the process to serve at load.
+    needed = subprocess.run(["readelf", "-d", str(tmp_path / "mod.so")], capture_output=True, text=True).stdout
+    assert "libcuda" not in needed
+    assert toolchain.runtime_cuda_home(str(tmp_path / "no-wheels"), prefix) is None

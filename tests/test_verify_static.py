@@ -539,6 +539,37 @@ def test_pip_check_with_the_envs_pip_and_with_uv(tmp_path):
     assert any("requests 2.32.3 requires urllib3" in p for p in r.numbers["problems"]), r.numbers
 
 
+@pytest.mark.parametrize("line, dep", [
+    ("sglang 0.5.12 requires flash-attn-4, which is not installed.", "flash-attn-4"),
+    ("sglang 0.5.12 has requirement transformers==5.6.0, but you have transformers 5.9.0.", "transformers"),
+    ("The package `sglang` requires `flash-attn-4>=4.0.0b9`, but it's not installed", "flash-attn-4"),
+    ("The package `sglang` requires `transformers==5.6.0`, but `5.9.0` is installed", "transformers"),
+    ("The package `x` was built for a different platform", None),
+])
+def test_the_dependency_a_pip_check_line_names(line, dep):
+    """pip's and uv's words, as they say them in the installed sglang env (pip 25, uv 0.13.9)."""
+    assert static._unmet_dependency(line) == dep
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("seed", [True, False], ids=["pip", "uv"])
+def test_pip_check_accepts_what_the_variants_overrides_change_and_nothing_else(tmp_path, seed):
+    """The sglang variant overrides sglang's transformers==5.6.0 and drops flash-attn-4: pip check says so in its env,
+    and verify must not fail on it; any other broken requirement still fails."""
+    python = venv(tmp_path / "env", "requests==2.32.3", seed=seed, no_deps=True)
+    cat = catalog.load(REPO / "stacks.toml")
+    assert static.overridden_names(cat.variant("verl-0.9", "fsdp")) == {}
+    assert set(static.overridden_names(cat.variant("verl-0.9", "sglang"))) == {"transformers", "kernels",
+                                                                                "flash-attn-4"}
+    every = {"urllib3": "urllib3 ; sys_platform == 'never'", "idna": "idna ; sys_platform == 'never'",
+             "certifi": "certifi==0", "charset-normalizer": "charset-normalizer==0"}
+    r = static.check_pip(python, has_pip=seed, overridden=every)
+    assert r.status == "pass" and "only requirements the lock overrides on purpose" in r.reason, r.reason
+    assert len(r.numbers["overridden"]) == 4
+    r = static.check_pip(python, has_pip=seed, overridden={"urllib3": every["urllib3"]})
+    assert r.status == "fail" and not any("urllib3" in p for p in r.numbers["problems"]), r.numbers
+
+
 # --- installed packages: required, optional, skipped ---------------------------------------------------
 
 def test_installed_packages_against_the_variants_needs():

@@ -9,9 +9,12 @@ torch_python in test_kernel_scripts.py); the parser and the judge need only the 
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +30,7 @@ GOOD_WEIGHTS = {"weights_rel_change": 3e-3, "tensors_changed": 21, "tensors_comp
 # What verify hands the check for each variant of the default stack (its actor's and rollout's rows, the env's
 # overrides), and the family rows (data/families.toml).
 CATALOG = catalog.load(REPO / "stacks.toml")
-SPECS = {name: trainer_spec(CATALOG.variant("verl-0.9", name)) for name in ("fsdp", "megatron")}
+SPECS = {name: trainer_spec(CATALOG.variant("verl-0.9", name)) for name in ("fsdp", "megatron", "sglang")}
 FAMILIES = {f["name"]: f for f in families.table().rows(list(families.table().families.values()))}
 LLAMA = FAMILIES["llama"]
 
@@ -131,6 +134,21 @@ def test_fast_and_thorough_differ_only_in_the_fast_proofs_settings():
                                "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=1073741824",
                                "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False"]
     assert fast_of["megatron"] == fast_of["fsdp"][:2]  # the Megatron engine has no such switch
+
+
+def test_the_sglang_variant_drives_verls_sglang_rollout_from_its_rows():
+    """rollout.name=sglang, SGLang's INFO lines in both modes, and in the fast proof its eager, FA3, fixed-pool settings
+    (the rollout row's), then the FSDP actor's; nothing of vLLM's."""
+    t = trainer()
+    fast, thorough = (t.overrides(PATHS, SPECS["sglang"], LLAMA, thorough=mode) for mode in (False, True))
+    assert "actor_rollout_ref.rollout.name=sglang" in thorough and not any("vllm" in o for o in fast)
+    assert "++actor_rollout_ref.rollout.engine_kwargs.sglang.log_level=info" in thorough
+    assert fast[:len(thorough)] == thorough
+    assert fast[len(thorough):] == ["actor_rollout_ref.rollout.enforce_eager=True",
+                                    "++actor_rollout_ref.rollout.engine_kwargs.sglang.disable_piecewise_cuda_graph=True",
+                                    "++actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=fa3",
+                                    "++actor_rollout_ref.rollout.engine_kwargs.sglang.max_total_tokens=16384",
+                                    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False"]
 
 
 def test_each_family_and_the_env_add_their_own_overrides_with_reasons():
@@ -561,3 +579,85 @@ def test_a_familys_known_upstream_failure_is_named_only_when_its_output_shows_it
     assert known["url"] == "https://github.com/verl-project/verl/issues/7899" and "7901" in known["fix"]
     assert t.known_failure(vl, ["ModuleNotFoundError: No module named 'flash_attn'"]) is None  # another cause counts
     assert t.known_failure(LLAMA, seen) is None  # a family without a known issue has none
+
+
+# The sglang variant: verl's own config composed with its overrides, then verl's own SGLang server mapping them to
+# engine arguments that SGLang's own ServerArgs takes (tests/data/programs/sglang_trainer_config.py, run in an env with
+# verl and SGLang).
+SGLANG_CONFIG = REPO / "tests" / "data" / "programs" / "sglang_trainer_config.py"
+
+
+def libcuda_stand_in(python: str, folder) -> str:
+    """Test double of the driver's libcuda.so.1 (no driver can exist here): a library of that soname exporting, as
+    empty functions, the driver symbols sglang-kernel's and torch-memory-saver's objects bind at load, so verl's SGLang
+    server module imports (sgl_kernel loads common_ops at import). Nothing calls them: no GPU work is done."""
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    objects = [str(p) for pattern in ("sgl_kernel/**/*.so", "torch_memory_saver_hook_mode_*cu13*.so")
+               for p in Path(site).glob(pattern)]
+    names = set()
+    for so in objects:
+        nm = subprocess.run(["nm", "-D", "--undefined-only", so], capture_output=True, text=True).stdout
+        names |= {line.split()[-1].split("@")[0] for line in nm.splitlines() if re.search(r" cu[A-Z]\w*", line)}
+    source = folder / "libcuda.c"
+    source.write_text("".join(f"void {n}(void) {{}}\n" for n in sorted(names)))
+    subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-Wl,-soname,libcuda.so.1", "-o",
+                    str(folder / "libcuda.so.1")], check=True)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def sglang_config(tmp_path_factory) -> dict:
+    from test_check_sglang import sglang_python
+
+    python = sglang_python()
+    if python is None:
+        pytest.skip("no python with sglang: install .venv-verl-0.9-sglang (verlenv install --variant sglang)")
+    if shutil.which("gcc") is None or shutil.which("nm") is None:
+        pytest.skip("gcc and nm make the stand-in for the driver's libcuda.so.1")
+    out = tmp_path_factory.mktemp("sglang-config")
+    stub = out / "driver"
+    stub.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LD_LIBRARY_PATH": libcuda_stand_in(python, stub)}
+    (out / "work").mkdir()
+    proc = subprocess.run([python, str(SGLANG_CONFIG), str(KERNELS), str(out / "work"), tables_file(out)],
+                          capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_verls_own_config_takes_the_sglang_overrides_at_every_size(sglang_config):
+    cases = sglang_config["cases"]
+    assert len(cases) == 2 * 4
+    for case in cases:
+        v, sizes, fast = case["values"], case["sizes"], not case["thorough"]
+        gpus = sizes.get("nnodes", 1) * sizes.get("n_gpus_per_node", 1)
+        assert v["actor_rollout_ref.rollout.name"] == "sglang" and v["actor_rollout_ref.actor.strategy"] == "fsdp"
+        assert v["data.train_batch_size"] == 8 * gpus
+        assert v["actor_rollout_ref.rollout.tensor_model_parallel_size"] == sizes.get("rollout_tp", 1)
+        assert v["actor_rollout_ref.rollout.enforce_eager"] is fast
+        assert v["actor_rollout_ref.actor.fsdp_config.use_torch_compile"] is not fast
+
+
+@pytest.mark.slow
+def test_sglangs_own_server_args_take_every_argument_verl_passes(sglang_config):
+    """verl's launch_server spreads engine_kwargs.sglang over its own arguments; SGLang's ServerArgs takes them all,
+    and the fast proof's settings arrive as the rollout row says (thorough: verl's FlashInfer default for sglang >=
+    0.5.12, CUDA graphs and piecewise graphs on, SGLang's own KV sizing)."""
+    server = sglang_config["server"]
+    assert set(server) == {"fast-tp1", "thorough-tp1", "fast-tp2", "thorough-tp2"}
+    for key, args in server.items():
+        assert args["unknown"] == [], key
+        assert (args["log_level"], args["mem_fraction_static"], args["enable_memory_saver"],
+                args["skip_tokenizer_init"]) == ("info", 0.3, True, True), key
+        assert args["tp_size"] == int(key[-1])
+        if key.startswith("fast"):
+            assert (args["attention_backend"], args["disable_cuda_graph"], args["disable_piecewise_cuda_graph"],
+                    args["max_total_tokens"]) == ("fa3", True, True, 16384), key
+            assert args["engine_kwargs"] == ["attention_backend", "disable_piecewise_cuda_graph", "log_level",
+                                             "max_total_tokens"]
+        else:
+            assert (args["attention_backend"], args["disable_cuda_graph"], args["disable_piecewise_cuda_graph"],
+                    args["max_total_tokens"]) == ("flashinfer", False, False, None), key
+            assert args["engine_kwargs"] == ["log_level"]

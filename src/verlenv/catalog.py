@@ -21,6 +21,8 @@ VARIANT_HELP = f"variant of the stack (default: {DEFAULT_VARIANT}; stacks.toml n
 TOOLKIT_SOURCES = ("pypi", "conda")
 # Conda's platform names; linux-64 comes first: the env files' pip lists are rendered from its locks.
 PLATFORMS = ("linux-64", "linux-aarch64")
+# The glibc a variant's pip locks are resolved for (manylinux_2_28: RHEL 8) unless the variant names a newer one.
+DEFAULT_GLIBC = "2.28"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class Variant:
     rollout: str = "vllm"
     # Hydra overrides the trainer check adds for this env, each with why (an env fact, e.g. a bridge it lacks).
     trainer_overrides: dict[str, str] = field(default_factory=dict)
+    # The oldest glibc its wheels run on ("2.34"): the manylinux tag its locks are resolved for.
+    glibc: str = DEFAULT_GLIBC
 
     @property
     def key(self) -> str:
@@ -198,6 +202,17 @@ def _platforms(table: dict, where: str, path: Path, default: tuple[str, ...]) ->
     return tuple(p for p in PLATFORMS if p in platforms)
 
 
+def _glibc(table: dict, where: str, path: Path) -> str | None:
+    if "glibc" not in table:
+        return None
+    value = table["glibc"]
+    major, _, minor = value.partition(".") if isinstance(value, str) else ("", "", "")
+    if major != "2" or not minor.isdigit() or int(minor) < 17:
+        raise UserError(f"{path}: {where}.glibc is {value!r}; give a glibc version such as \"2.28\" or \"2.34\" "
+                        f"(a manylinux_2_<minor> tag, minor >= 17)")
+    return value
+
+
 def _reasons(table: dict, where: str, path: Path) -> dict[str, str]:
     reasons = _get(table, "not_taken", dict, where, path, default={})
     for name, reason in reasons.items():
@@ -291,6 +306,7 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     platforms = _platforms(table, where, path, default=stack.platforms)
     actor, rollout = table.get("actor"), table.get("rollout")
     trainer_overrides = _trainer_overrides(table, where, path)
+    glibc = _glibc(table, where, path)
     if parent := table.get("extends"):
         base = _variant(stack, parent, raw, path, (*seen, name))
         # Its locks are resolved against the base's lock of the same platform.
@@ -304,6 +320,8 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         api_gaps = base.megatron_api_gaps | api_gaps
         actor, rollout = actor or base.actor, rollout or base.rollout
         trainer_overrides = base.trainer_overrides | trainer_overrides
+        # Resolved against the base's pins: never for an older glibc than the base's wheels need.
+        glibc = glibc or base.glibc
     # verl's own defaults where a variant names neither (its FSDP actor and vLLM rollout).
     actor, rollout = actor or DEFAULT_ACTOR, rollout or DEFAULT_ROLLOUT
     table_rows = backends.table()
@@ -329,4 +347,4 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
     return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
                    extends=table.get("extends"), platforms=platforms, overrides=tuple(overrides),
                    not_taken=not_taken, megatron_api_gaps=api_gaps, actor=actor, rollout=rollout,
-                   trainer_overrides=trainer_overrides)
+                   trainer_overrides=trainer_overrides, glibc=glibc or DEFAULT_GLIBC)

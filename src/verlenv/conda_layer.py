@@ -3,7 +3,9 @@ conda-forge snapshot (`locks/conda-forge`), the pip layer taken pin for pin from
 conda-lock's own models with conda-lock's own content hash, so `conda-lock install` reads it as its own.
 
 The virtual packages of the solve are conda-lock's defaults for the stack's CUDA (`__glibc` 2.28, `__linux`
-5.10, `__cuda` = the stack's CUDA, `__unix`, `__archspec`): the same ones its content hash is computed over.
+5.10, `__cuda` = the stack's CUDA, `__unix`, `__archspec`): the same ones its content hash is computed over. The pip
+entries are the wheels pip takes on the glibc the group's base variant is locked for (2.28 unless stacks.toml names
+a newer one).
 """
 
 import asyncio
@@ -24,8 +26,6 @@ from verlenv.errors import UserError
 
 # The index uv resolves against, through its JSON form (PEP 691): every file with its url and sha256.
 SIMPLE_JSON = "https://pypi.org/simple/{name}/"
-# The glibc floor of the pip layer's wheels (uv resolves for manylinux_2_28), and conda-lock's default __glibc.
-GLIBC_MINOR = 28
 ARCHES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 
 
@@ -127,23 +127,24 @@ def conda_entries(records: list, spec, platform: str) -> list:
     return list(planned.values())
 
 
-def wheel_tags(platform: str, python: str = "3.12") -> list[Tag]:
-    """What pip on that CPython and glibc 2.28 accepts for the platform, most preferred first."""
+def wheel_tags(platform: str, python: str = "3.12", glibc: str = catalog.DEFAULT_GLIBC) -> list[Tag]:
+    """What pip on that CPython and glibc accepts for the platform, most preferred first."""
     arch, version = ARCHES[platform], tuple(int(part) for part in python.split("."))
     interpreter = f"cp{version[0]}{version[1]}"
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
     platforms = []
-    for minor in range(GLIBC_MINOR, 4, -1):
+    for minor in range(int(glibc.split(".")[1]), 4, -1):
         platforms.append(f"manylinux_2_{minor}_{arch}")
         if minor in legacy:
             platforms.append(f"{legacy[minor]}_{arch}")
     return [*cpython_tags(version, platforms=platforms), *compatible_tags(version, interpreter, platforms)]
 
 
-def pick_file(files: list[dict], pin: pins.LockedPin, platform: str, python: str = "3.12") -> dict | None:
+def pick_file(files: list[dict], pin: pins.LockedPin, platform: str, python: str = "3.12",
+              glibc: str = catalog.DEFAULT_GLIBC) -> dict | None:
     """The file pip would install for a pin: the best-tagged wheel whose sha256 the lock lists, else its sdist."""
     allowed = {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}
-    rank = {tag: i for i, tag in enumerate(wheel_tags(platform, python))}
+    rank = {tag: i for i, tag in enumerate(wheel_tags(platform, python, glibc))}
     best, best_rank, sdist = None, len(rank), None
     for f in files:
         if f.get("hashes", {}).get("sha256") not in allowed:
@@ -174,7 +175,8 @@ def pypi_files(name: str, attempts: int = 3) -> list[dict]:
             time.sleep(2 * attempt)  # a busy index (429, 503) answers after a pause
 
 
-def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, python: str, fetch=pypi_files) -> list:
+def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, python: str, fetch=pypi_files,
+                glibc: str = catalog.DEFAULT_GLIBC) -> list:
     """One conda-lock pip dependency per pin: the url and sha256 of the file pip takes for the platform."""
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
@@ -182,7 +184,7 @@ def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, p
         files = dict(zip(lock, pool.map(fetch, lock), strict=True))
     entries = []
     for name, pin in sorted(lock.items()):
-        chosen = pick_file(files[name], pin, platform, python)
+        chosen = pick_file(files[name], pin, platform, python, glibc)
         if chosen is None:
             raise UserError(f"{name}=={pin.version}: PyPI lists no file with a sha256 of its lock line for {platform}",
                             exit_code=1)
@@ -192,43 +194,44 @@ def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, p
     return entries
 
 
-def category_locks(root: Path, stack: catalog.Stack, platform: str) -> dict[str, dict[str, pins.LockedPin]]:
+def category_locks(root: Path, group: render.Group, platform: str) -> dict[str, dict[str, pins.LockedPin]]:
     """category -> the pins it adds on a platform: the base variant's whole lock, each other variant's extra pins."""
-    base = render.base_variant(stack)
+    base = group.base
     base_lock = pins.read_lock(pins.lock_path(root, base, platform))
     found = {render.category(base): base_lock}
-    for variant in stack.variants.values():
+    for variant in group.variants:
         if variant is not base and platform in variant.platforms:
             lock = pins.read_lock(pins.lock_path(root, variant, platform))
             found[render.category(variant)] = {n: p for n, p in lock.items() if n not in base_lock}
     return found
 
 
-def lockfile(root: Path, stack: catalog.Stack, sources: list[Path], fetch=pypi_files):
-    """The whole conda-lock.yml content for one stack's env files."""
+def lockfile(root: Path, group: render.Group, sources: list[Path], fetch=pypi_files):
+    """The whole content of one group's conda-lock file (conda-lock.yml for the stack's first base variant)."""
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile.v2prelim.models import Lockfile
     from conda_lock.lockfile.v2prelim.models import LockMeta
 
+    stack = group.stack
     spec = lock_spec(sources)
     packages = []
     for platform in spec.platforms:
         records = solve(root, conda_specs(spec, platform), platform, stack.cuda)
         packages += conda_entries(records, spec, platform)
-        for category, lock in category_locks(root, stack, platform).items():
-            packages += pip_entries(lock, platform, category, stack.python, fetch)
+        for category, lock in category_locks(root, group, platform).items():
+            packages += pip_entries(lock, platform, category, stack.python, fetch, group.base.glibc)
     meta = LockMeta(content_hash=compute_content_hashes(spec, virtual_package_repo(stack.cuda)),
                     channels=list(spec.channels), platforms=spec.platforms,
                     sources=[s.name for s in sources])
     return Lockfile(package=packages, metadata=meta)
 
 
-def write(root: Path, stack: catalog.Stack, folder: Path, sources: list[Path], fetch=pypi_files) -> Path:
-    """Solve and write `<folder>/conda-lock.yml`; the file is replaced only once it is complete."""
+def write(root: Path, group: render.Group, folder: Path, sources: list[Path], fetch=pypi_files) -> Path:
+    """Solve and write the group's `<folder>/conda-lock*.yml`; the file is replaced only once it is complete."""
     from conda_lock.lockfile import write_conda_lock_file
 
-    content = lockfile(root, stack, sources, fetch)
-    final = Path(root) / folder / "conda-lock.yml"
+    content = lockfile(root, group, sources, fetch)
+    final = Path(root) / folder / group.lock_file
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".conda-lock-") as tmp:
         path = Path(tmp) / final.name
         write_conda_lock_file(content, path, metadata_choices=set())
@@ -263,14 +266,14 @@ def snapshot_problems(root: Path) -> list[str]:
     return problems
 
 
-def lockfile_problems(root: Path, stack: catalog.Stack, locked, shown: str) -> list[str]:
-    """A parsed conda-lock.yml against the snapshot and the uv locks (offline)."""
+def lockfile_problems(root: Path, group: render.Group, locked, shown: str) -> list[str]:
+    """A parsed conda-lock file of one group against the snapshot and the uv locks (offline)."""
     problems = []
     for platform in locked.metadata.platforms:
         conda = [p for p in locked.package if p.platform == platform and p.manager == "conda"]
         pip = [p for p in locked.package if p.platform == platform and p.manager == "pip"]
-        problems += _conda_problems(root, stack, conda, platform, shown)
-        problems += _pip_problems(root, stack, pip, platform, shown)
+        problems += _conda_problems(root, group.stack, conda, platform, shown)
+        problems += _pip_problems(root, group, pip, platform, shown)
     return problems
 
 
@@ -298,8 +301,8 @@ def _conda_problems(root: Path, stack: catalog.Stack, conda: list, platform: str
     return problems
 
 
-def _pip_problems(root: Path, stack: catalog.Stack, pip: list, platform: str, shown: str) -> list[str]:
-    want = {(category, name): pin for category, lock in category_locks(root, stack, platform).items()
+def _pip_problems(root: Path, group: render.Group, pip: list, platform: str, shown: str) -> list[str]:
+    want = {(category, name): pin for category, lock in category_locks(root, group, platform).items()
             for name, pin in lock.items()}
     have = {(category, p.name): p for p in pip for category in p.categories}
     problems = []

@@ -37,10 +37,28 @@ def lock_path(root: Path, variant: catalog.Variant) -> Path:
     if platform not in variant.platforms:
         raise UserError(f"{variant.key} is not locked for {platform} (this machine); "
                         f"it is locked for: {', '.join(variant.platforms)}")
+    have = machine_glibc()
+    if have and _glibc_key(have) < _glibc_key(variant.glibc):
+        raise UserError(f"{variant.key} needs glibc >= {variant.glibc} (its wheels are manylinux_"
+                        f"{variant.glibc.replace('.', '_')}); this machine has glibc {have}: install it on a newer "
+                        f"system (RHEL 9, Ubuntu 22.04 or later) or pick another variant")
     path = pins.lock_path(root, variant, platform)
     if not path.is_file():
         raise UserError(f"no lock for {variant.key} at {path}; run `nox -s lock` first")
     return path
+
+
+def machine_glibc() -> str | None:
+    """This machine's glibc version ("2.36"); None where there is none (musl) or it cannot be told."""
+    try:
+        name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
+    except (ValueError, OSError):
+        return None
+    return version if name == "glibc" and version else None
+
+
+def _glibc_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
 
 
 def _runs(python: str) -> bool:

@@ -27,12 +27,12 @@ from verlenv import catalog, conda_layer, pins, render
 from verlenv.errors import UserError
 from verlenv.fsutil import read_text, write_atomic
 
-# Conda's platform name -> uv's --python-platform.
-PYTHON_PLATFORMS = {"linux-64": "x86_64-manylinux_2_28", "linux-aarch64": "aarch64-manylinux_2_28"}
+# Conda's platform name -> the machine of uv's --python-platform (<machine>-manylinux_<glibc>).
+MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 INDEX = "https://pypi.org/simple"
 COMPILE_COMMAND = "nox -s lock"
 CONDA_PROBE_URL = "https://conda.anaconda.org/conda-forge/linux-64/repodata.json"
-CONDA_LOCK_FILE = "conda-lock.yml"
+CONDA_LOCK_FILE = render.CONDA_LOCK_FILE
 EXIT_STALE = 1
 EXIT_NO_CONDA = 3
 # Transport settings only: any other UV_* (indexes, constraints, date caps) would change the resolution.
@@ -66,9 +66,15 @@ def resolver_overrides(variant: catalog.Variant) -> list[str]:
     return [*variant.overrides, *dropped]
 
 
+def python_platform(variant: catalog.Variant, platform: str) -> str:
+    """uv's --python-platform for a variant's lock: the platform's machine on the variant's glibc (manylinux_2_28
+    unless stacks.toml names a newer one, as for a package that publishes manylinux_2_34 wheels only)."""
+    return f"{MACHINES[platform]}-manylinux_{variant.glibc.replace('.', '_')}"
+
+
 def uv_flags(variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
     stack = variant.stack
-    flags = ["--python-version", stack.python, "--python-platform", PYTHON_PLATFORMS[platform],
+    flags = ["--python-version", stack.python, "--python-platform", python_platform(variant, platform),
              "--generate-hashes", "--exclude-newer", stack.exclude_newer]
     for name, date in sorted(stack.exclude_newer_package.items()):
         flags += ["--exclude-newer-package", f"{name}={date}"]
@@ -347,25 +353,27 @@ def _pin_diff(have: list[str], want: list[str]) -> str:
 
 
 def conda_dirs(cat: catalog.Catalog, stack: catalog.Stack) -> list[Path]:
-    """Folders holding one stack's environment files (and its conda-lock.yml), relative to the root."""
+    """Folders holding one stack's environment files (and its conda-lock files), relative to the root."""
     return [render.stack_dir(stack)] + ([Path(".")] if stack.name == cat.default else [])
 
 
-def env_files(stack: catalog.Stack) -> list[str]:
-    variants = sorted(stack.variants.values(), key=lambda v: v.extends is not None)
-    return [render.env_file_name(v) for v in variants]
+def env_files(group: render.Group) -> list[str]:
+    """The env files one conda-lock file is made from: its base variant's first (conda-lock's main category)."""
+    return group.env_files
 
 
 def conda_lock_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]:
-    """For each committed conda-lock.yml: it parses, and its content hash matches the env files."""
+    """For each committed conda-lock file: it parses, and its content hash matches its group's env files."""
     problems = []
     for stack in stacks:
         for folder in conda_dirs(cat, stack):
-            lockfile = cat.root / folder / CONDA_LOCK_FILE
-            if lockfile.is_file():
-                sources = [cat.root / folder / name for name in env_files(stack)]
-                problems += conda_lock_file_problems(lockfile, sources, stack.cuda, _rel(cat, lockfile),
-                                                     lambda locked, shown, s=stack: conda_layer.lockfile_problems(cat.root, s, locked, shown))
+            for group in render.groups(stack):
+                lockfile = cat.root / folder / group.lock_file
+                if lockfile.is_file():
+                    sources = [cat.root / folder / name for name in env_files(group)]
+                    problems += conda_lock_file_problems(
+                        lockfile, sources, stack.cuda, _rel(cat, lockfile),
+                        lambda locked, shown, g=group: conda_layer.lockfile_problems(cat.root, g, locked, shown))
     return problems
 
 
@@ -423,26 +431,30 @@ def _conda_exe() -> list[str]:
 
 
 def conda_lock(cat: catalog.Catalog, stack: catalog.Stack) -> None:
-    """Run conda-lock for one stack's env files; the lockfile is replaced only when it succeeds."""
+    """Run conda-lock for each group of one stack's env files; a lockfile is replaced only when it succeeds."""
     for folder in conda_dirs(cat, stack):
         where = cat.root / folder
-        tmp = where / f".{CONDA_LOCK_FILE}.tmp"
-        final = where / CONDA_LOCK_FILE
-        files = [arg for name in env_files(stack) for arg in ("-f", name)]
-        platforms = [arg for platform in stack.all_platforms for arg in ("-p", platform)]
-        cmd = [sys.executable, "-m", "conda_lock", "lock", *files, *platforms,
-               "--lockfile", tmp.name, "--with-cuda", stack.cuda, *_conda_exe()]
-        result = subprocess.run(cmd, cwd=where, check=False)
-        if result.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise UserError(f"conda-lock failed for {_rel(cat, where)} (exit {result.returncode}, see above)", exit_code=1)
-        os.replace(tmp, final)
-        print(f"wrote {_rel(cat, final)}", file=sys.stderr)
+        for group in render.groups(stack):
+            tmp = where / f".{group.lock_file}.tmp"
+            final = where / group.lock_file
+            files = [arg for name in env_files(group) for arg in ("-f", name)]
+            platforms = [arg for platform in group.platforms for arg in ("-p", platform)]
+            cmd = [sys.executable, "-m", "conda_lock", "lock", *files, *platforms,
+                   "--lockfile", tmp.name, "--with-cuda", stack.cuda, *_conda_exe()]
+            result = subprocess.run(cmd, cwd=where, check=False)
+            if result.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                raise UserError(f"conda-lock failed for {_rel(cat, where)} (exit {result.returncode}, see above)",
+                                exit_code=1)
+            os.replace(tmp, final)
+            print(f"wrote {_rel(cat, final)}", file=sys.stderr)
 
 
 def conda_lock_offline(cat: catalog.Catalog, stack: catalog.Stack) -> None:
-    """conda-lock.yml from the vendored snapshot: the default stack's at the top, the others' beside their env files."""
+    """The conda-lock files from the vendored snapshot: the default stack's at the top, the others' beside their env
+    files; one per group (conda-lock.yml, conda-lock.<base>.yml)."""
     folder = Path(".") if stack.name == cat.default else render.stack_dir(stack)
-    started = time.monotonic()
-    path = conda_layer.write(cat.root, stack, folder, [cat.root / folder / name for name in env_files(stack)])
-    print(f"wrote {_rel(cat, path)} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    for group in render.groups(stack):
+        started = time.monotonic()
+        path = conda_layer.write(cat.root, group, folder, [cat.root / folder / name for name in env_files(group)])
+        print(f"wrote {_rel(cat, path)} in {time.monotonic() - started:.1f} s", file=sys.stderr)

@@ -16,6 +16,19 @@ from verlenv.fsutil import read_text
 DATA = Path(__file__).with_name("data") / "packages.toml"
 # What a row's required_by may name: every variant, or the variants of one actor or rollout (stacks.toml).
 PARTS = ("actor", "rollout")
+# The tools a run-time JIT may call, as its builds find them: nvcc (under CUDA_HOME), gcc (nvcc's host compiler),
+# c++ (the C++ compiler of the host code, $CXX), ninja.
+JIT_TOOLS = ("nvcc", "gcc", "c++", "ninja")
+
+
+@dataclass(frozen=True)
+class Jit:
+    """A package that compiles kernels at run time: the tools its builds call, and the oldest gcc (nvcc's host
+    compiler) known to compile them, with why."""
+
+    tools: tuple[str, ...]
+    min_gcc: int | None = None
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,9 @@ class Package:
     intact: tuple[str, ...] = ()
     recorded: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
+    # Shared libraries its objects need from the system (not from a wheel): soname -> how to install it.
+    system_libraries: tuple[tuple[str, str], ...] = ()
+    jit: Jit | None = None
 
     def required_for(self, actor: str, rollout: str) -> bool:
         return any(r == "all" or r == f"actor:{actor}" or r == f"rollout:{rollout}" for r in self.required_by)
@@ -93,6 +109,27 @@ def _strings(value, where: str, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _libraries(value, where: str, path: Path) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and ".so" in k and isinstance(v, str) and v
+                                              for k, v in value.items()):
+        raise UserError(f"{path}: {where} must be a table of soname = \"how to install it\"")
+    return tuple(value.items())
+
+
+def _jit(value, where: str, path: Path) -> Jit:
+    if not isinstance(value, dict) or set(value) - {"tools", "min_gcc", "why"}:
+        raise UserError(f"{path}: {where} must be a table of tools, min_gcc and why")
+    min_gcc, why = value.get("min_gcc"), value.get("why", "")
+    if min_gcc is not None and (isinstance(min_gcc, bool) or not isinstance(min_gcc, int) or min_gcc < 1):
+        raise UserError(f"{path}: {where}.min_gcc must be a gcc major version (a positive integer)")
+    if min_gcc is not None and not (isinstance(why, str) and why.strip()):
+        raise UserError(f"{path}: {where}.why must say why gcc >= {min_gcc} is needed")
+    tools = _strings(value.get("tools"), f"{where}.tools", path)
+    if unknown := [t for t in tools if t not in JIT_TOOLS]:
+        raise UserError(f"{path}: {where}.tools: {unknown[0]!r}; valid: {', '.join(JIT_TOOLS)}")
+    return Jit(tools, min_gcc, why)
+
+
 def parse(path: Path, data: dict) -> Table:
     """The rows of a decoded packages.toml, or one line saying what in it is wrong."""
     rows = data.get("packages")
@@ -106,9 +143,9 @@ def parse(path: Path, data: dict) -> Table:
             raise UserError(f"{path}: {where} must be a table")
         if canonicalize_name(name) != name:
             raise UserError(f"{path}: {where}: name it {canonicalize_name(name)!r} (the canonical form)")
-        if unknown := sorted(set(row) - {"dists", "required_by", "objects", "intact", "recorded", "checks"}):
-            raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: dists, required_by, objects, "
-                            "intact, recorded, checks")
+        keys = {"dists", "required_by", "objects", "intact", "recorded", "checks", "system_libraries", "jit"}
+        if unknown := sorted(set(row) - keys):
+            raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(keys))}")
         required_by = _strings(row.get("required_by", []), f"{where}.required_by", path)
         for r in required_by:
             part, _, value = r.partition(":")
@@ -126,6 +163,8 @@ def parse(path: Path, data: dict) -> Table:
             intact=_strings(row.get("intact", []), f"{where}.intact", path),
             recorded=_strings(row.get("recorded", []), f"{where}.recorded", path),
             checks=checks,
+            system_libraries=_libraries(row.get("system_libraries", {}), f"{where}.system_libraries", path),
+            jit=_jit(row["jit"], f"{where}.jit", path) if "jit" in row else None,
         )
         for key in checks:
             if key in scripts:

@@ -2,15 +2,18 @@
 
 Per stack, `environments/<stack>/environment.yml` is the base variant (conda-lock category `main`)
 and `environment.<variant>.yml` each variant that extends it (category = the variant's name), so one
-conda-lock.yml holds both and `conda-lock install --extras megatron` selects Megatron. The default
-stack's pair is also written at the top level. The conda part stays thin (python, pip, the host
+conda-lock.yml holds both and `conda-lock install --extras megatron` selects Megatron. A second base
+variant (one that extends none: sglang, whose pins differ from fsdp's) starts a group of its own:
+`environment.<variant>.yml` (category `main`) in its own `conda-lock.<variant>.yml`. The default
+stack's files are also written at the top level. The conda part stays thin (python, pip, the host
 compiler, the CUDA toolkit only where PyPI has none); the `pip:` part is the lock, pin for pin.
 
-Every file of a stack lists all the stack's platforms: conda-lock parses each file for the union of
+Every file of a group lists all the group's platforms: conda-lock parses each file for the union of
 the files' platforms anyway. A variant locked for fewer platforms (megatron: x86_64 only) marks its
 pins with conda-lock's platform selector (`# [linux64]`), so no other platform gets them.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from verlenv import catalog, pins
@@ -22,10 +25,64 @@ CHANNELS = ["conda-forge", "nodefaults"]
 # conda-lock's selector name for each platform (src_parser/selectors.py).
 SELECTORS = {"linux-64": "linux64", "linux-aarch64": "aarch64"}
 BASE_CATEGORY = "main"
+CONDA_LOCK_FILE = "conda-lock.yml"
+
+
+def root_of(variant: catalog.Variant) -> catalog.Variant:
+    """The base variant a variant extends, directly or through others (itself for a base)."""
+    return variant if variant.extends is None else root_of(variant.stack.variants[variant.extends])
+
+
+def bases(stack: catalog.Stack) -> list[catalog.Variant]:
+    """The stack's variants that extend none, in stacks.toml's order; the first one's files keep the plain names."""
+    found = [v for v in stack.variants.values() if v.extends is None]
+    if not found:
+        raise UserError(f"stack {stack.name}: needs a variant without `extends` (the conda `main` category)")
+    return found
+
+
+@dataclass(frozen=True)
+class Group:
+    """The env files one conda-lock file holds: a base variant (category main) and the variants extending it."""
+
+    stack: catalog.Stack
+    base: catalog.Variant
+
+    @property
+    def primary(self) -> bool:
+        return self.base is bases(self.stack)[0]
+
+    @property
+    def variants(self) -> list[catalog.Variant]:
+        """The base first (its file is conda-lock's main category), then the variants extending it."""
+        return [self.base] + [v for v in self.stack.variants.values() if v is not self.base and root_of(v) is self.base]
+
+    @property
+    def platforms(self) -> list[str]:
+        """Every platform any of its variants is locked for, in catalog.PLATFORMS order."""
+        return [p for p in catalog.PLATFORMS if any(p in v.platforms for v in self.variants)]
+
+    @property
+    def lock_file(self) -> str:
+        return CONDA_LOCK_FILE if self.primary else f"conda-lock.{self.base.name}.yml"
+
+    @property
+    def env_files(self) -> list[str]:
+        return [env_file_name(v) for v in self.variants]
+
+
+def groups(stack: catalog.Stack) -> list[Group]:
+    return [Group(stack, base) for base in bases(stack)]
+
+
+def group_of(variant: catalog.Variant) -> Group:
+    return Group(variant.stack, root_of(variant))
 
 
 def env_file_name(variant: catalog.Variant) -> str:
-    return "environment.yml" if variant.extends is None else f"environment.{variant.name}.yml"
+    if variant.extends is None and variant is bases(variant.stack)[0]:
+        return "environment.yml"
+    return f"environment.{variant.name}.yml"
 
 
 def category(variant: catalog.Variant) -> str:
@@ -33,11 +90,8 @@ def category(variant: catalog.Variant) -> str:
 
 
 def base_variant(stack: catalog.Stack) -> catalog.Variant:
-    bases = [v for v in stack.variants.values() if v.extends is None]
-    if len(bases) != 1:
-        raise UserError(f"stack {stack.name}: needs exactly one variant without `extends` (the conda `main` "
-                        f"category), has {', '.join(v.name for v in bases) or 'none'}")
-    return bases[0]
+    """The stack's first base variant: the one whose files are environment.yml and conda-lock.yml."""
+    return bases(stack)[0]
 
 
 def read_locks(cat: catalog.Catalog, stack: catalog.Stack) -> dict[str, dict[str, pins.LockedPin]]:
@@ -67,23 +121,23 @@ def conda_specs(stack: catalog.Stack) -> list[str]:
 def render_variant(variant: catalog.Variant, locks: dict[str, dict[str, pins.LockedPin]]) -> str:
     import yaml  # here, not at the top: `verlenv verify`/`install` import this module and run without pyyaml
 
-    stack = variant.stack
+    stack, group = variant.stack, group_of(variant)
     lock_file = f"locks/{pins.lock_path(Path(), variant).name}"
     built = ", ".join(b.name for b in variant.source_builds) or "none"
     lines = [HEADER, f"# {stack.name} / {variant.name}: {stack.description}"]
     if variant.extends is None:
         lines.append(f"# pip: every pin of {lock_file}")
         deps: list = conda_specs(stack)
-        doc: dict = {"name": stack.name}
+        doc: dict = {"name": stack.name if group.primary else variant.key}
     else:
         lines.append(f"# pip: the pins of {lock_file} that environment.yml does not list")
         deps = []
         doc = {}
     lines.append(f"# compiled locally by `verlenv build`, not listed: {built}")
     deps.append({"pip": pip_pins(variant, locks)})
-    doc.update(channels=CHANNELS, platforms=stack.all_platforms, category=category(variant), dependencies=deps)
+    doc.update(channels=CHANNELS, platforms=group.platforms, category=category(variant), dependencies=deps)
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000)
-    if list(variant.platforms) != stack.all_platforms:
+    if list(variant.platforms) != group.platforms:
         # A selector names one platform; with two platforms known, a narrower variant has exactly one.
         (only,) = variant.platforms
         lines.append(f"# locked for {only} only: each pin carries conda-lock's [{SELECTORS[only]}] selector")
@@ -101,7 +155,7 @@ def rendered(cat: catalog.Catalog) -> dict[Path, str]:
     """{path relative to the repo root: content} of every generated environment file."""
     files: dict[Path, str] = {}
     for stack in cat.stacks.values():
-        base_variant(stack)
+        bases(stack)
         locks = read_locks(cat, stack)
         for variant in stack.variants.values():
             text = render_variant(variant, locks)

@@ -26,6 +26,11 @@ TARGET_TRIPLE = "x86_64-linux"
 NVIDIA_INSTALL_DIR = Path("/usr/local")
 # Layout 1 pointed targets/<triple>/lib at the temp folder it was made in, a link that broke on rename.
 PYPI_CUDA_HOME_LAYOUT = 2
+# lib64/stubs/libcuda.so of a run-time CUDA_HOME: FlashInfer's JIT links `-L$CUDA_HOME/lib64/stubs -lcuda`
+# (flashinfer/jit/cpp_ext.py), and the PyPI wheels ship no driver stub (`ld: cannot find -lcuda`). A linker script
+# that adds nothing: the link succeeds, and a driver symbol a module calls directly stays undefined until it loads
+# (NVIDIA's stub would add libcuda.so.1 as a needed library instead).
+LIBCUDA_LINK_STUB = "/* verlenv: libcuda at link time only; the driver's libcuda.so.1 serves the run */\n"
 
 # Newest gcc major each nvcc release accepts (CUDA installation guides; nvcc's crt/host_config.h, read for 12.4 and
 # 12.5 in Debian's nvidia-cuda-dev packages).
@@ -144,16 +149,23 @@ def _pypi_cuda_root(purelib: str) -> Path | None:
     return root if (root / "bin" / "nvcc").exists() else None
 
 
-def assemble_pypi_cuda_home(cu_root: Path, dest_parent: Path) -> Path:
+def pypi_cuda_home_path(cu_root: Path, dest_parent: Path, link_stub: bool = False) -> Path:
+    """Where assemble_pypi_cuda_home puts the CUDA_HOME of these wheels (nothing is made)."""
+    # The layout version is part of the key: a home made by an older layout is never reused.
+    stub = ":libcuda-link-stub" if link_stub else ""
+    key = hashlib.sha256(f"{cu_root.resolve()}:layout-{PYPI_CUDA_HOME_LAYOUT}{stub}".encode()).hexdigest()[:12]
+    return dest_parent / f"cuda-home-{key}"
+
+
+def assemble_pypi_cuda_home(cu_root: Path, dest_parent: Path, link_stub: bool = False) -> Path:
     """A CUDA_HOME of symlinks over the PyPI CUDA wheels, in the layout torch and nvcc.profile expect.
 
     The wheels ship `nvidia/cu13/{bin,include,lib,nvvm}`; nvcc.profile looks under
     `targets/x86_64-linux/{include,lib}` and torch links `lib64/libcudart.so`, which the wheel ships
     only under its SONAME. Made in a temp dir and renamed into place, so a half-made one never exists.
+    link_stub: with `lib64/stubs/libcuda.so` for a JIT compiler that links -lcuda at run time (LIBCUDA_LINK_STUB).
     """
-    # The layout version is part of the key: a home made by an older layout is never reused.
-    key = hashlib.sha256(f"{cu_root.resolve()}:layout-{PYPI_CUDA_HOME_LAYOUT}".encode()).hexdigest()[:12]
-    dest = dest_parent / f"cuda-home-{key}"
+    dest = pypi_cuda_home_path(cu_root, dest_parent, link_stub)
     if (dest / "bin" / "nvcc").exists():
         return dest
     dest_parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +180,9 @@ def assemble_pypi_cuda_home(cu_root: Path, dest_parent: Path) -> Path:
         sonames = sorted((cu_root / "lib").glob("libcudart.so.*"))
         if sonames and not (lib64 / "libcudart.so").exists():
             (lib64 / "libcudart.so").symlink_to(sonames[0])
+        if link_stub:
+            (lib64 / "stubs").mkdir()
+            (lib64 / "stubs" / "libcuda.so").write_text(LIBCUDA_LINK_STUB)
         (tmp / "lib").symlink_to("lib64")
         targets = tmp / "targets" / TARGET_TRIPLE
         targets.mkdir(parents=True)
@@ -180,6 +195,19 @@ def assemble_pypi_cuda_home(cu_root: Path, dest_parent: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+def runtime_cuda_home(purelib: str, prefix: Path, make: bool = True) -> Path | None:
+    """The CUDA_HOME an env's run-time JIT compilers use (SGLang's tvm-ffi kernels, FlashInfer): its PyPI CUDA
+    wheels assembled inside the env, with the libcuda link stub. None when the env has no PyPI nvcc; make=False:
+    where it is (or would be), nothing made."""
+    cu_root = _pypi_cuda_root(purelib)
+    if cu_root is None:
+        return None
+    parent = Path(prefix) / "verlenv"
+    if make:
+        return assemble_pypi_cuda_home(cu_root, parent, link_stub=True)
+    return pypi_cuda_home_path(cu_root, parent, link_stub=True)
 
 
 def _conda_env_additions(prefix: Path) -> dict[str, str]:

@@ -14,7 +14,8 @@ def register(sub) -> None:
     p = sub.add_parser("bundle", help="collect every file a locked variant needs into a folder for offline installs")
     p.add_argument("--stack", help="stack (default: the catalog's default)")
     p.add_argument("--variant", action="append", metavar="VARIANT",
-                   help=catalog.VARIANT_HELP + "; repeat for one bundle of several variants (shared files carried once)")
+                   help="a variant of the stack (default: fsdp; stacks.toml names them, e.g. megatron, sglang); repeat for "
+                        "one bundle of several variants (shared files carried once)")
     p.add_argument("--platform", default=pins.LOCK_PLATFORM, help="linux-64 (default) or linux-aarch64")
     p.add_argument("--glibc", default=fetch.GLIBC, help=f"the target's glibc: wheels needing a newer one are not taken (default {fetch.GLIBC})")
     p.add_argument("--out", type=Path, help="bundle folder (default: bundles/<stack>-<variant>[+<variant>].<platform>)")
@@ -42,6 +43,9 @@ def _main(args) -> int:
     for variant in variants:
         if args.platform not in variant.platforms:
             raise UserError(f"{variant.key} is not locked for {args.platform}; it is locked for: {', '.join(variant.platforms)}")
+        if fetch.glibc_minor(args.glibc) < fetch.glibc_minor(variant.glibc):
+            raise UserError(f"--glibc {args.glibc}: {variant.key} is locked for glibc >= {variant.glibc} (its wheels "
+                            f"need it); give --glibc {variant.glibc} or newer, or another variant")
     buildable = sorted({b.name for v in variants for b in v.source_builds})
     if unknown := [n for n in args.without if n not in buildable]:
         raise UserError(f"--without {unknown[0]}: not a source-built package of {', '.join(v.key for v in variants)}; "

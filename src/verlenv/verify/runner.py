@@ -207,7 +207,8 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     results += static.check_installed(installed, scope, s.variant.name, unbuilt_ok)
     # pip check is the slowest step (seconds on a big env) and mostly waits: run it beside the others.
     pool = ThreadPoolExecutor(max_workers=1)
-    pip_check = pool.submit(static.check_pip, s.python, "pip" in installed) if whole_env else None
+    pip_check = pool.submit(static.check_pip, s.python, "pip" in installed,
+                            overridden=static.overridden_names(s.variant)) if whole_env else None
 
     pins = _pins(s)
     if whole_env:
@@ -228,6 +229,7 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
         results.append(api)
     targets = [s.profile.arch] if s.profile else list(s.stack.gpu_archs)
     results += static.check_objects(probe["objects"], installed, facts.torch, targets, s.profile is not None, scope)
+    results += static.check_runtime_needs(s.python, installed, facts.torch, scope)
     driver_result, driver = static.check_driver(s.stack, s.catalog, dict(os.environ))
     if whole_env:
         results.append(driver_result)

@@ -101,21 +101,33 @@ def check_installed(installed: dict[str, list[str]], scope: Scope, variant: str,
 
 
 def check_runtime_env(python: str | Path, stacks_toml: Path, variant) -> CheckResult:
-    """env/runtime-defaults: every default of the stack is in effect in the env (or the user set their own)."""
-    settings = runtime_env.defaults(stacks_toml, variant.stack.name)
+    """env/runtime-defaults: every default of the variant is in effect in the env (or the user set their own), every
+    directory it puts on a search path is there, and a CUDA_HOME it names was assembled."""
+    settings = runtime_env.defaults(stacks_toml, variant.stack.name, variant.name)
     name = "env/runtime-defaults"
     if not settings:
-        return CheckResult(name, "env", "static", "pass", f"stack {variant.stack.name} sets no runtime defaults")
-    seen = runtime_env.probe(python, sorted(settings))["seen"]
-    missing = [n for n, v in seen.items() if v is None]
-    theirs = {n: v for n, v in seen.items() if v is not None and v != settings[n]}
-    numbers = {"defaults": settings, "seen": seen}
+        return CheckResult(name, "env", "static", "pass", f"{variant.key} sets no runtime defaults")
+    env = runtime_env.probe(python, sorted(settings))
+    want = runtime_env.filled(settings, runtime_env.field_values(settings, env["site"], env["prefix"], make=False))
+    seen = env["seen"]
+    defaults = {n: v for n, v in want.items() if isinstance(v, str)}
+    paths = {n: v for n, v in want.items() if isinstance(v, list)}
+    missing = [n for n in defaults if seen.get(n) is None]
+    missing += [f"{d} on {n}" for n, dirs in paths.items() for d in dirs if d not in (seen.get(n) or "").split(os.pathsep)]
+    theirs = {n: seen[n] for n, v in defaults.items() if seen.get(n) is not None and seen[n] != v}
+    numbers = {"defaults": want, "seen": seen}
     if missing:
         return CheckResult(name, "env", "static", "warn", f"not set in this env: {', '.join(missing)} "
                            f"(no {runtime_env.PTH_NAME}: run `verlenv install` again)", numbers=numbers)
-    said = "; ".join(f"{n}={v} set by the user (default {settings[n]})" for n, v in theirs.items())
-    return CheckResult(name, "env", "static", "pass",
-                       ", ".join(f"{n}={v}" for n, v in sorted(seen.items())) + (f"; {said}" if said else ""),
+    absent = [v for n, v in defaults.items() if n not in theirs and "cuda_home" in runtime_env.fields_used(
+        {n: settings[n]}) and not (Path(v) / "bin" / "nvcc").exists()]
+    if absent:
+        return CheckResult(name, "env", "static", "warn", f"the CUDA_HOME the defaults name is not there: {absent[0]} "
+                           "(run `verlenv install` again)", numbers=numbers)
+    said = "; ".join(f"{n}={v} set by the user (default {defaults[n]})" for n, v in theirs.items())
+    shown = [f"{n}={seen[n]}" for n in sorted(defaults)] + [f"{d} on {n}" for n, dirs in sorted(paths.items())
+                                                              for d in dirs]
+    return CheckResult(name, "env", "static", "pass", ", ".join(shown) + (f"; {said}" if said else ""),
                        numbers=numbers)
 
 
@@ -207,8 +219,10 @@ def check_locked_files(python: str, names: list[str]) -> CheckResult:
 
 # --- pip check ----------------------------------------------------------------------------------------
 
-def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
-    """The env's declared requirements are satisfied (`python -m pip check`, else `uv pip check`)."""
+def check_pip(python: str, has_pip: bool, timeout: float = 120, overridden: dict[str, str] | None = None
+              ) -> CheckResult:
+    """The env's declared requirements are satisfied (`python -m pip check`, else `uv pip check`), but those on a
+    distribution the variant's lock overrides on purpose (overridden: canonical name -> the stacks.toml override)."""
     start = time.monotonic()
     if has_pip:
         cmd, tool = [python, "-m", "pip", "check"], "pip check"
@@ -227,7 +241,14 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
     problems = [line for line in lines if not re.match(r"^((Checked|Found) \d+ |Using Python )", line)]
     mislabeled = _mislabeled(python, problems)
     problems = [p for p in problems if p not in mislabeled]
-    numbers = {"tool": tool, "problems": problems, "mislabeled": mislabeled}
+    chosen = {p: overridden[dep] for p in problems if (dep := _unmet_dependency(p)) in (overridden or {})}
+    problems = [p for p in problems if p not in chosen]
+    numbers = {"tool": tool, "problems": problems, "mislabeled": mislabeled, "overridden": chosen}
+    if not problems and not mislabeled:
+        return CheckResult("env/pip-check", "env", "static", "pass",
+                           f"{tool}: only requirements the lock overrides on purpose (stacks.toml: "
+                           f"{'; '.join(sorted(set(chosen.values())))}): {_listed(list(chosen), 3)}",
+                           True, numbers, seconds)
     if not problems:
         return CheckResult("env/pip-check", "env", "static", "warn",
                            f"{tool}: only wheels whose WHEEL tag names another Python but that hold no Python extension "
@@ -235,6 +256,27 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120) -> CheckResult:
                            True, numbers, seconds)
     return CheckResult("env/pip-check", "env", "static", "fail", f"{tool}: {len(problems)} broken: {_listed(problems, 3)}",
                        True, numbers, seconds)
+
+
+# The dependency a pip check line says is missing or of another version: pip "x 1.0 requires y, which is not
+# installed." / "x 1.0 has requirement y==2, but you have y 3."; uv "The package `x` requires `y>=1`, but it's not
+# installed" / "The package `x` requires `y==2`, but `3` is installed".
+_UNMET = re.compile(r"^(?:\S+ \S+ (?:requires|has requirement) |The package `\S+` requires `)(?P<dep>[A-Za-z0-9._-]+)")
+
+
+def _unmet_dependency(line: str) -> str | None:
+    from packaging.utils import canonicalize_name
+
+    match = _UNMET.match(line)
+    return canonicalize_name(match.group("dep")) if match else None
+
+
+def overridden_names(variant) -> dict[str, str]:
+    """canonical name -> the override line, for each distribution the variant's overrides name (stacks.toml)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    return {canonicalize_name(Requirement(line).name): line for line in variant.overrides}
 
 
 # pip: "X 1.0 is not supported on this platform"; uv: "The package `X` was built for a different platform".
@@ -477,6 +519,137 @@ def check_objects(probed: dict[str, list[str]], installed: dict[str, list[str]],
             if (result := check_cuda_symbols(so, pkg.name, lib_dirs, scope)) is not None:
                 out.append(result)
             out.append(check_cubins(so, pkg.name, targets, strict, scope))
+    return out
+
+
+# --- what a package needs at run time from outside its wheels: system libraries, a JIT toolchain ---------
+
+# Run by the env's own python (its runtime defaults applied, as in verl's workers): which system libraries the loader
+# finds, the variables and tools a JIT build reads.
+_RUNTIME_PROBE = r"""
+import ctypes, json, os, shutil, sys
+out = {"libs": {}, "env": {k: os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH", "CXX", "NVCC_CCBIN", "PATH")}}
+for lib in json.loads(sys.argv[1]):
+    try:
+        ctypes.CDLL(lib)
+        out["libs"][lib] = None
+    except OSError as e:
+        out["libs"][lib] = str(e)
+print(json.dumps(out))
+"""
+
+
+def probe_runtime(python: str, libraries: list[str], timeout: float = 60) -> dict:
+    """What the env's python sees: {libs: {soname: None or the loader's error}, env: {CUDA_HOME, CXX, PATH...}}."""
+    proc = subprocess.run([python, "-c", _RUNTIME_PROBE, json.dumps(libraries)], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"--python {python}: could not probe its run-time environment ({tail})")
+    return json.loads(proc.stdout)
+
+
+def check_system_libraries(pkg: Package, libs: dict[str, str | None], scope: Scope) -> list[CheckResult]:
+    """libs/<soname>: each system library the package's objects need loads by the loader's own search."""
+    out = []
+    for soname, install in pkg.system_libraries:
+        error = libs.get(soname)
+        if error is None:
+            out.append(scope.result(f"libs/{soname}", pkg.name, "pass", f"{soname} loads (the loader finds it)"))
+        else:
+            out.append(scope.result(f"libs/{soname}", pkg.name, "fail",
+                                    f"{soname} does not load ({error}); {pkg.name} needs it from the system: {install}",
+                                    numbers={"error": error}, diagnosis=diagnose(f"ImportError: {error}")))
+    return out
+
+
+def jit_tools(env: dict[str, str | None]) -> dict[str, str | None]:
+    """Where a JIT build finds each tool with these variables (tvm-ffi's and FlashInfer's rules): nvcc under
+    CUDA_HOME (or CUDA_PATH), else on PATH, else /usr/local/cuda; gcc (nvcc's host compiler) as NVCC_CCBIN names it,
+    else on PATH; c++ as CXX names it, else on PATH; ninja on PATH."""
+    path = env.get("PATH") or ""
+
+    def which(name: str) -> str | None:
+        return name if os.sep in name and os.access(name, os.X_OK) else shutil.which(name, path=path)
+
+    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    nvcc = str(Path(home) / "bin" / "nvcc") if home else (which("nvcc") or "/usr/local/cuda/bin/nvcc")
+    ccbin = env.get("NVCC_CCBIN") or "gcc"
+    if os.path.isdir(ccbin):
+        ccbin = os.path.join(ccbin, "gcc")
+    return {"nvcc": nvcc if os.access(nvcc, os.X_OK) else None, "gcc": which(ccbin),
+            "c++": which(env.get("CXX") or "c++"), "ninja": which("ninja")}
+
+
+def _tool_version(tool: str, path: str) -> str | None:
+    if tool == "nvcc":
+        from verlenv import toolchain
+
+        found = toolchain.nvcc_release(Path(path))
+        return (found[1] or found[0]) if found else None
+    args = ["--version"] if tool == "ninja" else ["-dumpfullversion", "-dumpversion"]
+    try:
+        proc = subprocess.run([path, *args], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def _major(version: str | None) -> int | None:
+    head = (version or "").split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def check_jit(pkg: Package, env: dict[str, str | None], torch_cuda: str | None, scope: Scope,
+              versions=_tool_version) -> CheckResult:
+    """jit/<package>: the tools the package's run-time builds call are there as its builds find them, nvcc is of
+    torch's CUDA major and accepts the gcc it will call, and that gcc is not older than the package is known to
+    compile with (a warning naming the fix)."""
+    from verlenv import toolchain
+
+    name, jit = f"jit/{pkg.name}", pkg.jit
+    found = {t: p for t, p in jit_tools(env).items() if t in jit.tools}
+    have = {t: versions(t, p) if p else None for t, p in found.items()}
+    numbers = {"tools": found, "versions": have, "cuda_home": env.get("CUDA_HOME"), "torch_cuda": torch_cuda}
+    hints = {"nvcc": "set CUDA_HOME to a CUDA toolkit of torch's CUDA (`verlenv install` names the env's own)",
+             "gcc": "install gcc/g++ (conda: gxx=13; Debian: g++)", "c++": "install g++ (conda: gxx=13; Debian: g++)",
+             "ninja": "put the env's bin (its ninja) on PATH (`verlenv install` writes it into the runtime defaults)"}
+    missing = [t for t in jit.tools if not found.get(t) or not have.get(t)]
+    if missing:
+        return scope.result(name, pkg.name, "fail", f"{pkg.name} compiles kernels at run time, but its builds find no "
+                            + "; no ".join(f"{t} ({hints[t]})" for t in missing), numbers=numbers)
+    nvcc = ".".join(have["nvcc"].split(".")[:2]) if "nvcc" in have else None  # major.minor, as the table has it
+    if nvcc and torch_cuda and _major(nvcc) != _major(torch_cuda):
+        return scope.result(name, pkg.name, "fail", f"its builds would use nvcc {have['nvcc']} ({found['nvcc']}), torch "
+                            f"is built for CUDA {torch_cuda}: one CUDA major per env; point CUDA_HOME at a CUDA "
+                            f"{_major(torch_cuda)}.x toolkit", numbers=numbers)
+    gcc = _major(have.get("gcc"))
+    limit = toolchain.MAX_GCC_FOR_CUDA.get(nvcc or "")
+    if gcc and limit and gcc > limit:
+        return scope.result(name, pkg.name, "fail", f"nvcc {have['nvcc']} refuses gcc {have['gcc']} ({found['gcc']}) "
+                            f"as its host compiler (gcc <= {limit}); put a gcc {limit} or older first on PATH or name "
+                            "it in NVCC_CCBIN", numbers=numbers)
+    shown = ", ".join(f"{t} {have[t]}" for t in jit.tools)
+    if gcc and jit.min_gcc and gcc < jit.min_gcc:
+        return scope.result(name, pkg.name, "warn", f"nvcc's host compiler is gcc {have['gcc']} ({found['gcc']}), older "
+                            f"than gcc {jit.min_gcc}: {jit.why}", numbers=numbers)
+    return scope.result(name, pkg.name, "pass", f"{shown} (CUDA_HOME={env.get('CUDA_HOME') or 'unset'})",
+                        numbers=numbers)
+
+
+def check_runtime_needs(python: str, installed: dict[str, list[str]], torch: dict | None,
+                        scope: Scope) -> list[CheckResult]:
+    """The system libraries and JIT toolchains of the installed packages that need them (packages.toml rows)."""
+    rows = [p for p in packages.table().packages.values() if (p.system_libraries or p.jit) and scope.wants(p.name)
+            and p.name not in scope.skipped and any(d in installed for d in p.dists)]
+    if not rows:
+        return []
+    seen = probe_runtime(python, [lib for p in rows for lib, _ in p.system_libraries])
+    out = []
+    for pkg in rows:
+        out += check_system_libraries(pkg, seen["libs"], scope)
+        if pkg.jit:
+            out.append(check_jit(pkg, seen["env"], (torch or {}).get("cuda"), scope))
     return out
 
 

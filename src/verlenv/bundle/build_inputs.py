@@ -151,13 +151,20 @@ def check_file(bundle: Path, entry: dict) -> Path:
     return path
 
 
-def carried_source(bundle: Path, manifest: dict, recipe: recipes.Recipe, version: str) -> Path | None:
-    """The bundle's file of the source `recipe` pins for `version`, checked against the manifest; None if the bundle
-    carries none of that package (an older bundle, or one made without --build-inputs)."""
+def carried_source(bundle: Path, manifest: dict, recipe: recipes.Recipe, variant: catalog.Variant) -> Path | None:
+    """The bundle's file of the source `recipe` pins for `variant`, checked against the manifest; None when the
+    variant does not build it (the builder says so). One line when the bundle carries none of it (an older bundle,
+    or one made without --build-inputs) or another one than the recipe pins."""
+    build = variant.source_build(recipe.package)
+    if build is None:
+        return None
+    want = recipe.source.source_id(recipe.source.version_for(build.version))
     entries = [e for e in manifest["files"] if e["origin"] == SOURCE and e["distribution"] == recipe.package]
     if not entries:
-        return None
-    want = recipe.source.source_id(version)
+        has_wheel = any(e["origin"] == "built" and e["distribution"] == recipe.package for e in manifest["files"])
+        hint = ("it carries its wheel: `verlenv install --bundle` installs it" if has_wheel else
+                "make it with `verlenv bundle ... --build-inputs`, or pass --source")
+        raise UserError(f"the bundle {bundle} carries no source of {recipe.package}; {hint}")
     entry = next((e for e in entries if e.get("source") == want), None)
     if entry is None:
         raise UserError(f"{bundle} carries {recipe.package} {entries[0]['version']} ({entries[0].get('source')}), "

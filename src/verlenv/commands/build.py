@@ -38,18 +38,20 @@ def register(sub) -> None:
 
 def _main(args) -> int:
     cat = catalog.load()
-    carried = _Carried.open(Path(args.bundle)) if args.bundle else None
-    variant = carried.variant(cat, args.stack, args.variant) if carried else cat.variant(args.stack, args.variant)
+    bundle = offline.open_bundle(Path(args.bundle)) if args.bundle else None
+    manifest = offline.read_manifest(bundle) if bundle else None
+    variant = _bundle_variant(cat, bundle, manifest, args) if bundle else cat.variant(args.stack, args.variant)
     python = validate.interpreter(args.python) if args.python else os.path.abspath(default_python(variant, cat.root, "build in"))
     packages = args.packages or [b.name for b in variant.source_builds]
     wanted = [recipes.load(cat.root, package) for package in packages]
     _check_inputs(args, wanted)
     # From a bundle: each package's carried source unless --source gives one, checked before anything is built.
-    given = [args.source or (carried.source(recipe, variant) if carried else None) for recipe in wanted]
+    given = [args.source or (build_inputs.carried_source(bundle, manifest, recipe, variant) if bundle else None)
+             for recipe in wanted]
     if args.if_gpu and args.archs is None and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
         print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
         return 0
-    toolkit = carried.toolkit() if carried and not os.environ.get("CUDA_HOME") else None  # CUDA_HOME set wins
+    toolkit = build_inputs.unpack_toolkit(bundle, manifest) if bundle and not os.environ.get("CUDA_HOME") else None
     archs = validate.archs(args.archs) if args.archs is not None else gpus.archs_for(args.gpu or ["auto"])
     work = (cat.root / ".verlenv").resolve()
     results = []
@@ -63,6 +65,13 @@ def _main(args) -> int:
         write_atomic(args.json, json.dumps([{"package": r.package, "wheel": str(r.wheel), "fingerprint": r.fingerprint,
                                              "cached": r.cached, "record": r.record} for r in results], indent=2) + "\n")
     return 0
+
+
+def _bundle_variant(cat: catalog.Catalog, bundle: Path, manifest: dict, args) -> catalog.Variant:
+    """The bundle's stack, and its variant (the one asked for, or its only one)."""
+    if args.stack and args.stack != manifest["stack"]:
+        raise UserError(f"--bundle {bundle} holds {manifest['stack']}, not {args.stack}")
+    return cat.variant(manifest["stack"], offline.variant_of(manifest, args.variant))
 
 
 def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
@@ -80,37 +89,3 @@ def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
     if args.json:
         validate.writable_file(args.json, "--json")
 
-
-class _Carried:
-    """A bundle's build inputs, as `verlenv build --bundle` (or $VERLENV_BUNDLE) takes them: no index is used."""
-
-    def __init__(self, bundle: Path, manifest: dict):
-        self.bundle, self.manifest = bundle, manifest
-
-    @classmethod
-    def open(cls, folder: Path) -> "_Carried":
-        bundle = offline.open_bundle(folder)
-        return cls(bundle, offline.read_manifest(bundle))
-
-    def variant(self, cat: catalog.Catalog, stack: str | None, variant: str | None) -> catalog.Variant:
-        """The bundle's stack, and its variant (the one asked for, or its only one)."""
-        if stack and stack != self.manifest["stack"]:
-            raise UserError(f"--bundle {self.bundle} holds {self.manifest['stack']}, not {stack}")
-        return cat.variant(self.manifest["stack"], offline.variant_of(self.manifest, variant))
-
-    def source(self, recipe: recipes.Recipe, variant: catalog.Variant) -> Path | None:
-        """The carried source of `recipe`, checked against the manifest; one line if the bundle has none."""
-        wanted = variant.source_build(recipe.package)
-        if wanted is None:
-            return None  # not built by this variant: build_one says so
-        found = build_inputs.carried_source(self.bundle, self.manifest, recipe, recipe.source.version_for(wanted.version))
-        if found is None:
-            has_wheel = any(e["origin"] == "built" and e["distribution"] == recipe.package for e in self.manifest["files"])
-            hint = ("it carries its wheel: `verlenv install --bundle` installs it" if has_wheel else
-                    "make it with `verlenv bundle ... --build-inputs`, or pass --source")
-            raise UserError(f"the bundle {self.bundle} carries no source of {recipe.package}; {hint}")
-        return found
-
-    def toolkit(self) -> Path | None:
-        """The CUDA_HOME the bundle carries, unpacked (once) into BUNDLE/.toolkit; None if it carries none."""
-        return build_inputs.unpack_toolkit(self.bundle, self.manifest)

@@ -2,7 +2,8 @@
 
 On a node that reaches no index, run them with the nox a bundle carries (`BUNDLE/.tool/bin/nox -s verify-h100`,
 made by the bundle's bootstrap): it sets VERLENV_BUNDLE, and the sessions then make no venv and install
-nothing; `verlenv` is the bundle's own (README: Air-gapped cluster).
+nothing; `verlenv` is the bundle's own, and the build sessions build from the sources (and CUDA_HOME) the bundle
+carries (README: Air-gapped cluster).
 """
 
 import os

@@ -15,6 +15,8 @@ import pytest
 
 from test_build_env import DATA, clean_build_env
 from verlenv import build, catalog, cubins, toolchain
+from verlenv.bundle import build_inputs
+from verlenv.sources import sha256_file
 
 pytestmark = pytest.mark.slow
 
@@ -42,15 +44,24 @@ def cu128_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def built(cuda12_home, cu128_python, tmp_path_factory) -> build.BuildResult:
+def dirs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("catalog") / "ext"
     shutil.copytree(DATA, root, ignore=shutil.ignore_patterns("__pycache__"))
     base = tmp_path_factory.mktemp("build")
+    return {"root": root, "wheelhouse": base / "wheelhouse", "work": base / "work"}
+
+
+def build_probe(dirs: dict[str, Path], python: str, **kw) -> build.BuildResult:
+    variant = catalog.load(dirs["root"] / "stacks.toml").variant(None, "fsdp")  # only names what may be built
+    return build.build_one(dirs["root"], variant, PACKAGE, python, ["9.0"], dirs["wheelhouse"], dirs["work"], **kw)
+
+
+@pytest.fixture(scope="module")
+def built(cuda12_home, cu128_python, dirs) -> build.BuildResult:
     with pytest.MonkeyPatch.context() as mp:
         clean_build_env(mp)
         mp.setenv("CUDA_HOME", str(cuda12_home))
-        variant = catalog.load(root / "stacks.toml").variant(None, "fsdp")  # only names what may be built
-        return build.build_one(root, variant, PACKAGE, cu128_python, ["9.0"], base / "wheelhouse", base / "work")
+        return build_probe(dirs, cu128_python)
 
 
 def test_the_same_major_nvcc_is_recorded_in_the_fingerprint_and_the_record(built, cuda12_home):
@@ -89,3 +100,25 @@ def test_the_extension_has_sm90_code_and_runs_its_binding_with_torch_2_8(built, 
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "[900]"  # nvcc 12.5's own __CUDA_ARCH_LIST__
     assert "must be CUDA tensors" in lines[1]  # the .so loaded and linked up with torch 2.8's libraries
+
+
+def test_the_toolkit_carried_in_a_bundle_is_taken_by_the_same_rule_and_gives_the_same_build(
+        built, cuda12_home, cu128_python, dirs, tmp_path, capsys):
+    """The real toolkit, packed as `verlenv bundle --toolkit` packs it and unpacked as the bootstrap does: with no
+    CUDA_HOME set the builder takes it, says so with the same-major warning, and finds the wheel the CUDA_HOME build
+    made (the same fingerprint: nothing is compiled again)."""
+    bundle = tmp_path / "bundle"
+    note = build_inputs.pack_toolkit(cuda12_home, bundle / build_inputs.TOOLKIT_FILE)
+    tar = bundle / build_inputs.TOOLKIT_FILE
+    entry = {"file": build_inputs.TOOLKIT_FILE, "origin": build_inputs.TOOLKIT, "version": note["nvcc"],
+             "sha256": sha256_file(tar), "size": tar.stat().st_size}
+    home = build_inputs.unpack_toolkit(bundle, {"files": [entry]})
+    with pytest.MonkeyPatch.context() as mp:
+        clean_build_env(mp)
+        again = build_probe(dirs, cu128_python, toolkit=home)
+    said = capsys.readouterr().err
+    nvcc = toolchain.nvcc_version(cuda12_home / "bin" / "nvcc")
+    assert f"toolchain: CUDA_HOME={home} (nvcc {note['nvcc']} for torch's CUDA 12.8, same major, from bundle: " \
+           "carried in the bundle)" in said
+    assert f"warning: nvcc {nvcc} is not torch 2.8.0+cu128's CUDA 12.8 (the toolkit the bundle carries)" in said
+    assert again.cached and again.fingerprint == built.fingerprint

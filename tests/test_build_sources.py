@@ -138,6 +138,76 @@ def test_a_missing_commit_and_a_non_repository_are_refused(git_repo, tmp_path):
     assert "is not a git repository" in str(e.value)
 
 
+def test_a_git_commit_travels_as_its_git_archive_and_is_checked_where_it_lands(git_repo, tmp_path):
+    """What a bundle carries of a git recipe: `git archive` of the pinned commit, which GitCommit takes back as it
+    takes a clone (no clone where it lands), checked by the same tree digest."""
+    repo, commit, digest = git_repo
+    recipe = git_recipe(tmp_path, commit, digest)
+    (tmp_path / "carried").mkdir()
+    archive = recipe.source.carry("0.1", recipe.source.fetch("0.1", tmp_path / "cache", repo), tmp_path / "carried")
+    plain = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True,
+                           check=True).stdout
+    assert archive.name == f"upstream-{commit}.tar" and archive.read_bytes() == plain
+    recipe.source.check_given(archive, "--source")
+    assert recipe.source.fetch("0.1", tmp_path / "cache", archive) == archive
+    out = recipe.source.place(archive, tmp_path / "src")
+    assert sources.tree_digest(out) == digest and os.access(out / "build.sh", os.X_OK)
+
+
+def test_a_changed_git_archive_is_refused(git_repo, tmp_path):
+    repo, commit, digest = git_repo
+    recipe = git_recipe(tmp_path, commit, digest)
+    (tmp_path / "carried").mkdir()
+    archive = recipe.source.carry("0.1", repo, tmp_path / "carried")
+    data = archive.read_bytes()
+    at = data.index(b"__global__")
+    archive.write_bytes(data[:at] + b"__device__" + data[at + len(b"__global__"):])  # same size, other kernel
+    with pytest.raises(UserError) as e:
+        recipe.source.place(recipe.source.fetch("0.1", tmp_path / "cache", archive), tmp_path / "src")
+    assert f"tree digest {sources.tree_digest(tmp_path / 'src' / f'upstream-{commit[:12]}')}" in str(e.value)
+    assert "does not match the recipe's" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_git_recipe_takes_a_clone_or_a_tar_and_nothing_else(git_repo, tmp_path):
+    repo, commit, digest = git_repo
+    recipe = git_recipe(tmp_path, commit, digest)
+    text = tmp_path / "notes.txt"
+    text.write_text("not a tar\n")
+    with pytest.raises(UserError) as e:
+        recipe.source.check_given(text, "--source")
+    assert str(e.value) == (f"--source {text}: not a tar archive; give a clone or mirror of "
+                            "https://example.invalid/upstream, or a tar of its commit (git archive)")
+    recipe.source.check_given(repo, "--source")
+
+
+def test_a_local_folder_travels_as_a_reproducible_tar(tmp_path):
+    shutil.copytree(DATA, tmp_path / "ext", ignore=shutil.ignore_patterns("__pycache__"))
+    source = recipes.load(tmp_path / "ext", "cuda-ext-probe").source
+    folder = source.fetch("0.1", tmp_path)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        source.carry("0.1", folder, tmp_path / name)
+        os.utime(folder / "setup.py", (0, 12345))  # a later mtime: the same tar all the same
+    assert sources.sha256_file(tmp_path / "a" / "cuda-ext-probe-0.1.tar") == \
+        sources.sha256_file(tmp_path / "b" / "cuda-ext-probe-0.1.tar")
+    out = source.place(source.fetch("0.1", tmp_path, tmp_path / "a" / "cuda-ext-probe-0.1.tar"), tmp_path / "src")
+    assert sources.tree_digest(out) == source.tree_sha256
+    with tarfile.open(tmp_path / "a" / "cuda-ext-probe-0.1.tar") as t:
+        assert {(m.uid, m.mtime) for m in t.getmembers()} == {(0, 0)}
+
+
+def test_a_carried_tar_reaching_outside_its_folder_is_refused(tmp_path):
+    shutil.copytree(DATA, tmp_path / "ext", ignore=shutil.ignore_patterns("__pycache__"))
+    source = recipes.load(tmp_path / "ext", "cuda-ext-probe").source
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as t:
+        t.add(tmp_path / "ext" / "cuda-ext-probe" / "setup.py", arcname="../escaped.py")
+    with pytest.raises(UserError) as e:
+        source.place(source.fetch("0.1", tmp_path, evil), tmp_path / "src")
+    assert "not a readable tar of the source tree" in str(e.value) and "refusing to build" in str(e.value)
+    assert not (tmp_path / "src" / "escaped.py").exists() and not (tmp_path / "escaped.py").exists()
+
+
 def test_a_git_pin_without_its_commit_or_with_a_number_for_a_string_is_refused_at_load(tmp_path):
     assert isinstance(git_recipe(tmp_path, "1" * 40, "f" * 64).source, sources.GitCommit)
     path = tmp_path / "recipes" / "upstream" / "recipe.toml"

@@ -170,6 +170,39 @@ def test_a_package_that_needs_the_exact_minor_refuses_a_same_major_nvcc(tmp_path
     assert tc.cuda_home == str(conda) and tc.warning is None
 
 
+def test_a_bundles_toolkit_is_taken_as_an_explicit_one(tmp_path, no_nvidia_installs):
+    """The CUDA_HOME a bundle carries (`verlenv bundle --toolkit`) follows CUDA_HOME's rules: used before any toolkit
+    found, an exact nvcc silently, a same-major one with the warning; a CUDA_HOME set wins over it."""
+    conda = toolkit(tmp_path / "conda", NVCC_12_8)
+    debian = toolkit(tmp_path / "bundle" / ".toolkit", NVCC_12_5)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    _, tc = toolchain.resolve(python, tmp_path / "cache", bare_env(CONDA_PREFIX=str(conda)), toolkit=debian)
+    assert (tc.cuda_home, tc.source, tc.reason, tc.nvcc_release) == (str(debian), "bundle", "carried in the bundle",
+                                                                     "12.5.40")
+    assert tc.warning.startswith("nvcc 12.5 is not torch 2.8.0+cu128's CUDA 12.8 (the toolkit the bundle carries); "
+                                 "the same major is safe")
+    assert tc.env["CUDA_HOME"] == str(debian)
+    _, tc = toolchain.resolve(python, tmp_path / "cache", bare_env(), toolkit=conda)
+    assert (tc.source, tc.match, tc.warning) == ("bundle", "exact", None)
+    _, tc = toolchain.resolve(python, tmp_path / "cache", bare_env(CUDA_HOME=str(conda)), toolkit=debian)
+    assert (tc.cuda_home, tc.source) == (str(conda), "CUDA_HOME")
+
+
+def test_a_bundles_toolkit_of_another_major_or_minor_is_refused_in_one_line(tmp_path, no_nvidia_installs):
+    cuda13 = toolkit(tmp_path / "cuda13", NVCC_13_0)
+    debian = toolkit(tmp_path / "debian", NVCC_12_5)
+    conda = toolkit(tmp_path / "conda", NVCC_12_8)
+    python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
+    with pytest.raises(UserError) as e:  # never replaced by the exact toolkit the machine has
+        toolchain.resolve(python, tmp_path / "cache", bare_env(CONDA_PREFIX=str(conda)), toolkit=cuda13)
+    assert one_line(e) == (f"the bundle's toolkit {cuda13} has nvcc 13.0 but torch 2.8.0+cu128 was built with CUDA "
+                           "12.8; a different CUDA major never works: set CUDA_HOME to a CUDA 12.x toolkit (12.8 "
+                           "preferred), or bundle one with `verlenv bundle --toolkit DIR`")
+    with pytest.raises(UserError) as e:
+        toolchain.resolve(python, tmp_path / "cache", bare_env(), exact_minor_for="apex", toolkit=debian)
+    assert one_line(e).startswith(f"the bundle's toolkit {debian} has nvcc 12.5 but apex needs nvcc 12.8 exactly")
+
+
 def test_the_host_compiler_limit_is_the_chosen_nvccs(tmp_path, no_nvidia_installs):
     """gcc 14 is fine for nvcc 12.8 but not for the 12.5 taken in its place (host_config.h: gcc <= 13)."""
     debian = toolkit(tmp_path / "debian", NVCC_12_5)

@@ -100,14 +100,16 @@ def _diagnose(log_path: Path) -> str:
 
 def build_one(root: Path, variant: catalog.Variant, package: str, python: str, archs: list[str],
               wheelhouse: Path, work: Path, jobs: int | None = None, threads: int | None = None,
-              source: Path | None = None, keep: bool = False) -> BuildResult:
+              source: Path | None = None, keep: bool = False, toolkit: Path | None = None) -> BuildResult:
+    """Build `package` (or take it from the cache). `source`: a local copy of its source (an sdist, a clone, a tar
+    a bundle carries); `toolkit`: a CUDA_HOME a bundle carries, used when no CUDA_HOME is set."""
     recipe = recipes.load(root, package)
     wanted = variant.source_build(recipe.package)
     if wanted is None:
         names = ", ".join(b.name for b in variant.source_builds)
         raise UserError(f"{variant.key} does not build {package} from source; it builds: {names}")
     exact_minor_for = recipe.package if recipe.nvcc_match == "exact" else None  # its build refuses another minor
-    info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for)
+    info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for, toolkit=toolkit)
     print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
           f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}", file=sys.stderr)
     print(f"  toolchain: {tc.describe()}", file=sys.stderr)

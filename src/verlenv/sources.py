@@ -1,6 +1,6 @@
 """Build sources, verified before use. Each kind a recipe's [source] table names is a type that knows the version it
-builds, its id in the build fingerprint and how its tree is made ready: a PyPI sdist (pinned sha256 per version),
-a git commit and a local folder (both pinned by tree digest)."""
+builds, its id in the build fingerprint, how its tree is made ready and the one file a bundle carries of it: a PyPI
+sdist (pinned sha256 per version), a git commit and a local folder (both pinned by tree digest, carried as a tar)."""
 
 import hashlib
 import io
@@ -119,6 +119,39 @@ def sdist_tree_matches(archive: Path, dest: Path) -> Path | None:
     return dest / roots.pop() if len(roots) == 1 else None
 
 
+def reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A tar member without owner or time: the same tree gives the same tar (and sha256), whoever packs it and when."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    return info
+
+
+def pack_tree(root: Path, dest: Path) -> Path:
+    """Every file and link under `root` (what tree_digest reads) into the tar `dest`, reproducibly."""
+    with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+            tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False, filter=reproducible)
+    return dest
+
+
+def _unpack_tree(archive: Path, out: Path) -> Path:
+    """A carried tree (a tar of `git archive` or of pack_tree) into `out`; no member lands outside it."""
+    out.mkdir(parents=True)
+    try:
+        with tarfile.open(archive) as t:
+            t.extractall(out, filter="tar")
+    except (tarfile.TarError, OSError) as e:
+        raise UserError(f"{archive}: not a readable tar of the source tree ({e}); refusing to build") from None
+    return out
+
+
+def _check_archive(given: Path, option: str, what: str) -> None:
+    validate.existing_file(given, option)
+    if not tarfile.is_tarfile(given):
+        raise UserError(f"{option} {given}: not a tar archive; give {what}")
+
+
 def _text(table: dict, key: str, where: str = "source") -> str:
     value = table[key]
     if not isinstance(value, str):
@@ -129,12 +162,14 @@ def _text(table: dict, key: str, where: str = "source") -> str:
 @dataclass(frozen=True)
 class _Pinned:
     """What every kind shares. Each kind also answers version_for (the version a build makes), source_id (its
-    fingerprint input), fetch (its verified origin: an archive, a clone, a folder) and place (its tree, from that
-    origin, under a folder)."""
+    fingerprint input), fetch (its verified origin: an archive, a clone, a folder), place (its tree, from that
+    origin, under a folder) and carry (that origin as the one file a bundle carries, which fetch takes back)."""
 
     package: str
     recipe: Path  # the recipe file: a local folder is named relative to it, and messages name it
     resumable: ClassVar[bool] = False  # a stopped build's tree may be taken up again
+    # What fetch must be given (--source) where no index or recipe path reaches the source; None: nothing.
+    copy_needed: ClassVar[str | None] = None
 
     @classmethod
     def from_table(cls, table: dict, package: str, recipe: Path):
@@ -150,6 +185,10 @@ class _Pinned:
     def intact(self, origin: Path, tree: Path) -> Path | None:
         """The sources under a stopped build's `tree` while they still equal `origin`'s; None: never resumed."""
         return None
+
+    def describe(self, version: str) -> str:
+        """Where the source of `version` comes from, for messages."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -181,6 +220,9 @@ class PypiSdist(_Pinned):
     def source_id(self, version: str) -> str:
         return f"sha256:{self.sha256_for(version)}"
 
+    def describe(self, version: str) -> str:
+        return f"the {self.package} {version} sdist on the index, sha256 {self.sha256_for(version)[:12]}"
+
     def check_given(self, given: Path, option: str) -> None:
         validate.existing_file(given, option)
 
@@ -194,12 +236,19 @@ class PypiSdist(_Pinned):
     def intact(self, origin: Path, tree: Path) -> Path | None:
         return sdist_tree_matches(origin, tree)
 
+    def carry(self, version: str, origin: Path, folder: Path) -> Path:
+        """The verified sdist itself, as a bundle carries it."""
+        dest = folder / origin.name
+        shutil.copyfile(origin, dest)
+        return dest
+
 
 @dataclass(frozen=True)
 class GitCommit(_Pinned):
     """A pinned commit, exported with `git archive` from a clone or mirror the user gives, checked by tree digest."""
 
     kind: ClassVar[str] = "git"
+    copy_needed: ClassVar[str | None] = "a clone or mirror holding the pinned commit"  # GitHub may be out of reach
     url: str
     commit: str
     version: str  # setup.py's own version string at the commit
@@ -211,13 +260,24 @@ class GitCommit(_Pinned):
     def source_id(self, version: str) -> str:
         return f"git:{self.commit}:tree-sha256:{self.tree_sha256}"
 
+    def describe(self, version: str) -> str:
+        return f"git {self.url} at {self.commit[:12]}"
+
     def check_given(self, given: Path, option: str) -> None:
-        validate.existing_dir(given, option)
+        """A clone or mirror (a folder), or a tar of the commit as `git archive` writes it (a bundle carries one)."""
+        if Path(given).is_file():
+            _check_archive(given, option, f"a clone or mirror of {self.url}, or a tar of its commit (git archive)")
+        else:
+            validate.existing_dir(given, option)
 
     def fetch(self, version: str, cache: Path, given: Path | None = None) -> Path:
-        """The clone or mirror given, once it is a repository that holds the pinned commit."""
+        """The clone or mirror given, once it is a repository that holds the pinned commit; or a tar of the commit
+        (checked by tree digest when placed)."""
         if given is None:
             raise UserError(f"{self.package} is built from git {self.url}: pass --source <clone or mirror>")
+        if given.is_file():
+            _check_archive(given, "--source", f"a clone or mirror of {self.url}, or a tar of its commit (git archive)")
+            return given
         if not (given / "HEAD").exists() and not (given / ".git").exists():
             raise UserError(f"{given} is not a git repository; pass --source with a clone of {self.url}")
         kind = _git(given, "cat-file", "-t", self.commit)
@@ -225,12 +285,24 @@ class GitCommit(_Pinned):
             raise UserError(f"{given} has no commit {self.commit}; fetch it first (git fetch {self.url} {self.commit})")
         return given
 
+    def carry(self, version: str, origin: Path, folder: Path) -> Path:
+        """The pinned commit as one tar (`git archive`), as a bundle carries it: no clone is needed where it goes."""
+        dest = folder / f"{self.package}-{self.commit}.tar"
+        if origin.is_file():
+            shutil.copyfile(origin, dest)
+        else:
+            _git(origin, "archive", "--format=tar", "-o", str(dest), self.commit, check=True)
+        return dest
+
     def place(self, origin: Path, dest: Path) -> Path:
-        tar = _git(origin, "archive", "--format=tar", self.commit, check=True).stdout
         out = dest / f"{self.package}-{self.commit[:12]}"
-        out.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-            t.extractall(out, filter="fully_trusted")
+        if origin.is_file():
+            _unpack_tree(origin, out)
+        else:
+            tar = _git(origin, "archive", "--format=tar", self.commit, check=True).stdout
+            out.mkdir(parents=True)
+            with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+                t.extractall(out, filter="fully_trusted")
         got = tree_digest(out)
         if got != self.tree_sha256:
             raise UserError(f"{self.package} at {self.commit[:12]}: tree digest {got} does not match the recipe's "
@@ -260,16 +332,37 @@ class LocalDir(_Pinned):
     def source_id(self, version: str) -> str:
         return f"dir:tree-sha256:{self.tree_sha256}"
 
+    def describe(self, version: str) -> str:
+        return f"the folder {self.path} beside {self.recipe.name}"
+
+    def check_given(self, given: Path, option: str) -> None:
+        """A tar of the folder, as a bundle carries it."""
+        _check_archive(given, option, f"a tar of {self.path} (a bundle carries one), or no --source")
+
     def fetch(self, version: str, cache: Path, given: Path | None = None) -> Path:
-        """The folder the recipe names."""
+        """The folder the recipe names, or a tar of it given (checked by tree digest when placed)."""
+        if given is not None:
+            _check_archive(given, "--source", f"a tar of {self.path} (a bundle carries one), or no --source")
+            return given
         folder = (self.recipe.parent / self.path).resolve()
         if not folder.is_dir():
             raise UserError(f"{self.recipe}: source.path {self.path!r} is not a folder ({folder})")
         return folder
 
+    def carry(self, version: str, origin: Path, folder: Path) -> Path:
+        """The folder as one reproducible tar, as a bundle carries it."""
+        dest = folder / f"{self.package}-{self.version}.tar"
+        if origin.is_file():
+            shutil.copyfile(origin, dest)
+            return dest
+        return pack_tree(origin, dest)
+
     def place(self, origin: Path, dest: Path) -> Path:
         out = dest / f"{self.package}-{self.version}"
-        shutil.copytree(origin, out, symlinks=True)
+        if origin.is_file():
+            _unpack_tree(origin, out)
+        else:
+            shutil.copytree(origin, out, symlinks=True)
         got = tree_digest(out)
         if got != self.tree_sha256:
             raise UserError(f"{self.package}: tree digest of {origin} is {got}, not the recipe's {self.tree_sha256}; "

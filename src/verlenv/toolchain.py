@@ -1,6 +1,7 @@
 """The toolchain: a CUDA_HOME whose nvcc matches the env's torch, and a host compiler nvcc accepts.
 
-An explicit $CUDA_HOME is used or refused, never replaced. Otherwise the candidates are the active conda prefix,
+An explicit $CUDA_HOME is used or refused, never replaced; so is, without one, the toolkit a bundle carries (it
+stands for the CUDA_HOME its maker gave). Otherwise the candidates are the active conda prefix,
 a CUDA_HOME assembled from the PyPI CUDA wheels in the env, and the system's toolkits; the first whose nvcc has
 torch's CUDA major.minor wins. Without one, the newest nvcc of torch's CUDA major is taken, with a warning:
 torch's cpp_extension refuses only a major mismatch (a minor one it warns about), and flash-attn's own release
@@ -65,7 +66,7 @@ class TorchInfo:
 class Toolchain:
     cuda_home: str
     nvcc_version: str  # major.minor, as torch compares it
-    source: str  # "CUDA_HOME", "conda", "pypi", "system"
+    source: str  # "CUDA_HOME", "bundle", "conda", "pypi", "system"
     reason: str
     host_cxx: str
     host_cxx_version: str
@@ -291,12 +292,23 @@ def _toolchain(source: str, root: Path, reason: str, found: tuple[str, str | Non
                      torch_cuda=_major_minor(info.cuda), warning=warning)
 
 
+# A toolkit given rather than found: how a message names it, the reason recorded, why its minor may differ, and what
+# to do when it does not fit ({toolkit}: the toolkit that would).
+GIVEN = {
+    "CUDA_HOME": ("CUDA_HOME={root}", "set explicitly", "CUDA_HOME set explicitly",
+                  "point CUDA_HOME at {toolkit} or unset it"),
+    "bundle": ("the bundle's toolkit {root}", "carried in the bundle", "the toolkit the bundle carries",
+               "set CUDA_HOME to {toolkit}, or bundle one with `verlenv bundle --toolkit DIR`"),
+}
+
+
 def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None,
-            exact_minor_for: str | None = None) -> tuple[TorchInfo, Toolchain]:
+            exact_minor_for: str | None = None, toolkit: Path | None = None) -> tuple[TorchInfo, Toolchain]:
     """Find or make a CUDA_HOME for the env of `python`; refuse with one line when nothing fits.
 
     `exact_minor_for` names a package that refuses an nvcc of another minor than torch's (apex): then only the
-    exact major.minor is taken.
+    exact major.minor is taken. `toolkit`: the CUDA_HOME a bundle carries, taken as an explicit one when no
+    CUDA_HOME is set.
     """
     env = dict(os.environ if env is None else env)
     check_explicit_cuda_home(env)
@@ -306,6 +318,8 @@ def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None,
     want = _major_minor(info.cuda)
     if env.get("CUDA_HOME"):
         return info, _explicit(Path(env["CUDA_HOME"]), info, want, cache_dir, env, exact_minor_for)
+    if toolkit is not None:
+        return info, _explicit(Path(toolkit), info, want, cache_dir, env, exact_minor_for, given="bundle")
     seen: list[str] = []
     same_major: list[tuple[tuple[str, str | None], str, Path, str]] = []
     for source, root, reason in _candidates(env, info):
@@ -330,23 +344,26 @@ def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None,
 
 
 def _explicit(root: Path, info: TorchInfo, want: str, cache_dir: Path, env: dict[str, str],
-              exact_minor_for: str | None) -> Toolchain:
-    """The user's CUDA_HOME: taken if its nvcc has torch's major (and minor if the package needs it), else refused."""
+              exact_minor_for: str | None, given: str = "CUDA_HOME") -> Toolchain:
+    """A toolkit given (the user's CUDA_HOME, a bundle's): taken if its nvcc has torch's major (and minor if the
+    package needs it), else refused."""
+    name, reason, why, fix = GIVEN[given]
+    name = name.format(root=root)
     found = nvcc_release(root / "bin" / "nvcc")
     if found is None:
-        raise UserError(f"CUDA_HOME={root}: bin/nvcc does not report a release (nvcc --version); "
-                        "point CUDA_HOME at a working CUDA toolkit or unset it")
+        raise UserError(f"{name}: bin/nvcc does not report a release (nvcc --version); "
+                        f"{fix.format(toolkit='a working CUDA toolkit')}")
     if _major(found[0]) != _major(want):
-        raise UserError(f"CUDA_HOME={root} has nvcc {found[0]} but torch {info.torch} was built with CUDA {info.cuda}; "
-                        f"a different CUDA major never works: point CUDA_HOME at a CUDA {_major(want)}.x toolkit "
-                        f"({want} preferred) or unset it")
+        raise UserError(f"{name} has nvcc {found[0]} but torch {info.torch} was built with CUDA {info.cuda}; "
+                        f"a different CUDA major never works: "
+                        f"{fix.format(toolkit=f'a CUDA {_major(want)}.x toolkit ({want} preferred)')}")
     if found[0] == want:
-        return _toolchain("CUDA_HOME", root, "set explicitly", found, info, cache_dir, env, None)
+        return _toolchain(given, root, reason, found, info, cache_dir, env, None)
     if exact_minor_for:
-        raise UserError(f"CUDA_HOME={root} has nvcc {found[0]} but {exact_minor_for} needs nvcc {want} exactly, torch "
-                        f"{info.torch}'s CUDA (its build refuses another minor); point CUDA_HOME at a {want} toolkit")
-    warning = minor_mismatch_warning(found[0], info.torch, want, "CUDA_HOME set explicitly")
-    return _toolchain("CUDA_HOME", root, "set explicitly", found, info, cache_dir, env, warning)
+        raise UserError(f"{name} has nvcc {found[0]} but {exact_minor_for} needs nvcc {want} exactly, torch "
+                        f"{info.torch}'s CUDA (its build refuses another minor); {fix.format(toolkit=f'a {want} toolkit')}")
+    warning = minor_mismatch_warning(found[0], info.torch, want, why)
+    return _toolchain(given, root, reason, found, info, cache_dir, env, warning)
 
 
 def _install_hint(want: str, exact: bool) -> str:

@@ -9,7 +9,8 @@ writes BUNDLE/.tool/bin/verlenv and BUNDLE/.tool/bin/nox, so that afterwards, fr
 
     BUNDLE/.tool/bin/nox -s verify-h100
 
-runs the project's nox sessions offline (they see VERLENV_BUNDLE and make no venv).
+runs the project's nox sessions offline (they see VERLENV_BUNDLE and make no venv). A CUDA_HOME the bundle carries
+(`verlenv bundle --toolkit`) is unpacked by the install into BUNDLE/.toolkit, where `nox -s build...` finds it.
 """
 
 import hashlib

@@ -1,7 +1,9 @@
 """Make a bundle: the lock's files for one platform, sdist-only pins built into wheels, the source-built
-wheels from the wheel cache, the wheels `install --bundle` itself runs on, the lock and a manifest.
+wheels from the wheel cache, the wheels `install --bundle` itself runs on, the lock and a manifest; and, for nodes
+that build a source-built package themselves, its verified source and a CUDA_HOME (build_inputs.py).
 
-Layout: manifest.json, each variant's lock, wheels/ (what the envs get), tool/ (uv, verlenv's runtime deps and nox).
+Layout: manifest.json, each variant's lock, wheels/ (what the envs get), tool/ (uv, verlenv's runtime deps and nox),
+sources/ and toolkit/ (a build's inputs, when asked for), kernel-cache/ (when asked for).
 """
 
 import json
@@ -19,7 +21,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from verlenv import __version__, catalog, wheelcache
-from verlenv.bundle import fetch, kernel_cache as kcache
+from verlenv.bundle import build_inputs as inputs, fetch, kernel_cache as kcache
 from verlenv.errors import UserError
 from verlenv.install import find_python
 from verlenv.pins import LockedPin, read_lock
@@ -236,9 +238,11 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
          stack: str = "", variant: str = "", built: dict[str, list[Built]] | list[Built] | None = None,
          built_note: dict[str, str] | str = "included", base: Path | None = None, tools: bool = True,
          dry: bool = False, build_python: str | None = None, command: str = "",
-         kernel_cache: Path | None = None) -> dict | None:
+         kernel_cache: Path | None = None, sources: list[inputs.Wanted] = (),
+         toolkit: Path | None = None) -> dict | None:
     """Write the bundle of one or several variants' locks into `out` (published by one rename); the manifest, or
-    None for a dry run. A file several variants share is carried once; each entry names the variants it serves."""
+    None for a dry run. A file several variants share is carried once; each entry names the variants it serves.
+    `sources`: source builds whose verified source is carried (sources/); `toolkit`: a CUDA_HOME carried as a tar."""
     started = time.monotonic()
     locks = locks if isinstance(locks, dict) else {variant: Path(locks)}
     built = built if isinstance(built, dict) else {v: list(built or []) for v in locks}
@@ -255,16 +259,30 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
         if kernel_cache:
             found = kcache.files(kernel_cache)
             print(f"kernel cache {kernel_cache}: {len(found)} files, {sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
+        for w in sources:
+            print(f"build input: {w.recipe.package} {w.version} ({w.recipe.source.describe(w.version)})")
+        if toolkit:
+            major_minor, release = inputs.check_toolkit(toolkit)
+            print(f"toolkit {toolkit}: nvcc {release or major_minor}")
         return None
-    have = fetch.fetch_all([*remote, *tool_files])
     every = sorted(locks)
     out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
+        files = []
+        # A build's inputs first: a source that fails its check stops the bundle before the lock's downloads.
+        for w, path in inputs.carry_sources(list(sources), tmp / inputs.SOURCES_DIR, fetch.cache_dir()):
+            files.append(_entry(path, inputs.SOURCE, w.recipe.package, w.version, sha256_file(path), list(w.variants),
+                                kind=w.recipe.source.kind, source=w.recipe.source.source_id(w.version)))
+        toolkit_note = None
+        if toolkit:
+            toolkit_note = inputs.pack_toolkit(toolkit, tmp / inputs.TOOLKIT_FILE)
+            files.append(_entry(tmp / inputs.TOOLKIT_FILE, inputs.TOOLKIT, None, toolkit_note["nvcc"],
+                                sha256_file(tmp / inputs.TOOLKIT_FILE), every))
+        have = fetch.fetch_all([*remote, *tool_files])
         (tmp / "wheels").mkdir()
         (tmp / "tool").mkdir()
-        files = []
         for f in remote:
             serves = users[(f.name, f.version)]
             if f.kind == "sdist":
@@ -303,13 +321,15 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
         variants = {}
         for v, lock in locks.items():
             shutil.copyfile(lock, tmp / lock.name)
-            variants[v] = {"lock": {"file": lock.name, "sha256": sha256_file(lock)}, "built": notes_by_variant[v]}
+            variants[v] = {"lock": {"file": lock.name, "sha256": sha256_file(lock)}, "built": notes_by_variant[v],
+                           "sources": sorted(w.recipe.package for w in sources if v in w.variants)}
         needs = [g for f in [*remote, *tool_files] if (g := fetch.needs_glibc(f.filename))]
         manifest = {
             "format": FORMAT, "stack": stack, "platform": platform, "python": python,
             "glibc": {"allowed": glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
             "variants": variants,
-            "kernel_cache": kernel_note, "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
+            "kernel_cache": kernel_note, "toolkit": toolkit_note,
+            "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
             "made": {"by": f"verlenv {__version__}", "command": command,
                      "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                      "seconds": round(time.monotonic() - started, 1)},

@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 from verlenv import install as plain, installed_files
-from verlenv.bundle import parts
+from verlenv.bundle import build_inputs, parts
 from verlenv.bundle.make import FORMAT, MANIFEST
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.pins import read_lock
 from verlenv.sources import sha256_file
 
-_FOLDERS = ("wheels", "tool", "kernel-cache")
+_FOLDERS = ("wheels", "tool", "kernel-cache", build_inputs.SOURCES_DIR, Path(build_inputs.TOOLKIT_FILE).parent.name)
 
 # Run in the target: {name: installed version or None} for the names given.
 _VERSIONS = r"""
@@ -96,11 +96,7 @@ def check(bundle: Path, variant: str | None = None, expected_lock: Path | None =
     for e in manifest["files"]:
         name, version, origin = e["distribution"], e["version"], e["origin"]
         if e["file"]:
-            path = bundle / e["file"]
-            if not path.is_file():
-                raise UserError(f"{path}: missing; the bundle is incomplete", exit_code=1)
-            if path.stat().st_size != e["size"] or sha256_file(path) != e["sha256"]:
-                raise UserError(f"{path}: sha256 differs from the manifest; the file was altered or truncated", exit_code=1)
+            build_inputs.check_file(bundle, e)
         if origin in ("lock", "base") and serves(e, variant):
             pin = pins.get(name)
             if pin is None or pin.version != version:

@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 from verlenv import build, catalog, gpus, recipes, toolchain, validate
+from verlenv.bundle import build_inputs, offline
 from verlenv.commands import add_env_options, positive_int
+from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.install import default_python
 
@@ -21,7 +23,11 @@ def register(sub) -> None:
                    help="wheel cache; a shared disk lets a cluster build once")
     p.add_argument("--jobs", type=positive_int("--jobs"), help="override MAX_JOBS")
     p.add_argument("--threads", type=positive_int("--threads"), help="override nvcc threads per job")
-    p.add_argument("--source", type=Path, help="local source: the sdist file, or a git clone for git recipes")
+    p.add_argument("--source", type=Path,
+                   help="local source: the sdist file, or a git clone (or a tar of the commit) for git recipes")
+    p.add_argument("--bundle", type=Path, metavar="DIR", default=os.environ.get("VERLENV_BUNDLE") or None,
+                   help="build offline from the sources (and CUDA_HOME) a `verlenv bundle --build-inputs` carries "
+                        "(default: $VERLENV_BUNDLE, which the bundle's nox sets)")
     p.add_argument("--if-gpu", action="store_true",
                    help="with --gpu auto: build only when a GPU is visible, else say so and exit 0")
     p.add_argument("--no-install", action="store_true", help="build and cache only")
@@ -32,26 +38,40 @@ def register(sub) -> None:
 
 def _main(args) -> int:
     cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant)
+    bundle = offline.open_bundle(Path(args.bundle)) if args.bundle else None
+    manifest = offline.read_manifest(bundle) if bundle else None
+    variant = _bundle_variant(cat, bundle, manifest, args) if bundle else cat.variant(args.stack, args.variant)
     python = validate.interpreter(args.python) if args.python else os.path.abspath(default_python(variant, cat.root, "build in"))
     packages = args.packages or [b.name for b in variant.source_builds]
-    _check_inputs(args, [recipes.load(cat.root, package) for package in packages])
+    wanted = [recipes.load(cat.root, package) for package in packages]
+    _check_inputs(args, wanted)
+    # From a bundle: each package's carried source unless --source gives one, checked before anything is built.
+    given = [args.source or (build_inputs.carried_source(bundle, manifest, recipe, variant) if bundle else None)
+             for recipe in wanted]
     if args.if_gpu and args.archs is None and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
         print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
         return 0
+    toolkit = build_inputs.unpack_toolkit(bundle, manifest) if bundle and not os.environ.get("CUDA_HOME") else None
     archs = validate.archs(args.archs) if args.archs is not None else gpus.archs_for(args.gpu or ["auto"])
     work = (cat.root / ".verlenv").resolve()
     results = []
-    for package in packages:
+    for package, recipe, source in zip(packages, wanted, given):
         result = build.build_one(cat.root, variant, package, python, archs, args.wheelhouse.resolve(), work,
-                                 args.jobs, args.threads, args.source, args.keep)
+                                 args.jobs, args.threads, source, args.keep, toolkit)
         if not args.no_install:
-            build.install_wheel(python, result.wheel, recipes.load(cat.root, package))
+            build.install_wheel(python, result.wheel, recipe)
         results.append(result)
     if args.json:
         write_atomic(args.json, json.dumps([{"package": r.package, "wheel": str(r.wheel), "fingerprint": r.fingerprint,
                                              "cached": r.cached, "record": r.record} for r in results], indent=2) + "\n")
     return 0
+
+
+def _bundle_variant(cat: catalog.Catalog, bundle: Path, manifest: dict, args) -> catalog.Variant:
+    """The bundle's stack, and its variant (the one asked for, or its only one)."""
+    if args.stack and args.stack != manifest["stack"]:
+        raise UserError(f"--bundle {bundle} holds {manifest['stack']}, not {args.stack}")
+    return cat.variant(manifest["stack"], offline.variant_of(manifest, args.variant))
 
 
 def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
@@ -68,3 +88,4 @@ def _check_inputs(args, wanted: list[recipes.Recipe]) -> None:
     validate.new_or_dir(args.wheelhouse, "--wheelhouse")
     if args.json:
         validate.writable_file(args.json, "--json")
+

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from verlenv import catalog, gpus, pins
-from verlenv.bundle import fetch, kernel_cache, make, parts
+from verlenv.bundle import build_inputs, fetch, kernel_cache, make, parts
 from verlenv.errors import UserError
 
 
@@ -31,6 +31,14 @@ def register(sub) -> None:
                    help="the wheel cache `verlenv build` fills")
     p.add_argument("--kernel-cache", type=Path, metavar="DIR",
                    help="also carry this prebuilt kernel cache folder (Triton's, FlashInfer's); install --kernel-cache-into unpacks it")
+    p.add_argument("--build-inputs", action="store_true",
+                   help="also carry the verified source of every source build whose wheel is left out (--no-built, "
+                        "--without), for `verlenv build` on nodes that reach no index")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=PATH",
+                   help="with --build-inputs: a local copy of NAME's source (a clone or mirror for a git recipe, which "
+                        "must be given; an sdist file for a PyPI one); repeatable")
+    p.add_argument("--toolkit", type=Path, metavar="DIR",
+                   help="also carry this CUDA_HOME (e.g. /opt/cuda-12.5-debian); the node's `verlenv build` uses it")
     p.add_argument("--build-python", help="interpreter that builds sdist-only pins (default: the stack's Python)")
     p.set_defaults(func=_main)
 
@@ -59,8 +67,19 @@ def _main(args) -> int:
             raise UserError(f"--split: {e}") from None
     if args.kernel_cache:
         kernel_cache.files(args.kernel_cache)  # before any download: a folder that holds files
+    if args.source and not args.build_inputs:
+        raise UserError("--source goes with --build-inputs (it gives the copy of a source the bundle carries)")
+    if args.toolkit:
+        build_inputs.check_toolkit(args.toolkit)
     if args.base and not args.base.is_file():
         raise UserError(f"--base {args.base}: no such file; give a `pip freeze` of the target")
+    sources = []
+    if args.build_inputs:
+        carried = {v.name: set() if args.no_built else {b.name for b in v.source_builds} - set(args.without)
+                   for v in variants}
+        sources = build_inputs.wanted(cat.root, variants, carried, build_inputs.parse_given(args.source))
+        if not sources:
+            print("note: --build-inputs: the bundle carries every source-built wheel; no source to carry", file=sys.stderr)
     archs = ([a.strip() for a in args.archs.split(";")] if args.archs
              else gpus.archs_for(args.gpu) if args.gpu else list(stack.gpu_archs))
     built, notes = {}, {}
@@ -79,7 +98,8 @@ def _main(args) -> int:
     manifest = make.make(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,
                          built=built, built_note=notes, base=args.base, dry=args.dry_run,
                          build_python=args.build_python or stack.python,
-                         command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache)
+                         command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache,
+                         sources=sources, toolkit=args.toolkit)
     if manifest is not None and size:
         written = parts.split(out, out.with_name(out.name + ".parts"), size)
         print(f"parts: {len(written)} of at most {size / 1024**2:.1f} MiB in {out.with_name(out.name + '.parts')}",

@@ -40,7 +40,7 @@ def _main(args) -> int:
 
 def _install_bundle(args) -> int:
     """`verlenv install --bundle DIR`: offline install, then the same drift check as a plain install."""
-    from verlenv.bundle import kernel_cache, offline
+    from verlenv.bundle import build_inputs, kernel_cache, offline
 
     if args.installer != "uv":
         raise UserError("--bundle installs with the uv the bundle carries; drop --installer pip")
@@ -83,6 +83,7 @@ def _install_bundle(args) -> int:
     elif kernels:
         print(f"note: the bundle carries a kernel cache ({kernels['file']}); --kernel-cache-into DIR unpacks it",
               file=sys.stderr)
+    build_inputs.unpack_toolkit(bundle, manifest)  # for `verlenv build` on this node; once, after every check
     return 0
 
 

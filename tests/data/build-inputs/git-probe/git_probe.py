@@ -1,0 +1,3 @@
+"""Built from a git archive carried in a bundle."""
+
+VALUE = 1

@@ -67,12 +67,13 @@ def test_a_real_vl_config_is_shrunk_keeping_its_features():
     config = f.config
     assert f.model_class == "Qwen2_5_VLForConditionalGeneration" and f.inputs == "images" and f.model_type == "qwen2_5_vl"
     assert config["tie_word_embeddings"] is True  # the 3B ties its head: kept
-    assert (config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]) == (2, 256, 4)
+    # 4 heads of the original's 128: the hidden size follows the head kept (2048 / 16 = 128).
+    assert (config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]) == (2, 512, 4)
     assert config["num_key_value_heads"] == 2  # still grouped-query (4 heads, 2 KV heads), as the original
-    # mrope splits head_dim/2 = 32 in the original's 16:24:24 proportion.
-    assert config["rope_scaling"]["mrope_section"] == [8, 12, 12] and sum([8, 12, 12]) == 256 // 4 // 2
+    # The head is kept, so the original's mrope split of head_dim/2 = 64 stands as it is.
+    assert config["rope_scaling"]["mrope_section"] == [16, 24, 24] and sum([16, 24, 24]) == 512 // 4 // 2
     vision = config["vision_config"]
-    assert (vision["depth"], vision["fullatt_block_indexes"], vision["out_hidden_size"]) == (2, [1], 256)
+    assert (vision["depth"], vision["fullatt_block_indexes"], vision["out_hidden_size"]) == (2, [1], 512)
     assert vision["patch_size"] == 14 and vision["window_size"] == 112  # what the image processor depends on
     assert f.shrunk["num_hidden_layers"] == [36, 2] and "torch_dtype" not in config
     assert json.loads(REAL["vl"].read_text())["num_hidden_layers"] == 36  # the file itself is untouched
@@ -84,8 +85,8 @@ def test_a_real_moe_config_keeps_its_experts_routing_and_head_size_ratio():
     assert f.inputs == "text" and f.model_class == "Qwen3MoeForCausalLM"
     assert (config["num_experts"], config["num_experts_per_tok"], config["moe_intermediate_size"]) == (8, 2, 128)
     assert config["norm_topk_prob"] is True and config["decoder_sparse_step"] == 1 and config["mlp_only_layers"] == []
-    # Qwen3's head_dim is twice hidden/heads (128 vs 2048/32): the shrunk one keeps that (64 * 2).
-    assert config["head_dim"] == 2 * config["hidden_size"] // config["num_attention_heads"] == 128
+    # Qwen3 names its head_dim (128, twice 2048/32): kept as it is, beside the shrunk hidden size.
+    assert config["head_dim"] == 128 and config["hidden_size"] == 256
     assert f.name == "config-qwen3-30b-a3b"
 
 

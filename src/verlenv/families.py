@@ -181,19 +181,6 @@ def read_config(path: Path) -> dict:
     return data
 
 
-def _rescale_mrope(rope: dict, old_half: int, new_half: int, changed: dict, where: str) -> None:
-    """mrope splits head_dim / 2 into temporal, height and width parts: keep their proportions at the new size."""
-    sections = rope.get("mrope_section")
-    if not isinstance(sections, list) or not sections or sum(sections) != old_half:
-        return
-    scaled = [max(1, round(s * new_half / old_half)) for s in sections]
-    scaled[-1] += new_half - sum(scaled)
-    if scaled[-1] < 1:
-        raise UserError(f"{where}.mrope_section {sections} cannot be split into {new_half} rotary parts")
-    changed[f"{where}.mrope_section"] = [sections, scaled]
-    rope["mrope_section"] = scaled
-
-
 def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
     old_layers = config.get("num_hidden_layers")
     old_hidden, old_heads = config.get("hidden_size"), config.get("num_attention_heads")
@@ -206,13 +193,12 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
             config[key] = value
     if "num_experts_per_tok" in config and "num_experts" in config:
         config["num_experts_per_tok"] = min(config["num_experts_per_tok"], config["num_experts"])
-    new_head_dim = config["hidden_size"] // config["num_attention_heads"]
-    if config.get("head_dim") and old_hidden and old_heads:
-        ratio = config["head_dim"] / (old_hidden / old_heads)
-        value = int(new_head_dim * ratio)
-        if value != config["head_dim"]:
-            changed[f"{where}head_dim"] = [config["head_dim"], value]
-        config["head_dim"] = new_head_dim = value
+    if not config.get("head_dim") and old_head_dim and rules.get("keep_head_dim"):
+        # No head_dim key: the head is hidden/heads, so the hidden size follows the heads kept at the original head.
+        hidden = config["num_attention_heads"] * old_head_dim
+        if hidden != config["hidden_size"]:
+            changed[f"{where}hidden_size"] = [old_hidden, hidden]
+            config["hidden_size"] = hidden
     layers = config.get("num_hidden_layers")
     for key in rules.get("per_layer", []):
         if isinstance(config.get(key), list) and old_layers and layers:
@@ -221,14 +207,11 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
     for key in rules.get("layer_indexes", []):
         if isinstance(config.get(key), list) and layers:
             config[key] = [i for i in config[key] if isinstance(i, int) and i < layers]
-    for rope_key in ("rope_parameters", "rope_scaling"):
-        if isinstance(config.get(rope_key), dict) and old_head_dim:
-            _rescale_mrope(config[rope_key], old_head_dim // 2, new_head_dim // 2, changed, f"{where}{rope_key}")
 
 
 def _known_keys(rules: dict) -> set[str]:
     """Every key the rules set, scale, follow or name as not a size."""
-    known = set(rules["text"]) | set(rules.get("scaled", [])) | set(rules.get("not_sizes", []))
+    known = set(rules["text"]) | {"head_dim"} | set(rules.get("not_sizes", []))
     for vision in rules.get("vision", {}).values():
         known |= set(vision.get("set", {})) | set(vision.get("follow", {}))
     return known

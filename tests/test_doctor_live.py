@@ -17,6 +17,7 @@ import tarfile
 import threading
 import zipfile
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_binary_files_and_archives_are_skipped_by_their_first_bytes_not_their_na
 class CountingFile(io.FileIO):
     """A real file whose bytes read from the disk are counted, per path (test double of the builtin open)."""
 
-    read_from: dict[str, int] = {}
+    read_from: ClassVar[dict[str, int]] = {}
 
     def readinto(self, buffer):
         n = super().readinto(buffer) or 0

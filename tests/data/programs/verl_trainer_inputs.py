@@ -1,6 +1,10 @@
 """Runs in an env with torch, transformers, pyarrow, verl and hydra: writes the inputs, reads them back the way verl
 does, has verl's main_ppo parse the check's command line (both variants) and checks what it set."""
-import importlib.util, json, os, sys, tempfile
+import json
+import os
+import subprocess
+import sys
+import tempfile
 
 KERNELS, OUT = sys.argv[1], sys.argv[2]
 sys.path.insert(0, KERNELS)  # as when the script runs: its folder first, for _common and _phases
@@ -29,10 +33,6 @@ out = {"vocab": len(tokenizer), "model_vocab": model.config.vocab_size, "chat": 
 weights = t.weight_change(torch, paths["model"], paths["model"])
 out["same_weights"] = weights
 
-import os
-import subprocess
-import sys
-import time
 import yaml
 from omegaconf import OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_reference_policy

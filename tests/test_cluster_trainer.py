@@ -30,6 +30,7 @@ from verlenv.cluster import launch, trainer, verdict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
+PROGRAMS = Path(__file__).parent / "data" / "programs"
 
 
 def node(gpus: int) -> dict:
@@ -143,56 +144,16 @@ def env_python() -> str:
     return str(python)
 
 
-def in_env(python: str, code: str, *args, timeout: float = 600) -> dict:
-    proc = subprocess.run([python, "-c", code, str(SRC), *map(str, args)], capture_output=True, text=True,
+def in_env(python: str, program: Path, *args, timeout: float = 600) -> dict:
+    """Run one of tests/data/programs in the env: its last line of output, as JSON."""
+    proc = subprocess.run([python, str(program), str(SRC), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# verl's own config, composed by Hydra with the cluster job's command line for N nodes x G GPUs, then verl's own
-# checks of it, and the runtime_env that verl's run_ppo would hand to ray.init, checked by Ray's RuntimeEnv.
-COMPOSE = r'''
-import json, os, sys
-sys.path.insert(0, sys.argv[1])
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from ray.runtime_env import RuntimeEnv
-import verl
-from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-from verl.trainer.ppo.utils import need_critic, need_reference_policy
-from verl.utils.config import omega_conf_to_dataclass, validate_config
-from verlenv.cluster import trainer
-
-paths = {k: f"/tmp/verlenv-cluster-trainer-x/{k}" for k in ("model", "data", "reward", "checkpoints", "run")}
-out = {}
-with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                           version_base=None):
-    for variant in ("fsdp", "megatron"):
-        for nnodes, gpus in ((2, 1), (2, 8), (3, 2), (4, 8)):
-            cmd = trainer.command(sys.executable, paths, variant, nnodes, gpus, trainer.worker_env({"JOB": "7"}))
-            cfg = compose(config_name=cmd[4], overrides=cmd[5:])
-            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-            omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
-            # As run_ppo merges them before ray.init (verl/trainer/main_ppo.py).
-            merged = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(cfg),
-                                                            cfg.ray_kwargs.ray_init.runtime_env))
-            RuntimeEnv(**{k: v for k, v in merged.items() if v is not None})
-            out[f"{variant} {nnodes}x{gpus}"] = {
-                "nnodes": cfg.trainer.nnodes, "gpus": cfg.trainer.n_gpus_per_node,
-                "batch": cfg.data.train_batch_size, "mini": cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
-                "strategy": cfg.actor_rollout_ref.actor.strategy, "env": merged["env_vars"]}
-    # verify --ray --thorough --rollout-tp 2 / --actor-tp 2: the same keywords as the one-node check.
-    for variant, proof in (("fsdp", {"rollout_tp": 2, "thorough": True}), ("megatron", {"actor_tp": 2})):
-        cmd = trainer.command(sys.executable, paths, variant, 2, 2, trainer.worker_env({}), **proof)
-        cfg = compose(config_name=cmd[4], overrides=cmd[5:])
-        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-        out[f"{variant} proof"] = {"rollout_tp": cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
-                                   "eager": cfg.actor_rollout_ref.rollout.enforce_eager,
-                                   "actor_tp": (cfg.actor_rollout_ref.actor.megatron.tensor_model_parallel_size
-                                                if variant == "megatron" else None)}
-print(json.dumps(out))
-'''
+# A program run in the env; its docstring says what it does.
+COMPOSE = PROGRAMS / "cluster_trainer_compose.py"
 
 
 @pytest.mark.slow
@@ -211,27 +172,8 @@ def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(env_python):
     assert out["megatron proof"] == {"rollout_tp": 1, "eager": True, "actor_tp": 2}
 
 
-# Two nodes sharing a filesystem (two raylets of one host) write the inputs to one path at once; a third node
-# elsewhere writes them to its own disk (another path here): the same bytes everywhere.
-STAGE = r'''
-import json, os, sys, tempfile
-from concurrent.futures import ProcessPoolExecutor
-sys.path.insert(0, sys.argv[1])
-from verlenv.cluster import trainer
-
-root = sys.argv[2]
-shared, other = os.path.join(root, "shared", "inputs"), os.path.join(root, "other", "inputs")
-with ProcessPoolExecutor(3) as pool:
-    results = list(pool.map(trainer.write_inputs_here, [shared, shared, other], [16] * 3))
-before = trainer.weights_here(shared, results[0]["layout"])
-import shutil
-actor = os.path.join(shared, "checkpoints", "global_step_2", "actor", "huggingface")
-shutil.copytree(os.path.join(shared, "model"), actor)  # as verl saves it: the same tensors, unchanged
-after = trainer.weights_here(shared, results[0]["layout"])
-removed = [trainer.remove_here(shared), trainer.remove_here(shared)]
-print(json.dumps({"results": results, "before": before, "after": after, "removed": removed,
-                  "left": sorted(os.listdir(os.path.join(root, "shared")))}))
-'''
+# A program run in the env; its docstring says what it does.
+STAGE = PROGRAMS / "cluster_trainer_stage.py"
 
 
 @pytest.mark.slow
@@ -247,83 +189,12 @@ def test_every_node_writes_the_same_inputs_and_the_checkpoint_is_measured_where_
     assert out["removed"] == [True, False] and out["left"] == []  # no temp sibling left by the node that lost the race
 
 
-# Test double of verl's GPU trainer: verl's own run_ppo (ray.init with its runtime_env, joining the cluster named by
-# RAY_ADDRESS) with a stand-in TaskRunner in place of training, which needs GPUs.
-STANDIN = r'''
-import json, os, sys
-import ray
-from hydra import compose, initialize_config_dir
-import verl
-from verl.trainer.main_ppo import run_ppo
-
-argv = sys.argv[1:]
-name = argv[argv.index("--config-name") + 1]
-with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                           version_base=None):
-    config = compose(config_name=name, overrides=[a for a in argv if a not in ("--config-name", name)])
-SEEN = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "HF_HUB_OFFLINE", "JOB_SETTING")
+# A program run in the env; its docstring says what it does.
+STANDIN = PROGRAMS / "standin_main_ppo.py"
 
 
-@ray.remote(num_cpus=0, num_gpus=1)
-class Worker:
-    def look(self, model, reward):
-        return {"node": ray.get_runtime_context().get_node_id(), "env": {k: os.environ.get(k) for k in SEEN},
-                "inputs": os.path.isfile(os.path.join(model, "model.safetensors")) and os.path.isfile(reward)}
-
-    def save(self, model, out):
-        from safetensors.torch import load_file, save_file
-        tensors = load_file(os.path.join(model, "model.safetensors"))
-        os.makedirs(out)
-        save_file({k: v + 0.01 for k, v in tensors.items()}, os.path.join(out, "model.safetensors"))
-
-
-@ray.remote(num_cpus=0)
-class StandInTaskRunner:
-    def run(self, config):
-        if os.environ.get("JOB_SETTING") == "fail":
-            raise ValueError("the stand-in was told to fail")
-        from verl.utils.logger.aggregate_logger import LocalLogger
-        workers = [Worker.remote() for _ in range(config.trainer.nnodes * config.trainer.n_gpus_per_node)]
-        model, reward = config.actor_rollout_ref.model.path, config.reward.custom_reward_function.path
-        looks = ray.get([w.look.remote(model, reward) for w in workers])
-        print("STANDIN " + json.dumps({"gcs": ray.get_runtime_context().gcs_address, "looks": looks}), flush=True)
-        steps = config.trainer.total_training_steps
-        actor = os.path.join(config.trainer.default_local_dir, f"global_step_{steps}", "actor", "huggingface")
-        ray.get(workers[0].save.remote(model, actor))  # rank 0 saves the hf_model part
-        for step in range(1, steps + 1):
-            LocalLogger().log({"actor/pg_loss": -0.01, "actor/grad_norm": 0.9, "timing_s/step": 1.5,
-                               "timing_s/gen": 0.5, "training/rollout_actor_probs_pearson_corr": 0.9999,
-                               "training/rollout_probs_diff_mean": 0.0004}, step=step)
-
-
-run_ppo(config, StandInTaskRunner)
-'''
-
-# The driver's side, as verlenv.cluster.driver runs it once every node passed.
-DRIVE = r'''
-import json, os, sys
-sys.path.insert(0, sys.argv[1])
-import ray
-import verlenv
-from verlenv.cluster import driver, trainer
-
-address, standin, log, setting = sys.argv[2:6]
-ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]}, logging_level="WARNING",
-         log_to_driver=False)
-nodes = driver.alive_nodes()
-names = driver.labels(nodes)
-# Stand-in for each node's own check, which saw the GPU that Ray gives it (none exists here).
-answered = {i: {"state": "checked", "fingerprint": {"gpu:count": str(int(n["Resources"].get("GPU", 0)))}}
-            for i, n in nodes.items()}
-check = trainer.check_module()
-verls = check.command
-check.command = lambda python, paths, variant, **sizes: [python, standin, *verls(python, paths, variant, **sizes)[3:]]
-spec = {"address": address, "variant": "fsdp", "runtime_env": {"env_vars": {"JOB_SETTING": setting}},
-        "trainer_log": log}
-result = trainer.run(answered, nodes, names, spec, lambda line: print(line, file=sys.stderr))
-ray.shutdown()
-print(json.dumps({"result": result, "names": names}))
-'''
+# A program run in the env; its docstring says what it does.
+DRIVE = PROGRAMS / "cluster_trainer_drive.py"
 
 
 @pytest.fixture(scope="module")
@@ -339,10 +210,8 @@ def cluster(env_python):
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tmp_path):
-    standin = tmp_path / "standin_main_ppo.py"
-    standin.write_text(STANDIN)
     log = tmp_path / "report.trainer.log"
-    out = in_env(env_python, DRIVE, cluster.address, standin, log, "on", timeout=1200)
+    out = in_env(env_python, DRIVE, cluster.address, STANDIN, log, "on", timeout=1200)
     result, names = out["result"], out["names"]
     workers = sorted(n for n in names.values() if n in cluster.workers)
     assert result["status"] == "pass", json.dumps(result, indent=1)[-4000:]
@@ -371,9 +240,7 @@ def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tm
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_failing_cluster_job_names_the_innermost_exception_and_still_cleans_up(cluster, env_python, tmp_path):
-    standin = tmp_path / "standin_main_ppo.py"
-    standin.write_text(STANDIN)
-    out = in_env(env_python, DRIVE, cluster.address, standin, tmp_path / "x.trainer.log", "fail", timeout=1200)
+    out = in_env(env_python, DRIVE, cluster.address, STANDIN, tmp_path / "x.trainer.log", "fail", timeout=1200)
     result = out["result"]
     assert result["status"] == "fail" and result["exit_code"] == 1
     assert result["problems"][0] == "verl's trainer exited with 1: ValueError: the stand-in was told to fail"
@@ -382,35 +249,8 @@ def test_a_failing_cluster_job_names_the_innermost_exception_and_still_cleans_up
     assert result["log_tail"] and not Path(result["inputs"]).exists()
 
 
-# A node's own trainer check, as verify --ray runs it: a Ray task on one node of the cluster starts verl's trainer,
-# whose ray.init() would join the instance it finds (the cluster, whose GPUs the node checks hold: on 2 x H100 it
-# failed with "Total available GPUs 0 is less than total desired GPUs 1"). Here a bare ray.init() (a test double of
-# verl's main_ppo, named so) takes verl's place.
-NODE_CHECK = r'''
-import json, os, sys, tempfile
-sys.path.insert(0, sys.argv[1])
-import ray
-import verlenv
-from verlenv.cluster import trainer
-
-ray.init(address=sys.argv[2], runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]}, logging_level="WARNING",
-         log_to_driver=False)
-STARTS_RAY = "import ray; ray.init(); print('GCS', ray.get_runtime_context().gcs_address, flush=True)"
-
-
-@ray.remote(num_gpus=1)
-def node_check():
-    # A node whose environment names its cluster, as ray.init() finds it: RAY_ADDRESS (exported on the node, or a
-    # Ray job's), else the address file the last `ray start` wrote (/tmp/ray/ray_current_cluster by default).
-    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    with tempfile.TemporaryDirectory() as cwd:
-        lines, code, _ = trainer.check_module().run_trainer([sys.executable, "-c", STARTS_RAY], cwd, timeout=300)
-    return {"code": code, "gcs": [l.text.split()[1] for l in lines if l.text.startswith("GCS ")],
-            "cluster": ray.get_runtime_context().gcs_address}
-
-
-print(json.dumps(ray.get(node_check.remote())))
-'''
+# A program run in the env; its docstring says what it does.
+NODE_CHECK = PROGRAMS / "cluster_node_trainer_check.py"
 
 
 @pytest.mark.slow

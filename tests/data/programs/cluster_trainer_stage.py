@@ -1,6 +1,6 @@
 """Two nodes sharing a filesystem (two raylets of one host) write the inputs to one path at once; a third node
 elsewhere writes them to its own disk (another path here): the same bytes everywhere."""
-import json, os, sys, tempfile
+import json, os, sys
 from concurrent.futures import ProcessPoolExecutor
 sys.path.insert(0, sys.argv[1])
 from verlenv.cluster import trainer

@@ -3,6 +3,7 @@ or a condition checked until it holds. The guard only ends a wait for an event t
 
 import os
 import select
+import threading
 import time
 
 GUARD_S = 600  # a hang guard only: a test whose event never comes fails after it, whatever the machine's speed
@@ -31,3 +32,27 @@ def until(condition, guard_s: float = GUARD_S, every_s: float = 0.01) -> bool:
             return False
         time.sleep(every_s)
     return True
+
+
+class StreamLines:
+    """A process's output stream, read line by line as it comes, in a thread of its own."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self.ended = threading.Event()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.append(line)
+        self.ended.set()
+
+    def wait_for(self, text: str, guard_s: float = GUARD_S) -> bool:
+        """True once a line holds text; False when the stream ended without one (or after guard_s)."""
+        until(lambda: self.ended.is_set() or any(text in line for line in self.lines), guard_s)
+        return any(text in line for line in self.lines)
+
+    def text(self, guard_s: float = GUARD_S) -> str:
+        """Everything, once the stream has ended."""
+        self.ended.wait(guard_s)
+        return "".join(self.lines)

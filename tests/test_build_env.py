@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -82,17 +81,18 @@ def kill_session(sid: int) -> None:
 
     Killing its process group is not enough: ninja puts each compile command in a group of its own.
     """
-    for _ in range(100):
+    from waiting import until
+
+    def none_left() -> bool:
         pids = [pid for pid, (state, session) in _processes().items() if session == sid and state != "Z"]
-        if not pids:
-            return
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.1)
-    raise AssertionError(f"processes of session {sid} survive SIGKILL: {pids}")
+        return not pids
+
+    assert until(none_left, every_s=0.1), f"processes of session {sid} survive SIGKILL"
 
 
 def _processes() -> dict[int, tuple[str, int]]:

@@ -5,13 +5,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from verlenv import build as builder, catalog, recipes
 from verlenv.errors import UserError
+from waiting import GUARD_S, until
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "ext"
@@ -142,8 +142,9 @@ def test_an_unknown_variant_is_refused(probe_root):
 
 
 def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, source: str | None,
-                stop_when, timeout: float = 900) -> tuple[str, str]:
-    """Run the real builder on a project recipe in a subprocess; kill it once stop_when(work) holds.
+                stop_when, timeout: float = GUARD_S) -> tuple[str, str]:
+    """Run the real builder on a project recipe in a subprocess; kill it once stop_when(work) holds (what it watches
+    is whole by then: a condition on a file's content, not on its existence).
 
     Returns (the builder's stderr, the build log): enough to check what setup.py made of the recipe
     without paying for a whole compile.
@@ -156,12 +157,8 @@ def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, so
             f"Path({str(wheelhouse)!r}), Path({str(work)!r}), source={f'Path({source!r})' if source else None})\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + timeout
-        while not stop_when(work):
-            assert proc.poll() is None, f"the build ended first: {proc.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
-        time.sleep(1)  # let the file being watched be written out
+        assert until(lambda: proc.poll() is not None or stop_when(work), timeout, every_s=0.5), "no such point"
+        assert proc.poll() is None, f"the build ended first: {proc.stderr.read()[-3000:]}"
     finally:
         kill_session(proc.pid)  # the builder, pip, ninja and every compile under them
         stderr = proc.communicate()[1]
@@ -190,8 +187,11 @@ def test_apex_setup_takes_the_recipe_knobs(tmp_path, monkeypatch):
 
     clean_build_env(monkeypatch)
     work, wheelhouse = tmp_path / "work", tmp_path / "wheelhouse"
-    stderr, log = start_build("apex", ["9.0"], work, wheelhouse, repo,
-                              lambda w: list(w.glob("build-apex-*/src/apex-*/build/**/build.ninja")))
+    def ninja_file_written(w: Path) -> bool:  # torch writes it in one go, its flags before its rules
+        found = next(w.glob("build-apex-*/src/apex-*/build/**/build.ninja"), None)
+        return found is not None and "rule compile" in found.read_text()
+
+    stderr, log = start_build("apex", ["9.0"], work, wheelhouse, repo, ninja_file_written)
     split = re.search(r"APEX_PARALLEL_BUILD=(\d+) extensions at once x MAX_JOBS=(\d+) jobs each", stderr)
     jobs = re.search(r"parallelism: MAX_JOBS=(\d+)", stderr)
     assert split and jobs, stderr
@@ -219,7 +219,7 @@ def test_transformer_engine_torch_compiles_its_first_units(tmp_path, monkeypatch
         log = next(w.glob("build-transformer-engine-torch-*/build.log"), None)
         return log is not None and re.search(r"^\s*\[1/\d+\]", log.read_text(errors="replace"), re.M) is not None
 
-    stderr, log = start_build("transformer-engine-torch", ["9.0"], work, wheelhouse, None, first_unit_done, 1800)
+    stderr, log = start_build("transformer-engine-torch", ["9.0"], work, wheelhouse, None, first_unit_done)
     assert "MAX_JOBS=1" in stderr
     assert "Guessing wheel URL" not in log  # NVTE_PYTORCH_FORCE_BUILD=TRUE was honoured
     assert "error:" not in log and "No such file or directory" not in log

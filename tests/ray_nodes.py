@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-START_TIMEOUT_S = 180
+START_TIMEOUT_S = 600  # a hang guard for one `ray start`
+START_TRIES = 3
+ALIVE_GUARD_S = 600  # a hang guard: nodes that never come up fail the start after it
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # the plasma store's floor is 75 MiB; nothing big travels
 COMMON = ("--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats")
 
@@ -68,6 +70,11 @@ class LocalCluster:
                  and (ip is None or f"{ip} " in cmd or f"{ip}:" in cmd or cmd.endswith(ip))}
         return _with_descendants(roots, procs) - {os.getpid()}
 
+    def running(self, ip: str, title: str) -> bool:
+        """A process of node `ip` runs a Ray task named `title` now (Ray titles a worker `ray::<task name>`)."""
+        procs = _processes()
+        return any(procs[pid][1].startswith(f"ray::{title}") for pid in self.pids(ip) if pid in procs)
+
     def kill_node(self, ip: str) -> set[int]:
         """SIGKILL one worker node's raylet, its agents and workers: the machine died."""
         pids = self.pids(ip)
@@ -81,7 +88,7 @@ class LocalCluster:
         """One more worker node (python's env, `extra` in its environment, `args` to its `ray start`); its IP."""
         ip = f"127.0.0.{2 + len(self.workers)}"
         _start(str(Path(python).parent / "ray"),
-               ["--address", self.address, "--node-ip-address", ip, *COMMON, *args], {**_base(), **extra})
+               ["--address", self.address, "--node-ip-address", ip, *COMMON, *args], {**_base(), **extra}, self, ip)
         self.workers.append(ip)
         _wait_alive(python, self.address, 1 + len(self.workers))
         return ip
@@ -95,10 +102,16 @@ def _kill(pids: set[int]) -> None:
             pass
 
 
-def _start(ray: str, args: list[str], env: dict) -> None:
-    proc = subprocess.run([ray, "start", *args], env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ray start {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+def _start(ray: str, args: list[str], env: dict, cluster: "LocalCluster | None" = None, ip: str = "") -> None:
+    """`ray start`; a worker node whose raylet missed Ray's fixed 30 s to register (a loaded machine) is killed and
+    started again, up to START_TRIES times."""
+    for attempt in range(1, START_TRIES + 1):
+        proc = subprocess.run([ray, "start", *args], env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        if proc.returncode == 0:
+            return
+        if cluster is None or attempt == START_TRIES or "timed out during startup" not in proc.stdout + proc.stderr:
+            raise RuntimeError(f"ray start {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        cluster.kill_node(ip)
 
 
 def _base() -> dict:
@@ -119,7 +132,7 @@ def start(head_python: str, workers: list[tuple], head_env: dict | None = None) 
         for i, (python, extra, *args) in enumerate(workers, start=2):
             _start(str(Path(python).parent / "ray"),
                    ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON, *(args[0] if args else ())],
-                   {**_base(), **extra})
+                   {**_base(), **extra}, cluster, f"127.0.0.{i}")
         cluster.workers += [f"127.0.0.{i}" for i in range(2, 2 + len(workers))]
         _wait_alive(head_python, cluster.address, 1 + len(workers))
     except BaseException:
@@ -128,7 +141,7 @@ def start(head_python: str, workers: list[tuple], head_env: dict | None = None) 
     return cluster
 
 
-def _wait_alive(python: str, address: str, count: int, timeout: float = 60) -> None:
+def _wait_alive(python: str, address: str, count: int, timeout: float = ALIVE_GUARD_S) -> None:
     code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
             "print(sum(n['Alive'] for n in ray.nodes()))")
     deadline = time.monotonic() + timeout

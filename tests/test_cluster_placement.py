@@ -9,7 +9,6 @@ Needs the default env (`nox -s env`, or VERLENV_CLUSTER_ENV=<its python>).
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +31,6 @@ def placed(gpu: str, node: int) -> dict:
             "SLURM_NODEID": str(node), "SLURM_PROCID": str(node), "SLURM_LOCALID": "0",
             "SLURMD_NODENAME": f"gpu-{node}", "LOCAL_RANK": "0", "RANK": str(node),
             "VLLM_HOST_IP": f"127.0.0.{node + 2}"}
-
-
-@pytest.fixture(scope="module")
-def env_python() -> str:
-    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
-    if not python.exists():
-        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
-    return str(python)
 
 
 @pytest.fixture(scope="module")

@@ -25,14 +25,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module")
-def env_python() -> str:
-    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
-    if not python.exists():
-        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
-    return str(python)
-
-
-@pytest.fixture(scope="module")
 def odd_python(env_python, tmp_path_factory) -> str:
     """A second venv of the same lock whose torch RECORD lists one file more than was installed."""
     from uv import find_uv_bin

@@ -16,7 +16,6 @@ Needs the default env (VERLENV_CLUSTER_ENV=<its python>) for all but the first p
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,14 +133,6 @@ def test_the_report_shows_the_trainer_run():
     console = Console(record=True, width=250)
     launch.trainer_report({"status": "skipped", "reason": "--skip-cluster-trainer"}, console)
     assert console.export_text().strip() == "verl's trainer across the cluster: skipped (--skip-cluster-trainer)"
-
-
-@pytest.fixture(scope="module")
-def env_python() -> str:
-    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
-    if not python.exists():
-        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
-    return str(python)
 
 
 def in_env(python: str, program: Path, *args, timeout: float = 600) -> dict:

@@ -9,8 +9,10 @@ import json
 import math
 import os
 import py_compile
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import types
@@ -558,3 +560,67 @@ def test_vllms_check_fixes_its_kv_cache_only_where_that_vllm_has_the_setting():
     assert vllm.fixed_kv_cache(kwargs, NewEngineArgs) and kwargs["kv_cache_memory_bytes"] == 1 << 28
     kwargs = {"gpu_memory_utilization": 0.2}
     assert not vllm.fixed_kv_cache(kwargs, OldEngineArgs) and kwargs == {"gpu_memory_utilization": 0.2}
+
+
+# ---- on a GPU: every check script for real, in the default env, as verify runs it (`nox -s tests -- -m gpu`) ----
+
+SCRIPTS = sorted(NOT_INSTALLED)
+# Where the checked libraries keep caches in a home folder: a GPU test must leave these as they were.
+HOME_CACHES = (".cache/vllm", ".cache/flashinfer", ".cache/torch", ".cache/huggingface", ".cache/triton",
+               ".cache/torch_extensions", ".triton", ".nv", ".config/vllm")
+
+
+@pytest.fixture(scope="module")
+def on_this_gpu(env_python):
+    """(the visible GPUs' profile as verify sends it, the env's variant, the environment the scripts run in: every
+    cache, temp and home folder in one scratch folder, removed afterwards)."""
+    from verlenv import gpus
+
+    visible = gpus.gpu_details()
+    profile = gpus.select_profile("auto", visible)
+    marker = Path(env_python).parent.parent / "verlenv-env.json"
+    variant = json.loads(marker.read_text())["variant"] if marker.is_file() else "fsdp"
+    scratch = Path(tempfile.mkdtemp(prefix="vgpu", dir="/tmp"))  # short: Ray's socket paths stay under 108 bytes
+    env = {"HOME": "home", "XDG_CACHE_HOME": "cache", "TMPDIR": "tmp", "TRITON_CACHE_DIR": "triton",
+           "VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "inductor", "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+           "HF_HOME": "hf", "CUDA_CACHE_PATH": "nv"}
+    for name, folder in env.items():
+        (scratch / folder).mkdir()
+        env[name] = str(scratch / folder)
+    sent = {**profile.for_checks(len(visible)), "variant": variant, "thorough": False, "rollout_tp": 1, "actor_tp": 1,
+            "beside": []}
+    try:
+        yield sent, variant, env
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def written_since(start_ns: int, home: Path) -> list[str]:
+    """Files under the home caches the checked libraries use, written since start_ns."""
+    found = []
+    for folder in (home / c for c in HOME_CACHES):
+        for dirpath, _, files in os.walk(folder):
+            found += [os.path.join(dirpath, f) for f in files
+                      if os.lstat(os.path.join(dirpath, f)).st_mtime_ns >= start_ns]
+    return found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_each_check_script_passes_on_this_gpu(name, on_this_gpu, env_python, monkeypatch):
+    from verlenv.verify import runner
+
+    sent, variant, env = on_this_gpu
+    home, start = Path.home(), time.time_ns()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    script = KERNELS / f"check_{name}.py"
+    scope = runner.Scope(frozenset(runner.REQUIRED[variant]))
+    results = runner.run_script(env_python, script, sent, runner.timeout_for(script, 150.0), scope)
+    assert written_since(start, home) == []  # caches, temp files, Ray's session: all in the scratch folder
+    failed = [f"{r.name}: {r.reason}\n{r.log[-3000:]}" for r in results if r.status == "fail"]
+    assert not failed, "\n\n".join(failed)
+    absent = {r.reason for r in results if r.status == "skip" and r.reason.endswith("not installed")}
+    if absent and not any(r.status in ("pass", "warn") for r in results):
+        pytest.skip(f"{'; '.join(sorted(absent))} in {env_python} (source-built packages: `nox -s build`)")
+    assert any(r.status in ("pass", "warn") for r in results), [(r.name, r.status, r.reason) for r in results]

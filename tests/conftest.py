@@ -1,5 +1,6 @@
-"""What the whole suite shares: the skip of GPU tests where no NVIDIA GPU is visible, and the default stack's env
-(found as every test finds it: $VERLENV_CLUSTER_ENV, else .venv-verl-0.9-fsdp in this checkout)."""
+"""What the whole suite shares: the skip of GPU tests where no NVIDIA GPU is visible, the default stack's env
+(found as every test finds it: $VERLENV_CLUSTER_ENV, else .venv-verl-0.9-fsdp in this checkout) and one real Ray
+cluster started from it for the cluster tests that leave it as they found it."""
 
 import functools
 import os
@@ -37,3 +38,19 @@ def env_python() -> str:
     if not python.exists():
         pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
     return str(python)
+
+
+@pytest.fixture(scope="session")
+def gpu_cluster(env_python):
+    """A real Ray cluster on this machine (tests/ray_nodes.py): a CPU head and two worker nodes that Ray gives one GPU
+    each (`--num-gpus 1`; none exists here), each with its own place in a job (CUDA_VISIBLE_DEVICES 1 and 0, Slurm
+    ids, ranks). A test that adds a node removes it before it ends."""
+    import ray_nodes
+
+    one_gpu = ("--num-gpus", "1")
+    cluster = ray_nodes.start(env_python, [(env_python, ray_nodes.placed("1", 0), one_gpu),
+                                           (env_python, ray_nodes.placed("0", 1), one_gpu)])
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -6,8 +6,8 @@
   checked by Ray's own RuntimeEnv: in the default env.
 - The inputs every node writes (the same bytes from the same seed, one folder when nodes share a filesystem), the
   checkpoint lookup and the cleanup: in the default env.
-- The whole flow on a real 3-node Ray cluster (tests/ray_nodes.py; a CPU head, two workers with one GPU each in
-  Ray's view): inputs written by a Ray task per node, verl's own run_ppo joining the running cluster through
+- The whole flow on a real 3-node Ray cluster (conftest's gpu_cluster: a CPU head, two workers with one GPU each in
+  Ray's view, shared with the placement tests): inputs written by a Ray task per node, verl's own run_ppo joining the running cluster through
   RAY_ADDRESS with the workers' variables in its runtime_env, the checkpoint found where rank 0 wrote it, the
   judging, the log, the cleanup on every node. GPU training cannot run here, so a stand-in TaskRunner (a test
   double, named so) takes verl's place inside run_ppo: it places one worker per GPU, checks what each sees, writes
@@ -23,13 +23,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parent))
-import ray_nodes  # noqa: E402
-from verlenv.cluster import launch, trainer, verdict  # noqa: E402
+from verlenv.cluster import launch, trainer, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PROGRAMS = Path(__file__).parent / "data" / "programs"
+JOBS_GUARD_S = 7200  # a hang guard for a run of stand-in jobs on nodes that share two loaded cores
 
 
 def node(gpus: int) -> dict:
@@ -189,22 +188,21 @@ DRIVE = PROGRAMS / "cluster_trainer_drive.py"
 
 
 @pytest.fixture(scope="module")
-def cluster(env_python):
-    one_gpu = ("--num-gpus", "1")
-    c = ray_nodes.start(env_python, [(env_python, {}, one_gpu), (env_python, {}, one_gpu)])
-    try:
-        yield c
-    finally:
-        c.stop()
+def cluster_jobs(gpu_cluster, env_python, tmp_path_factory) -> tuple[dict, dict, dict]:
+    """Two cluster jobs, one driver, one after the other: the stand-in trains ("on"), then it raises ("fail").
+    Returns (results by setting, node names, log paths by setting)."""
+    logs = {setting: tmp_path_factory.mktemp(f"cluster-job-{setting}") / "report.trainer.log" for setting in ("on", "fail")}
+    out = in_env(env_python, DRIVE, gpu_cluster.address, STANDIN, *(f"{s}={log}" for s, log in logs.items()),
+                 timeout=JOBS_GUARD_S)
+    return out["results"], out["names"], logs
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tmp_path):
-    log = tmp_path / "report.trainer.log"
-    out = in_env(env_python, DRIVE, cluster.address, STANDIN, log, "on", timeout=1200)
-    result, names = out["result"], out["names"]
-    workers = sorted(n for n in names.values() if n in cluster.workers)
+@pytest.mark.timeout(JOBS_GUARD_S)
+def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster_jobs, gpu_cluster):
+    results, names, logs = cluster_jobs
+    result, log = results["on"], logs["on"]
+    workers = sorted(n for n in names.values() if n in gpu_cluster.workers)
     assert result["status"] == "pass", json.dumps(result, indent=1)[-4000:]
     assert (result["nnodes"], result["n_gpus_per_node"], result["nodes"]) == (2, 1, workers)
     assert len(result["input_digests"]) == 3 and len(set(result["input_digests"].values())) == 1
@@ -212,7 +210,7 @@ def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tm
     standin_line = next(line for line in text.splitlines() if "STANDIN " in line)
     seen = json.loads(standin_line.split("STANDIN ", 1)[1])
     # verl joined the running cluster, it did not start its own: its workers ran on this cluster's GPU nodes.
-    assert seen["gcs"].rsplit(":", 1)[1] == str(cluster.port)
+    assert seen["gcs"].rsplit(":", 1)[1] == str(gpu_cluster.port)
     assert sorted(names[look["node"]] for look in seen["looks"]) == workers
     for look in seen["looks"]:  # through verl's runtime_env: a joined cluster's workers get nothing else
         assert look["env"] == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -229,11 +227,10 @@ def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tm
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_a_failing_cluster_job_names_the_innermost_exception_and_still_cleans_up(cluster, env_python, tmp_path):
-    out = in_env(env_python, DRIVE, cluster.address, STANDIN, tmp_path / "x.trainer.log", "fail", timeout=1200)
-    result = out["result"]
-    assert result["status"] == "fail" and result["exit_code"] == 1
+@pytest.mark.timeout(JOBS_GUARD_S)
+def test_a_failing_cluster_job_names_the_innermost_exception_and_still_cleans_up(cluster_jobs):
+    result = cluster_jobs[0]["fail"]
+    assert result["status"] == "fail" and result.get("exit_code") == 1, json.dumps(result, indent=1)[-4000:]
     assert result["problems"][0] == "verl's trainer exited with 1: ValueError: the stand-in was told to fail"
     assert "verl logged no metrics for step 1" in result["problems"]
     assert "verl saved no hf_model checkpoint to compare the weights with" in result["problems"]
@@ -245,8 +242,8 @@ NODE_CHECK = PROGRAMS / "cluster_node_trainer_check.py"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_nodes_own_trainer_check_starts_a_ray_of_its_own_inside_a_cluster(cluster, env_python):
-    out = in_env(env_python, NODE_CHECK, cluster.address, timeout=600)
+@pytest.mark.timeout(JOBS_GUARD_S)
+def test_a_nodes_own_trainer_check_starts_a_ray_of_its_own_inside_a_cluster(gpu_cluster, env_python):
+    out = in_env(env_python, NODE_CHECK, gpu_cluster.address, timeout=JOBS_GUARD_S)
     assert out["code"] == 0 and len(out["gcs"]) == 1, out
     assert out["gcs"][0] != out["cluster"], f"the node's check joined the cluster {out['cluster']}"

@@ -1,11 +1,18 @@
-"""The driver's side, as verlenv.cluster.driver runs it once every node passed."""
-import json, os, sys
-sys.path.insert(0, sys.argv[1])
-import ray
-import verlenv
-from verlenv.cluster import driver, trainer
+"""The driver's side, as verlenv.cluster.driver runs it once every node passed: verl's trainer across the cluster,
+once per SETTING=LOG argument (the workers see JOB_SETTING=SETTING; LOG is the trainer log), one after the other.
+argv: verlenv's src, the cluster's address, the stand-in main_ppo, SETTING=LOG..."""
+import json
+import os
+import sys
 
-address, standin, log, setting = sys.argv[2:6]
+sys.path.insert(0, sys.argv[1])
+import ray  # noqa: E402
+import verlenv  # noqa: E402
+from verlenv.cluster import driver, trainer  # noqa: E402
+
+address, standin, jobs = sys.argv[2], sys.argv[3], [a.split("=", 1) for a in sys.argv[4:]]
+# The stand-in nodes share this machine's cores: their tasks get time limits no real node needs (hang guards).
+LIMITS = {"node_task_s": 1200, "trainer_s": 1800}
 ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]}, logging_level="WARNING",
          log_to_driver=False)
 nodes = driver.alive_nodes()
@@ -16,8 +23,10 @@ answered = {i: {"state": "checked", "fingerprint": {"gpu:count": str(int(n["Reso
 check = trainer.check_module()
 verls = check.command
 check.command = lambda python, paths, variant, **sizes: [python, standin, *verls(python, paths, variant, **sizes)[3:]]
-spec = {"address": address, "variant": "fsdp", "runtime_env": {"env_vars": {"JOB_SETTING": setting}},
-        "trainer_log": log}
-result = trainer.run(answered, nodes, names, spec, lambda line: print(line, file=sys.stderr))
+results = {}
+for setting, log in jobs:
+    spec = {"address": address, "variant": "fsdp", "runtime_env": {"env_vars": {"JOB_SETTING": setting}},
+            "trainer_log": log, **LIMITS}
+    results[setting] = trainer.run(answered, nodes, names, spec, lambda line: print(line, file=sys.stderr))
 ray.shutdown()
-print(json.dumps({"result": result, "names": names}))
+print(json.dumps({"results": results, "names": names}))

@@ -54,3 +54,18 @@ def gpu_cluster(env_python):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def verl_composed(env_python, tmp_path_factory) -> dict:
+    """verl's own Hydra configs as the kernel check and the cluster job compose them, from one run in the default env
+    (tests/data/programs/verl_compose.py): {"check": ..., "cluster": ...}."""
+    import json
+    import subprocess
+
+    out = tmp_path_factory.mktemp("verl-compose") / "out.json"
+    kernels = ROOT / "src" / "verlenv" / "verify" / "kernels"
+    proc = subprocess.run([env_python, str(ROOT / "tests" / "data" / "programs" / "verl_compose.py"), str(ROOT / "src"),
+                           str(kernels), str(out)], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())

@@ -11,7 +11,7 @@ import pytest
 
 from verlenv import build as builder, catalog, recipes
 from verlenv.errors import UserError
-from waiting import GUARD_S, until
+from test_build_env import build_until
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "ext"
@@ -142,27 +142,9 @@ def test_an_unknown_variant_is_refused(probe_root):
 
 
 def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, source: str | None,
-                stop_when, timeout: float = GUARD_S) -> tuple[str, str]:
-    """Run the real builder on a project recipe in a subprocess; kill it once stop_when(work) holds (what it watches
-    is whole by then: a condition on a file's content, not on its existence).
-
-    Returns (the builder's stderr, the build log): enough to check what setup.py made of the recipe
-    without paying for a whole compile.
-    """
-    from test_build_env import kill_session, torch_python
-
-    code = (f"from pathlib import Path\nfrom verlenv import build, catalog\n"
-            f"variant = catalog.load(Path({str(REPO / 'stacks.toml')!r})).variant('verl-0.9', 'megatron')\n"
-            f"build.build_one(Path({str(REPO)!r}), variant, {package!r}, {torch_python()!r}, {archs!r}, "
-            f"Path({str(wheelhouse)!r}), Path({str(work)!r}), source={f'Path({source!r})' if source else None})\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        assert until(lambda: proc.poll() is not None or stop_when(work), timeout, every_s=0.5), "no such point"
-        assert proc.poll() is None, f"the build ended first: {proc.stderr.read()[-3000:]}"
-    finally:
-        kill_session(proc.pid)  # the builder, pip, ninja and every compile under them
-        stderr = proc.communicate()[1]
-    return stderr, next(work.glob(f"build-{package}-*/build.log")).read_text(errors="replace")
+                stop_when) -> tuple[str, str]:
+    """The real builder on a project recipe (the megatron variant), stopped once stop_when(work) holds."""
+    return build_until(REPO, ("verl-0.9", "megatron"), package, archs, work, wheelhouse, source, stop_when)
 
 
 @pytest.mark.slow

@@ -142,13 +142,10 @@ def in_env(python: str, program: Path, *args, timeout: float = 600) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# A program run in the env; its docstring says what it does.
-COMPOSE = PROGRAMS / "cluster_trainer_compose.py"
-
-
 @pytest.mark.slow
-def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(env_python):
-    out = in_env(env_python, COMPOSE)
+def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(verl_composed):
+    # tests/data/programs/cluster_trainer_compose.py, run in the default env (conftest's verl_composed).
+    out = verl_composed["cluster"]
     for (nnodes, gpus) in ((2, 1), (2, 8), (3, 2), (4, 8)):
         for variant in ("fsdp", "megatron"):
             cfg = out[f"{variant} {nnodes}x{gpus}"]

@@ -7,6 +7,7 @@ the contract is exercised on a machine without a GPU.
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from verlenv.verify.results import SKIPPED_BY_REQUEST
 H100 = [gpus.Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559, "580.95.05")]
 DATA = Path(__file__).parent / "data"
 STAND_IN_S = 300.0  # a stand-in's time limit: met at once by a right runner, on a loaded machine too
+HANG_S = 2.0  # the hanging stand-in's limit, counted from its start (hang_after_start)
 
 
 @pytest.fixture
@@ -35,8 +37,25 @@ def kernels(tmp_path, monkeypatch) -> Path:
 def settings(kernels: Path, variant: str = "fsdp", **kw) -> runner.Settings:
     cat = catalog.load(REPO / "stacks.toml")
     base = dict(python=sys.executable, catalog=cat, variant=cat.variant(None, variant), profile=gpus.profile("h100"),
-                gpus=H100, lock=None, kernels_dir=kernels, timeout=3.0)
+                gpus=H100, lock=None, kernels_dir=kernels, timeout=STAND_IN_S)
     return runner.Settings(**{**base, **kw})
+
+
+@pytest.fixture
+def hang_after_start(monkeypatch, tmp_path):
+    """The hanging stand-in (check_vllm.py) gets HANG_S; its clock starts once it has said it started (test double
+    of a fast machine: the runner's wait begins after the stand-in's own start-up, however slow that was). The other
+    scripts keep STAND_IN_S."""
+    started = tmp_path / "child.pid"
+
+    class StartedFirst(subprocess.Popen):
+        def communicate(self, input=None, timeout=None):
+            if timeout is not None and Path(self.args[1]).name == "check_vllm.py":
+                assert until(lambda: started.exists() or self.poll() is not None), "the stand-in never started"
+            return super().communicate(input, timeout)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", StartedFirst)
+    monkeypatch.setattr(runner, "timeout_for", lambda script, t: HANG_S if runner.script_key(script) == "vllm" else t)
 
 
 def by_name(results) -> dict:
@@ -65,10 +84,9 @@ def test_a_crash_is_a_failure_with_the_output_tail_and_the_doctors_diagnosis(ker
     assert r.diagnosis[0]["id"] == "F1" and r.diagnosis[0]["fix"]
 
 
-def test_a_hanging_script_is_killed_with_its_workers(kernels, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "SCRIPT_TIMEOUT", {})  # the stand-in vLLM check hangs: --timeout alone bounds it
-    r = by_name(runner.run_kernels(settings(kernels, only="vllm", timeout=2.0)))["vllm/run"]
-    assert r.status == "fail" and r.reason == "check_vllm.py timed out after 2 s"
+def test_a_hanging_script_is_killed_with_its_workers(kernels, tmp_path, hang_after_start):
+    r = by_name(runner.run_kernels(settings(kernels, only="vllm")))["vllm/run"]
+    assert r.status == "fail" and r.reason == f"check_vllm.py timed out after {HANG_S:.0f} s"
     assert "vllm check started" in r.log
     child = int((tmp_path / "child.pid").read_text())
     assert exited(child), f"worker {child} of the timed-out script is still running"
@@ -126,13 +144,12 @@ def test_without_a_gpu_kernel_checks_are_skipped_not_failed(kernels, tmp_path):
     assert not (tmp_path / "apex.ran").exists()
 
 
-def test_a_whole_run_judges_every_script_and_ends_the_hanging_one(kernels, monkeypatch):
-    monkeypatch.setattr(runner, "SCRIPT_TIMEOUT", {})  # the stand-in vLLM check hangs: --timeout alone bounds it
-    results = runner.run_kernels(settings(kernels, timeout=2.0))
+def test_a_whole_run_judges_every_script_and_ends_the_hanging_one(kernels, hang_after_start):
+    results = runner.run_kernels(settings(kernels))
     failed = [r.name for r in results if r.status == "fail"]
     assert failed == ["flash-attn/run", "apex/fused-layer-norm", "vllm/run", "nccl/run", "verl/run",
                       "verl/trainer/steps"]
-    assert by_name(results)["vllm/run"].reason == "check_vllm.py timed out after 2 s"
+    assert by_name(results)["vllm/run"].reason == f"check_vllm.py timed out after {HANG_S:.0f} s"
 
 
 def test_the_packaged_scripts_accept_the_profile_verify_sends():

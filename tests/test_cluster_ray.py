@@ -129,7 +129,8 @@ def test_doctor_probes_every_alive_node(cluster, tmp_path):
 
 
 def test_a_hung_node_is_reported_within_the_node_timeout(cluster):
-    """A node whose every process is stopped (SIGSTOP) answers nothing: reported once --node-timeout passes."""
+    """A node whose every process is stopped (SIGSTOP) answers nothing: reported once --node-timeout passes, or
+    sooner when Ray declares it dead."""
     same, odd, _ = cluster.workers
     stopped = cluster.pids(same)
     assert stopped, f"no process of node {same} found"
@@ -148,7 +149,7 @@ def test_a_hung_node_is_reported_within_the_node_timeout(cluster):
                 pass
     assert proc.returncode == 1, proc.stderr[-2000:]
     rows = {row["address"]: row for row in json.loads(proc.stdout)["nodes"]}
-    # Ray may declare it dead first (its raylet misses the health checks): reported either way, while the others
-    # were checked (the run did not wait on the stopped node beyond --node-timeout).
-    assert rows[same]["state"] in ("hung", "died"), rows[same]
+    # Ray may declare it dead first (its raylet misses the health checks; its task then fails, "died" or "error"):
+    # reported either way, while the others were checked.
+    assert rows[same]["state"] in ("hung", "died", "error"), rows[same]
     assert rows[odd]["state"] == "checked"

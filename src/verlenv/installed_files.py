@@ -115,28 +115,30 @@ def scan(names: list[str], record: bool = False, reuse: bool = False) -> dict:
     for dist in dists:
         name = _canon(dist.metadata["Name"])
         entry = out.setdefault(name, {"version": dist.version, "files": 0, "bytes": 0, "shared": 0, "missing": [],
-                                      "changed": [], "no_record": False, "reused": False,
-                                      "hashed": 0})
+                                      "changed": [], "no_record": False, "reused": False, "hashed": 0})
         rows = _record_rows(dist)
         if rows is None:
             entry["no_record"] = True
             continue
-        listed = [row for row in rows if not (row[0].endswith(os.sep + "RECORD") and not row[1])]  # RECORD lists
-        prints[name] = fingerprint(dist.read_text("RECORD") or "", [row[0] for row in listed])  # itself unhashed
+        # RECORD lists itself without a hash.
+        listed = [row for row in rows if not (row[0].endswith(os.sep + "RECORD") and not row[1])]
+        prints[name] = fingerprint(dist.read_text("RECORD") or "", [row[0] for row in listed])
         mine = checked.get(name) or {}
         entry["reused"] = reuse and mine.get("version") == dist.version and mine.get("fingerprint") == prints[name]
         for path, digest, size in listed:
             entry["files"] += 1
             entry["bytes"] += int(size) if size.isdigit() else 0
             owners.setdefault(path, []).append((name, digest, size))
+    for rows in owners.values():
+        names_here = {name for name, _, _ in rows}
+        for name in names_here:
+            out[name]["shared"] += len(names_here) > 1
     # A file is hashed when a distribution that is not reused lists it; each file once.
     paths = sorted(p for p, rows in owners.items() if any(not out[n]["reused"] for n, _, _ in rows))
     # hashlib releases the GIL on large buffers: threads read and hash files side by side.
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         for path, problem in zip(paths, pool.map(lambda p: _file_problem(p, owners[p]), paths, chunksize=64)):
-            names_here = {name for name, _, _ in owners[path]}
-            for name in names_here:
-                out[name]["shared"] += len(names_here) > 1
+            for name in {name for name, _, _ in owners[path]}:
                 out[name]["hashed"] += 1
                 if problem and not out[name]["reused"]:
                     out[name][problem].append(path)

@@ -587,6 +587,7 @@ def on_this_gpu(env_python):
     for name, folder in env.items():
         (scratch / folder).mkdir()
         env[name] = str(scratch / folder)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ beside the check scripts in this checkout
     sent = {**profile.for_checks(len(visible)), "variant": variant, "thorough": False, "rollout_tp": 1, "actor_tp": 1,
             "beside": []}
     try:

@@ -12,9 +12,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-START_TIMEOUT_S = 180
+START_TIMEOUT_S = 600  # a hang guard for one `ray start`
+START_TRIES = 3
+ALIVE_GUARD_S = 600  # a hang guard: nodes that never come up fail the start after it
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # the plasma store's floor is 75 MiB; nothing big travels
 COMMON = ("--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats")
+
+
+def placed(gpu: str, node: int) -> dict:
+    """What a node's environment says about its place in a job, and nothing about the env itself."""
+    return {"CUDA_VISIBLE_DEVICES": gpu, "NVIDIA_VISIBLE_DEVICES": gpu, "SLURM_JOB_ID": "4242",
+            "SLURM_NODEID": str(node), "SLURM_PROCID": str(node), "SLURM_LOCALID": "0",
+            "SLURMD_NODENAME": f"gpu-{node}", "LOCAL_RANK": "0", "RANK": str(node),
+            "VLLM_HOST_IP": f"127.0.0.{node + 2}"}
 
 
 def free_port() -> int:
@@ -51,7 +61,9 @@ def _with_descendants(roots: set[int], procs: dict[int, tuple[int, str]]) -> set
 class LocalCluster:
     temp_dir: str
     port: int
+    python: str  # the head's env, which asks the cluster how many nodes are alive
     workers: list[str] = field(default_factory=list)  # worker nodes' IPs (the head takes the machine's own address)
+    ever: int = 0  # worker nodes started so far: the next one takes 127.0.0.(ever + 2)
 
     @property
     def address(self) -> str:
@@ -68,6 +80,11 @@ class LocalCluster:
                  and (ip is None or f"{ip} " in cmd or f"{ip}:" in cmd or cmd.endswith(ip))}
         return _with_descendants(roots, procs) - {os.getpid()}
 
+    def running(self, ip: str, title: str) -> bool:
+        """A process of node `ip` runs a Ray task named `title` now (Ray titles a worker `ray::<task name>`)."""
+        procs = _processes()
+        return any(procs[pid][1].startswith(f"ray::{title}") for pid in self.pids(ip) if pid in procs)
+
     def kill_node(self, ip: str) -> set[int]:
         """SIGKILL one worker node's raylet, its agents and workers: the machine died."""
         pids = self.pids(ip)
@@ -79,37 +96,56 @@ class LocalCluster:
 
     def add_worker(self, python: str, extra: dict, args: tuple[str, ...] = ()) -> str:
         """One more worker node (python's env, `extra` in its environment, `args` to its `ray start`); its IP."""
-        ip = f"127.0.0.{2 + len(self.workers)}"
+        ip = f"127.0.0.{2 + self.ever}"
+        self.ever += 1
         _start(str(Path(python).parent / "ray"),
-               ["--address", self.address, "--node-ip-address", ip, *COMMON, *args], {**_base(), **extra})
+               ["--address", self.address, "--node-ip-address", ip, *COMMON, *args], {**_base(), **extra}, self, ip)
         self.workers.append(ip)
         _wait_alive(python, self.address, 1 + len(self.workers))
         return ip
 
+    def remove_worker(self, ip: str) -> None:
+        """Take a worker node out as `ray stop` does on its machine: SIGTERM to its raylet, which tells the cluster
+        it leaves; once the cluster no longer counts it alive, whatever of it is left is killed."""
+        procs = _processes()
+        _kill({pid for pid in self.pids(ip) if "raylet/raylet " in procs.get(pid, (0, ""))[1]}, signal.SIGTERM)
+        self.workers.remove(ip)
+        _wait_alive(self.python, self.address, 1 + len(self.workers))
+        _kill(self.pids(ip))
 
-def _kill(pids: set[int]) -> None:
+
+def _kill(pids: set[int], sig: int = signal.SIGKILL) -> None:
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
 
 
-def _start(ray: str, args: list[str], env: dict) -> None:
-    proc = subprocess.run([ray, "start", *args], env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ray start {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+def _start(ray: str, args: list[str], env: dict, cluster: "LocalCluster | None" = None, ip: str = "") -> None:
+    """`ray start`; a worker node whose raylet missed Ray's fixed 30 s to register (a loaded machine) is killed and
+    started again, up to START_TRIES times."""
+    for attempt in range(1, START_TRIES + 1):
+        proc = subprocess.run([ray, "start", *args], env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        if proc.returncode == 0:
+            return
+        if cluster is None or attempt == START_TRIES or "timed out during startup" not in proc.stdout + proc.stderr:
+            raise RuntimeError(f"ray start {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        cluster.kill_node(ip)
 
 
 def _base() -> dict:
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+    # A worker process gets 60 s by default to register with its raylet: more than nodes sharing two loaded cores
+    # may need.
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+            "RAY_worker_register_timeout_seconds": "600"}
 
 
 def start(head_python: str, workers: list[tuple], head_env: dict | None = None) -> LocalCluster:
     """A head from head_python's env (head_env added to its environment), then one worker node per (python, extra
     environment[, extra `ray start` arguments]) on 127.0.0.2, .3, ..."""
     temp_dir = tempfile.mkdtemp(prefix="vray")  # short: Ray's socket paths must stay under 108 bytes
-    cluster = LocalCluster(temp_dir, free_port())
+    cluster = LocalCluster(temp_dir, free_port(), head_python)
     try:
         _start(str(Path(head_python).parent / "ray"),
                ["--head", "--node-ip-address", "127.0.0.1", "--port", str(cluster.port), "--temp-dir", temp_dir,
@@ -119,8 +155,9 @@ def start(head_python: str, workers: list[tuple], head_env: dict | None = None) 
         for i, (python, extra, *args) in enumerate(workers, start=2):
             _start(str(Path(python).parent / "ray"),
                    ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON, *(args[0] if args else ())],
-                   {**_base(), **extra})
+                   {**_base(), **extra}, cluster, f"127.0.0.{i}")
         cluster.workers += [f"127.0.0.{i}" for i in range(2, 2 + len(workers))]
+        cluster.ever = len(workers)
         _wait_alive(head_python, cluster.address, 1 + len(workers))
     except BaseException:
         cluster.stop()
@@ -128,7 +165,7 @@ def start(head_python: str, workers: list[tuple], head_env: dict | None = None) 
     return cluster
 
 
-def _wait_alive(python: str, address: str, count: int, timeout: float = 60) -> None:
+def _wait_alive(python: str, address: str, count: int, timeout: float = ALIVE_GUARD_S) -> None:
     code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
             "print(sum(n['Alive'] for n in ray.nodes()))")
     deadline = time.monotonic() + timeout

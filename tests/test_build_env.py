@@ -10,12 +10,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
 
 from verlenv.fsutil import write_atomic
+from waiting import GUARD_S, until
 
 PYTHON = "3.12"
 PINS = (
@@ -82,17 +83,16 @@ def kill_session(sid: int) -> None:
 
     Killing its process group is not enough: ninja puts each compile command in a group of its own.
     """
-    for _ in range(100):
+    def none_left() -> bool:
         pids = [pid for pid, (state, session) in _processes().items() if session == sid and state != "Z"]
-        if not pids:
-            return
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.1)
-    raise AssertionError(f"processes of session {sid} survive SIGKILL: {pids}")
+        return not pids
+
+    assert until(none_left, every_s=0.1), f"processes of session {sid} survive SIGKILL"
 
 
 def _processes() -> dict[int, tuple[str, int]]:
@@ -119,3 +119,25 @@ def test_env_has_a_cuda_13_0_torch_and_nvcc_13_0():
                              capture_output=True, text=True, check=True).stdout.strip()
     nvcc = subprocess.run([f"{purelib}/nvidia/cu13/bin/nvcc", "--version"], capture_output=True, text=True).stdout
     assert "release 13.0" in nvcc
+
+
+def build_until(root: Path, variant: tuple[str | None, str], package: str, archs: list[str], work: Path,
+                wheelhouse: Path, source: str | None, stop_when, guard_s: float = GUARD_S) -> tuple[str, str]:
+    """Run the real builder on a recipe of the catalog at root in a subprocess; kill it once stop_when(work) holds
+    (what it watches is whole by then: a condition on a file's content, not on its existence).
+
+    Returns (the builder's stderr, the build log): enough to check what setup.py made of the recipe without paying
+    for a whole compile.
+    """
+    code = (f"from pathlib import Path\nfrom verlenv import build, catalog\n"
+            f"variant = catalog.load(Path({str(root / 'stacks.toml')!r})).variant(*{variant!r})\n"
+            f"build.build_one(Path({str(root)!r}), variant, {package!r}, {torch_python()!r}, {archs!r}, "
+            f"Path({str(wheelhouse)!r}), Path({str(work)!r}), source={f'Path({source!r})' if source else None})\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert until(lambda: proc.poll() is not None or stop_when(work), guard_s, every_s=0.5), "no such point"
+        assert proc.poll() is None, f"the build ended first: {proc.stderr.read()[-3000:]}"
+    finally:
+        kill_session(proc.pid)  # the builder, pip, ninja and every compile under them
+        stderr = proc.communicate()[1]
+    return stderr, next(work.glob(f"build-{package}-*/build.log")).read_text(errors="replace")

@@ -6,13 +6,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from verlenv import build as builder, catalog, recipes, sources
 from verlenv.errors import UserError
+from test_build_env import build_until
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "ext"
@@ -186,30 +186,9 @@ def test_a_build_in_an_env_without_ninja_stops_before_anything_compiles(probe_ro
 
 
 def start_build(package: str, archs: list[str], work: Path, wheelhouse: Path, source: str | None,
-                stop_when, timeout: float = 900) -> tuple[str, str]:
-    """Run the real builder on a project recipe in a subprocess; kill it once stop_when(work) holds.
-
-    Returns (the builder's stderr, the build log): enough to check what setup.py made of the recipe
-    without paying for a whole compile.
-    """
-    from test_build_env import kill_session, torch_python
-
-    code = (f"from pathlib import Path\nfrom verlenv import build, catalog\n"
-            f"variant = catalog.load(Path({str(REPO / 'stacks.toml')!r})).variant('verl-0.9', 'megatron')\n"
-            f"build.build_one(Path({str(REPO)!r}), variant, {package!r}, {torch_python()!r}, {archs!r}, "
-            f"Path({str(wheelhouse)!r}), Path({str(work)!r}), source={f'Path({source!r})' if source else None})\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while not stop_when(work):
-            assert proc.poll() is None, f"the build ended first: {proc.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
-        time.sleep(1)  # let the file being watched be written out
-    finally:
-        kill_session(proc.pid)  # the builder, pip, ninja and every compile under them
-        stderr = proc.communicate()[1]
-    return stderr, next(work.glob(f"build-{package}-*/build.log")).read_text(errors="replace")
+                stop_when) -> tuple[str, str]:
+    """The real builder on a project recipe (the megatron variant), stopped once stop_when(work) holds."""
+    return build_until(REPO, ("verl-0.9", "megatron"), package, archs, work, wheelhouse, source, stop_when)
 
 
 @pytest.mark.slow
@@ -234,8 +213,11 @@ def test_apex_setup_takes_the_recipe_knobs(tmp_path, monkeypatch):
 
     clean_build_env(monkeypatch)
     work, wheelhouse = tmp_path / "work", tmp_path / "wheelhouse"
-    stderr, log = start_build("apex", ["9.0"], work, wheelhouse, repo,
-                              lambda w: list(w.glob("build-apex-*/src/apex-*/build/**/build.ninja")))
+    def ninja_file_written(w: Path) -> bool:  # torch writes it in one go, its flags before its rules
+        found = next(w.glob("build-apex-*/src/apex-*/build/**/build.ninja"), None)
+        return found is not None and "rule compile" in found.read_text()
+
+    stderr, log = start_build("apex", ["9.0"], work, wheelhouse, repo, ninja_file_written)
     split = re.search(r"APEX_PARALLEL_BUILD=(\d+) extensions at once x MAX_JOBS=(\d+) jobs each", stderr)
     jobs = re.search(r"parallelism: MAX_JOBS=(\d+)", stderr)
     assert split and jobs, stderr
@@ -263,7 +245,7 @@ def test_transformer_engine_torch_compiles_its_first_units(tmp_path, monkeypatch
         log = next(w.glob("build-transformer-engine-torch-*/build.log"), None)
         return log is not None and re.search(r"^\s*\[1/\d+\]", log.read_text(errors="replace"), re.M) is not None
 
-    stderr, log = start_build("transformer-engine-torch", ["9.0"], work, wheelhouse, None, first_unit_done, 1800)
+    stderr, log = start_build("transformer-engine-torch", ["9.0"], work, wheelhouse, None, first_unit_done)
     assert "MAX_JOBS=1" in stderr
     assert "Guessing wheel URL" not in log  # NVTE_PYTORCH_FORCE_BUILD=TRUE was honoured
     assert "error:" not in log and "No such file or directory" not in log

@@ -16,6 +16,7 @@ from verlenv import install, wheelcache
 from verlenv.bundle import make, offline, parts
 from verlenv.errors import UserError
 from verlenv.pins import read_lock
+from waiting import StreamLines
 
 ROOT = Path(__file__).resolve().parent.parent
 UV = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
@@ -511,12 +512,18 @@ def test_bundle_install_repairs_changed_files_offline(project, cache, bundle, tm
 @pytest.mark.network
 def test_bundle_install_waits_for_the_installer_holding_the_prefix(project, cache, bundle, tmp_path):
     prefix = tmp_path / "env"
-    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom pathlib import Path\n"
-                               "from verlenv.install import prefix_lock\n"
-                               f"with prefix_lock(Path({str(prefix)!r}), False):\n"
-                               "    print('held', flush=True); time.sleep(3)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, str(ROOT / "tests" / "data" / "programs" / "hold_prefix.py"),
+                               str(prefix)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
-    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=_no_network_env(tmp_path))
+    env = {**_no_network_env(tmp_path), "VERLENV_ROOT": str(project), "VERLENV_CACHE": str(cache),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    second = subprocess.Popen([sys.executable, "-m", "verlenv", "install", "--bundle", str(bundle), "--prefix",
+                               str(prefix)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                              cwd=project)
+    err = StreamLines(second.stderr)
+    said = err.wait_for(f"{prefix} is being installed by verlenv install (pid {holder.pid}); waiting")
+    waiting = second.poll() is None  # it cannot have finished while the lock is held
+    holder.stdin.close()
     holder.wait()
-    assert r.returncode == 0, r.stderr
-    assert f"{prefix} is being installed by verlenv install (pid {holder.pid}); waiting" in r.stderr
+    assert second.wait(timeout=600) == 0, err.text()
+    assert said and waiting, err.text()

@@ -9,7 +9,6 @@ Needs the default env (`nox -s env`, or VERLENV_CLUSTER_ENV=<its python>).
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,50 +16,25 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import ray_nodes  # noqa: E402
+from ray_nodes import placed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VERLENV = Path(sys.executable).with_name("verlenv")
-RUN_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 3600  # a hang guard: nodes that share two loaded cores
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
-
-
-def placed(gpu: str, node: int) -> dict:
-    """What a node's environment says about its place in the job, and nothing about the env itself."""
-    return {"CUDA_VISIBLE_DEVICES": gpu, "NVIDIA_VISIBLE_DEVICES": gpu, "SLURM_JOB_ID": "4242",
-            "SLURM_NODEID": str(node), "SLURM_PROCID": str(node), "SLURM_LOCALID": "0",
-            "SLURMD_NODENAME": f"gpu-{node}", "LOCAL_RANK": "0", "RANK": str(node),
-            "VLLM_HOST_IP": f"127.0.0.{node + 2}"}
-
-
-@pytest.fixture(scope="module")
-def env_python() -> str:
-    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
-    if not python.exists():
-        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
-    return str(python)
-
-
-@pytest.fixture(scope="module")
-def cluster(env_python):
-    one_gpu = ("--num-gpus", "1")
-    c = ray_nodes.start(env_python, [(env_python, placed("1", 0), one_gpu), (env_python, placed("0", 1), one_gpu)])
-    try:
-        yield c
-    finally:
-        c.stop()
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S)]
 
 
 def verify(cluster, python: str, report: Path, *extra: str) -> tuple[int, dict, str]:
     proc = subprocess.run([str(VERLENV), "verify", "--ray", cluster.address, "--python", python, "--allreduce", "gloo",
-                           "--only", "torch", "--node-timeout", "300", "--report", str(report), *extra],
+                           "--only", "torch", "--node-timeout", "1800", "--report", str(report), *extra],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT)
     assert report.exists(), proc.stderr[-3000:]
     return proc.returncode, json.loads(report.read_text()), proc.stderr
 
 
-def test_nodes_that_differ_only_in_placement_pass(cluster, env_python, tmp_path):
+def test_nodes_that_differ_only_in_placement_pass(gpu_cluster, env_python, tmp_path):
+    cluster = gpu_cluster
     code, data, err = verify(cluster, env_python, tmp_path / "cluster.json")
     assert code == 0, err[-3000:]
     assert data["differences"] == [] and data["result"] == "pass"
@@ -79,10 +53,14 @@ def test_nodes_that_differ_only_in_placement_pass(cluster, env_python, tmp_path)
     assert "verl's trainer across the cluster: skipped (no GPU node" in err and "result: pass" in err
 
 
-def test_an_identity_difference_fails_naming_the_fact_and_the_node(cluster, env_python, tmp_path):
+def test_an_identity_difference_fails_naming_the_fact_and_the_node(gpu_cluster, env_python, tmp_path):
+    cluster = gpu_cluster
     odd = cluster.add_worker(env_python, {**placed("2", 2), "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                              ("--num-gpus", "1"))
-    code, data, err = verify(cluster, env_python, tmp_path / "cluster.json", "--skip-cluster-trainer")
+    try:
+        code, data, err = verify(cluster, env_python, tmp_path / "cluster.json", "--skip-cluster-trainer")
+    finally:
+        cluster.remove_worker(odd)  # the shared cluster as it was
     assert code == 1, err[-3000:]
     odd_name = next(row["name"] for row in data["nodes"] if row["address"] == odd)
     assert [(d["fact"], d["odd_nodes"]) for d in data["differences"]] == [("env:PYTORCH_CUDA_ALLOC_CONF", [odd_name])]

@@ -6,8 +6,8 @@
   checked by Ray's own RuntimeEnv: in the default env.
 - The inputs every node writes (the same bytes from the same seed, one folder when nodes share a filesystem), the
   checkpoint lookup and the cleanup: in the default env.
-- The whole flow on a real 3-node Ray cluster (tests/ray_nodes.py; a CPU head, two workers with one GPU each in
-  Ray's view): inputs written by a Ray task per node, verl's own run_ppo joining the running cluster through
+- The whole flow on a real 3-node Ray cluster (conftest's gpu_cluster: a CPU head, two workers with one GPU each in
+  Ray's view, shared with the placement tests): inputs written by a Ray task per node, verl's own run_ppo joining the running cluster through
   RAY_ADDRESS with the workers' variables in its runtime_env, the checkpoint found where rank 0 wrote it, the
   judging, the log, the cleanup on every node. GPU training cannot run here, so a stand-in TaskRunner (a test
   double, named so) takes verl's place inside run_ppo: it places one worker per GPU, checks what each sees, writes
@@ -16,7 +16,6 @@ Needs the default env (VERLENV_CLUSTER_ENV=<its python>) for all but the first p
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +23,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parent))
-import ray_nodes  # noqa: E402
 from verlenv import catalog, families
-from verlenv.cluster import launch, trainer, verdict  # noqa: E402
+from verlenv.cluster import launch, trainer, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
+PROGRAMS = Path(__file__).parent / "data" / "programs"
+JOBS_GUARD_S = 7200  # a hang guard for a run of stand-in jobs on nodes that share two loaded cores
 
 
 def node(gpus: int) -> dict:
@@ -147,74 +146,18 @@ def test_the_report_shows_the_trainer_run():
     assert console.export_text().strip() == "verl's trainer across the cluster: skipped (--skip-cluster-trainer)"
 
 
-@pytest.fixture(scope="module")
-def env_python() -> str:
-    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
-    if not python.exists():
-        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
-    return str(python)
-
-
-def in_env(python: str, code: str, *args, timeout: float = 600) -> dict:
-    proc = subprocess.run([python, "-c", code, str(SRC), *map(str, args)], capture_output=True, text=True,
+def in_env(python: str, program: Path, *args, timeout: float = 600) -> dict:
+    """Run one of tests/data/programs in the env: its last line of output, as JSON."""
+    proc = subprocess.run([python, str(program), str(SRC), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# verl's own config, composed by Hydra with the cluster job's command line for N nodes x G GPUs, then verl's own
-# checks of it, and the runtime_env that verl's run_ppo would hand to ray.init, checked by Ray's RuntimeEnv.
-COMPOSE = r'''
-import json, os, sys
-sys.path.insert(0, sys.argv[1])
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from ray.runtime_env import RuntimeEnv
-import verl
-from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-from verl.trainer.ppo.utils import need_critic, need_reference_policy
-from verl.utils.config import omega_conf_to_dataclass, validate_config
-from verlenv import catalog, families
-from verlenv.cluster import trainer
-
-paths = {k: f"/tmp/verlenv-cluster-trainer-x/{k}" for k in ("model", "data", "reward", "checkpoints", "run")}
-CATALOG = catalog.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
-LLAMA = families.table().rows(families.table().select(["llama"], False))[0]
-spec = lambda variant: trainer.trainer_spec(CATALOG.variant("verl-0.9", variant))
-out = {}
-with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                           version_base=None):
-    for variant in ("fsdp", "megatron"):
-        for nnodes, gpus in ((2, 1), (2, 8), (3, 2), (4, 8)):
-            cmd = trainer.command(sys.executable, paths, spec(variant), LLAMA, nnodes, gpus,
-                                  trainer.worker_env({"JOB": "7"}))
-            cfg = compose(config_name=cmd[4], overrides=cmd[5:])
-            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-            omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
-            # As run_ppo merges them before ray.init (verl/trainer/main_ppo.py).
-            merged = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(cfg),
-                                                            cfg.ray_kwargs.ray_init.runtime_env))
-            RuntimeEnv(**{k: v for k, v in merged.items() if v is not None})
-            out[f"{variant} {nnodes}x{gpus}"] = {
-                "nnodes": cfg.trainer.nnodes, "gpus": cfg.trainer.n_gpus_per_node,
-                "batch": cfg.data.train_batch_size, "mini": cfg.actor_rollout_ref.actor.ppo_mini_batch_size,
-                "strategy": cfg.actor_rollout_ref.actor.strategy, "env": merged["env_vars"]}
-    # verify --ray --thorough --rollout-tp 2 / --actor-tp 2: the same keywords as the one-node check.
-    for variant, proof in (("fsdp", {"rollout_tp": 2, "thorough": True}), ("megatron", {"actor_tp": 2})):
-        cmd = trainer.command(sys.executable, paths, spec(variant), LLAMA, 2, 2, trainer.worker_env({}), **proof)
-        cfg = compose(config_name=cmd[4], overrides=cmd[5:])
-        validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-        out[f"{variant} proof"] = {"rollout_tp": cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
-                                   "eager": cfg.actor_rollout_ref.rollout.enforce_eager,
-                                   "actor_tp": (cfg.actor_rollout_ref.actor.megatron.tensor_model_parallel_size
-                                                if variant == "megatron" else None)}
-print(json.dumps(out))
-'''
-
-
 @pytest.mark.slow
-def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(env_python):
-    out = in_env(env_python, COMPOSE)
+def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(verl_composed):
+    # tests/data/programs/cluster_trainer_compose.py, run in the default env (conftest's verl_composed).
+    out = verl_composed["cluster"]
     for (nnodes, gpus) in ((2, 1), (2, 8), (3, 2), (4, 8)):
         for variant in ("fsdp", "megatron"):
             cfg = out[f"{variant} {nnodes}x{gpus}"]
@@ -228,29 +171,8 @@ def test_the_config_for_n_nodes_by_g_gpus_is_one_verl_accepts(env_python):
     assert out["megatron proof"] == {"rollout_tp": 1, "eager": True, "actor_tp": 2}
 
 
-# Two nodes sharing a filesystem (two raylets of one host) write the inputs to one path at once; a third node
-# elsewhere writes them to its own disk (another path here): the same bytes everywhere.
-STAGE = r'''
-import json, os, sys, tempfile
-from concurrent.futures import ProcessPoolExecutor
-sys.path.insert(0, sys.argv[1])
-from verlenv import families
-from verlenv.cluster import trainer
-
-root = sys.argv[2]
-LLAMA = families.table().rows(families.table().select(["llama"], False))[0]
-shared, other = os.path.join(root, "shared", "inputs"), os.path.join(root, "other", "inputs")
-with ProcessPoolExecutor(3) as pool:
-    results = list(pool.map(trainer.write_inputs_here, [shared, shared, other], [16] * 3, [LLAMA] * 3))
-before = trainer.weights_here(shared, results[0]["layout"])
-import shutil
-actor = os.path.join(shared, "checkpoints", "global_step_2", "actor", "huggingface")
-shutil.copytree(os.path.join(shared, "model"), actor)  # as verl saves it: the same tensors, unchanged
-after = trainer.weights_here(shared, results[0]["layout"])
-removed = [trainer.remove_here(shared), trainer.remove_here(shared)]
-print(json.dumps({"results": results, "before": before, "after": after, "removed": removed,
-                  "left": sorted(os.listdir(os.path.join(root, "shared")))}))
-'''
+# A program run in the env; its docstring says what it does.
+STAGE = PROGRAMS / "cluster_trainer_stage.py"
 
 
 @pytest.mark.slow
@@ -266,111 +188,30 @@ def test_every_node_writes_the_same_inputs_and_the_checkpoint_is_measured_where_
     assert out["removed"] == [True, False] and out["left"] == []  # no temp sibling left by the node that lost the race
 
 
-# Test double of verl's GPU trainer: verl's own run_ppo (ray.init with its runtime_env, joining the cluster named by
-# RAY_ADDRESS) with a stand-in TaskRunner in place of training, which needs GPUs.
-STANDIN = r'''
-import json, os, sys
-import ray
-from hydra import compose, initialize_config_dir
-import verl
-from verl.trainer.main_ppo import run_ppo
-
-argv = sys.argv[1:]
-name = argv[argv.index("--config-name") + 1]
-with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                           version_base=None):
-    config = compose(config_name=name, overrides=[a for a in argv if a not in ("--config-name", name)])
-SEEN = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "HF_HUB_OFFLINE", "JOB_SETTING")
+# A program run in the env; its docstring says what it does.
+STANDIN = PROGRAMS / "standin_main_ppo.py"
 
 
-@ray.remote(num_cpus=0, num_gpus=1)
-class Worker:
-    def look(self, model, reward):
-        return {"node": ray.get_runtime_context().get_node_id(), "env": {k: os.environ.get(k) for k in SEEN},
-                "inputs": os.path.isfile(os.path.join(model, "model.safetensors")) and os.path.isfile(reward)}
-
-    def save(self, model, out):
-        from safetensors.torch import load_file, save_file
-        tensors = load_file(os.path.join(model, "model.safetensors"))
-        os.makedirs(out)
-        # A step's change that bf16 keeps at any magnitude (the check scales the final norm to a few units).
-        save_file({k: (v.float() * 1.05 + 0.01).to(v.dtype) for k, v in tensors.items()},
-                  os.path.join(out, "model.safetensors"))
-
-
-@ray.remote(num_cpus=0)
-class StandInTaskRunner:
-    def run(self, config):
-        if os.environ.get("JOB_SETTING") == "fail":
-            raise ValueError("the stand-in was told to fail")
-        from verl.utils.logger.aggregate_logger import LocalLogger
-        workers = [Worker.remote() for _ in range(config.trainer.nnodes * config.trainer.n_gpus_per_node)]
-        model, reward = config.actor_rollout_ref.model.path, config.reward.custom_reward_function.path
-        looks = ray.get([w.look.remote(model, reward) for w in workers])
-        print("STANDIN " + json.dumps({"gcs": ray.get_runtime_context().gcs_address, "looks": looks}), flush=True)
-        steps = config.trainer.total_training_steps
-        actor = os.path.join(config.trainer.default_local_dir, f"global_step_{steps}", "actor", "huggingface")
-        ray.get(workers[0].save.remote(model, actor))  # rank 0 saves the hf_model part
-        for step in range(1, steps + 1):
-            LocalLogger().log({"actor/pg_loss": -0.01, "actor/grad_norm": 0.9, "timing_s/step": 1.5,
-                               "timing_s/gen": 0.5, "training/rollout_actor_probs_pearson_corr": 0.9999,
-                               "training/rollout_probs_diff_mean": 0.0004}, step=step)
-
-
-run_ppo(config, StandInTaskRunner)
-'''
-
-# The driver's side, as verlenv.cluster.driver runs it once every node passed.
-DRIVE = r'''
-import json, os, sys
-sys.path.insert(0, sys.argv[1])
-import ray
-import verlenv
-from verlenv import catalog, families
-from verlenv.cluster import driver, trainer
-from verlenv.verify.options import VerifyOptions
-
-address, standin, log, setting = sys.argv[2:6]
-ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]}, logging_level="WARNING",
-         log_to_driver=False)
-nodes = driver.alive_nodes()
-names = driver.labels(nodes)
-# Stand-in for each node's own check, which saw the GPU that Ray gives it (none exists here).
-answered = {i: {"state": "checked", "fingerprint": {"gpu:count": str(int(n["Resources"].get("GPU", 0)))}}
-            for i, n in nodes.items()}
-check = trainer.check_module()
-verls = check.command
-check.command = lambda python, paths, *rest, **sizes: [python, standin, *verls(python, paths, *rest, **sizes)[3:]]
-cat = catalog.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
-llama = families.table().rows(families.table().select(["llama"], False))[0]
-spec = {"runtime_env": {"env_vars": {"JOB_SETTING": setting}}, "trainer_log": log, "families": [llama]}
-options = VerifyOptions(ray=address)
-result = trainer.run(answered, nodes, names, spec, options, cat.variant("verl-0.9", "fsdp"),
-                     lambda line: print(line, file=sys.stderr))
-ray.shutdown()
-print(json.dumps({"result": result, "names": names}))
-'''
+# A program run in the env; its docstring says what it does.
+DRIVE = PROGRAMS / "cluster_trainer_drive.py"
 
 
 @pytest.fixture(scope="module")
-def cluster(env_python):
-    one_gpu = ("--num-gpus", "1")
-    c = ray_nodes.start(env_python, [(env_python, {}, one_gpu), (env_python, {}, one_gpu)])
-    try:
-        yield c
-    finally:
-        c.stop()
+def cluster_jobs(gpu_cluster, env_python, tmp_path_factory) -> tuple[dict, dict, dict]:
+    """Two cluster jobs, one driver, one after the other: the stand-in trains ("on"), then it raises ("fail").
+    Returns (results by setting, node names, log paths by setting)."""
+    logs = {setting: tmp_path_factory.mktemp(f"cluster-job-{setting}") / "report.trainer.log" for setting in ("on", "fail")}
+    out = in_env(env_python, DRIVE, gpu_cluster.address, STANDIN, *(f"{s}={log}" for s, log in logs.items()),
+                 timeout=JOBS_GUARD_S)
+    return out["results"], out["names"], logs
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tmp_path):
-    standin = tmp_path / "standin_main_ppo.py"
-    standin.write_text(STANDIN)
-    log = tmp_path / "report.trainer.log"
-    out = in_env(env_python, DRIVE, cluster.address, standin, log, "on", timeout=1200)
-    result, names = out["result"], out["names"]
-    workers = sorted(n for n in names.values() if n in cluster.workers)
+@pytest.mark.timeout(JOBS_GUARD_S)
+def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster_jobs, gpu_cluster):
+    results, names, logs = cluster_jobs
+    result, log = results["on"], logs["on"]
+    workers = sorted(n for n in names.values() if n in gpu_cluster.workers)
     assert result["status"] == "pass", json.dumps(result, indent=1)[-4000:]
     assert (result["nnodes"], result["n_gpus_per_node"], result["nodes"]) == (2, 1, workers)
     assert len(result["input_digests"]) == 3 and len(set(result["input_digests"].values())) == 1
@@ -378,7 +219,7 @@ def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tm
     standin_line = next(line for line in text.splitlines() if "STANDIN " in line)
     seen = json.loads(standin_line.split("STANDIN ", 1)[1])
     # verl joined the running cluster, it did not start its own: its workers ran on this cluster's GPU nodes.
-    assert seen["gcs"].rsplit(":", 1)[1] == str(cluster.port)
+    assert seen["gcs"].rsplit(":", 1)[1] == str(gpu_cluster.port)
     assert sorted(names[look["node"]] for look in seen["looks"]) == workers
     for look in seen["looks"]:  # through verl's runtime_env: a joined cluster's workers get nothing else
         assert look["env"] == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -395,53 +236,23 @@ def test_the_cluster_job_joins_the_cluster_and_is_judged(cluster, env_python, tm
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_a_failing_cluster_job_names_the_innermost_exception_and_still_cleans_up(cluster, env_python, tmp_path):
-    standin = tmp_path / "standin_main_ppo.py"
-    standin.write_text(STANDIN)
-    out = in_env(env_python, DRIVE, cluster.address, standin, tmp_path / "x.trainer.log", "fail", timeout=1200)
-    result = out["result"]
-    assert result["status"] == "fail" and result["exit_code"] == 1
+@pytest.mark.timeout(JOBS_GUARD_S)
+def test_a_failing_cluster_job_names_the_innermost_exception_and_still_cleans_up(cluster_jobs):
+    result = cluster_jobs[0]["fail"]
+    assert result["status"] == "fail" and result.get("exit_code") == 1, json.dumps(result, indent=1)[-4000:]
     assert result["problems"][0] == "verl's trainer exited with 1: ValueError: the stand-in was told to fail"
     assert "verl logged no metrics for step 1" in result["problems"]
     assert "verl saved no hf_model checkpoint to compare the weights with" in result["problems"]
     assert result["log_tail"] and not Path(result["inputs"]).exists()
 
 
-# A node's own trainer check, as verify --ray runs it: a Ray task on one node of the cluster starts verl's trainer,
-# whose ray.init() would join the instance it finds (the cluster, whose GPUs the node checks hold: on 2 x H100 it
-# failed with "Total available GPUs 0 is less than total desired GPUs 1"). Here a bare ray.init() (a test double of
-# verl's main_ppo, named so) takes verl's place.
-NODE_CHECK = r'''
-import json, os, sys, tempfile
-sys.path.insert(0, sys.argv[1])
-import ray
-import verlenv
-from verlenv.cluster import trainer
-
-ray.init(address=sys.argv[2], runtime_env={"py_modules": [os.path.dirname(verlenv.__file__)]}, logging_level="WARNING",
-         log_to_driver=False)
-STARTS_RAY = "import ray; ray.init(); print('GCS', ray.get_runtime_context().gcs_address, flush=True)"
-
-
-@ray.remote(num_gpus=1)
-def node_check():
-    # A node whose environment names its cluster, as ray.init() finds it: RAY_ADDRESS (exported on the node, or a
-    # Ray job's), else the address file the last `ray start` wrote (/tmp/ray/ray_current_cluster by default).
-    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    with tempfile.TemporaryDirectory() as cwd:
-        lines, code, _ = trainer.check_module().run_trainer([sys.executable, "-c", STARTS_RAY], cwd, timeout=300)
-    return {"code": code, "gcs": [l.text.split()[1] for l in lines if l.text.startswith("GCS ")],
-            "cluster": ray.get_runtime_context().gcs_address}
-
-
-print(json.dumps(ray.get(node_check.remote())))
-'''
+# A program run in the env; its docstring says what it does.
+NODE_CHECK = PROGRAMS / "cluster_node_trainer_check.py"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_nodes_own_trainer_check_starts_a_ray_of_its_own_inside_a_cluster(cluster, env_python):
-    out = in_env(env_python, NODE_CHECK, cluster.address, timeout=600)
+@pytest.mark.timeout(JOBS_GUARD_S)
+def test_a_nodes_own_trainer_check_starts_a_ray_of_its_own_inside_a_cluster(gpu_cluster, env_python):
+    out = in_env(env_python, NODE_CHECK, gpu_cluster.address, timeout=JOBS_GUARD_S)
     assert out["code"] == 0 and len(out["gcs"]) == 1, out
     assert out["gcs"][0] != out["cluster"], f"the node's check joined the cluster {out['cluster']}"

@@ -5,7 +5,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -82,11 +81,9 @@ def test_pip_urls_are_the_platforms_wheels():
 @pytest.mark.parametrize("platform,extras", [("linux-64", []), ("linux-64", ["megatron"]), ("linux-aarch64", [])])
 def test_conda_lock_renders_each_platform_and_category(tmp_path, platform, extras):
     extra_args = [arg for e in extras for arg in ("-e", e)]
-    started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "conda_lock", "render", "--kind", "explicit", "-p", platform,
                              *extra_args, str(LOCKFILE), "--filename-template", str(tmp_path / "{platform}.txt")],
                             cwd=tmp_path, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     lines = (tmp_path / f"{platform}.txt").read_text().splitlines()
     assert "@EXPLICIT" in lines
@@ -97,7 +94,6 @@ def test_conda_lock_renders_each_platform_and_category(tmp_path, platform, extra
     pip = {f"# pip {p.name} @ {p.url}#sha256={p.hash.sha256}" for p in locked
            if p.manager == "pip" and p.categories & categories}
     assert {line for line in lines if line.startswith("# pip ")} == pip
-    assert seconds < 60
 
 
 def test_offline_solve_reproduces_the_committed_conda_records():

@@ -15,9 +15,9 @@ import shutil
 import sys
 import tarfile
 import threading
-import time
 import zipfile
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -87,16 +87,31 @@ def test_binary_files_and_archives_are_skipped_by_their_first_bytes_not_their_na
     assert not any(n.read for n in reading.notes)
 
 
-def test_a_huge_binary_is_skipped_without_being_read(tmp_path):
+class CountingFile(io.FileIO):
+    """A real file whose bytes read from the disk are counted, per path (test double of the builtin open)."""
+
+    read_from: ClassVar[dict[str, int]] = {}
+
+    def readinto(self, buffer):
+        n = super().readinto(buffer) or 0
+        name = os.path.basename(self.name)
+        type(self).read_from[name] = type(self).read_from.get(name, 0) + n
+        return n
+
+
+def test_a_huge_binary_is_skipped_without_being_read(tmp_path, monkeypatch):
     big = tmp_path / "flash_attn-2.8.3-cp312-linux_x86_64.whl"
     with open(big, "wb") as f:
         f.write(wheel_bytes())
-        f.truncate(4 << 30)  # 4 GiB, sparse: reading it would take seconds
+        f.truncate(4 << 30)  # 4 GiB, sparse
     (tmp_path / "worker.err").write_bytes(LINKER)
-    start = time.monotonic()
+    monkeypatch.setattr(CountingFile, "read_from", {})
+    monkeypatch.setattr(logs, "open", lambda path, mode="rb": io.BufferedReader(CountingFile(path, "r")), raising=False)
     reading = diagnose_path(str(tmp_path))
-    assert time.monotonic() - start < 1.0
     assert ids(reading) == {"F10"} and list(notes(reading)) == [big.name]
+    # Its first bytes were looked at (one buffer's worth at most), not its 4 GiB; the log was read whole.
+    assert 0 < CountingFile.read_from[big.name] <= logs.SNIFF + io.DEFAULT_BUFFER_SIZE
+    assert CountingFile.read_from["worker.err"] >= len(LINKER)
 
 
 def test_an_explicit_binary_file_is_one_line_and_exit_2(tmp_path, capsys):
@@ -203,50 +218,76 @@ def test_the_cli_prints_the_notes_and_keeps_the_exit_code_of_the_findings(tmp_pa
 
 class Churn(threading.Thread):
     """What a running job does to its log folder, as fast as it can: rewrite, truncate, append, rotate into gzip
-    (written in pieces), delete, create, and turn a log into a binary file."""
+    (written in pieces), delete, create, and turn a log into a binary file. Besides racing freely, it answers a
+    reader that asks (`meddle`, called while the reader holds a file open) with one action begun after the asking:
+    every file read sees a change made while it was open, however the two threads are scheduled."""
 
     def __init__(self, root: Path, seed: int):
         super().__init__(daemon=True)
         self.root, self.rng, self.stop = root, random.Random(seed), threading.Event()
-        self.actions = 0
+        self.actions = self.asked = self.answered = 0
+        self._ask, self._answer = threading.Event(), threading.Event()
+
+    def meddle(self):
+        self.asked += 1
+        self._answer.clear()
+        self._ask.set()
+        assert self._answer.wait(timeout=600), "the writer thread stopped answering"  # a hang guard, not a bound
 
     def run(self):
         while not self.stop.is_set():
-            path = self.root / f"churn-{self.rng.randrange(8)}.log"
-            action = self.rng.choice(["rewrite", "truncate", "append", "rotate", "delete", "binary"])
-            try:
-                if action == "rewrite":
-                    path.write_bytes(HEALTHY[: self.rng.randrange(1, len(HEALTHY))])
-                elif action == "truncate" and path.exists():
-                    os.truncate(path, self.rng.randrange(0, 4096))
-                elif action == "append":
-                    with open(path, "ab") as f:
-                        f.write(HEALTHY[:50_000])
-                elif action == "rotate" and path.exists():
-                    rotated = path.with_suffix(".log.1.gz")
-                    data = gzip.compress(path.read_bytes())
-                    path.unlink()
-                    with open(rotated, "wb") as f:  # gzip written in pieces, as a compressor streams it
-                        for i in range(0, len(data), 8192):
-                            f.write(data[i:i + 8192])
-                            f.flush()
-                elif action == "delete":
-                    for p in (path, path.with_suffix(".log.1.gz")):
-                        p.unlink(missing_ok=True)
-                elif action == "binary":
-                    path.write_bytes(wheel_bytes(failing=False))
-            except FileNotFoundError:  # another action of this thread got there first
-                pass
-            self.actions += 1
+            asked = self._ask.is_set()
+            self.act()
+            if asked:
+                self._ask.clear()
+                self.answered += 1
+                self._answer.set()
+
+    def act(self):
+        path = self.root / f"churn-{self.rng.randrange(8)}.log"
+        action = self.rng.choice(["rewrite", "truncate", "append", "rotate", "delete", "binary"])
+        try:
+            if action == "rewrite":
+                path.write_bytes(HEALTHY[: self.rng.randrange(1, len(HEALTHY))])
+            elif action == "truncate" and path.exists():
+                os.truncate(path, self.rng.randrange(0, 4096))
+            elif action == "append":
+                with open(path, "ab") as f:
+                    f.write(HEALTHY[:50_000])
+            elif action == "rotate" and path.exists():
+                rotated = path.with_suffix(".log.1.gz")
+                data = gzip.compress(path.read_bytes())
+                path.unlink()
+                with open(rotated, "wb") as f:  # gzip written in pieces, as a compressor streams it
+                    for i in range(0, len(data), 8192):
+                        f.write(data[i:i + 8192])
+                        f.flush()
+            elif action == "delete":
+                for p in (path, path.with_suffix(".log.1.gz")):
+                    p.unlink(missing_ok=True)
+            elif action == "binary":
+                path.write_bytes(wheel_bytes(failing=False))
+        except FileNotFoundError:  # another action of this thread got there first
+            pass
+        self.actions += 1
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_scans_racing_a_writer_never_abort_and_keep_the_stable_findings(tmp_path, seed):
+def test_scans_racing_a_writer_never_abort_and_keep_the_stable_findings(tmp_path, seed, monkeypatch):
     (tmp_path / "stable").mkdir()
     (tmp_path / "stable" / "worker-1.err").write_bytes(HEALTHY + LINKER)
     for i in range(8):
         (tmp_path / f"churn-{i}.log").write_bytes(HEALTHY)
     writer = Churn(tmp_path, seed)
+
+    class Raced(logs.Snapshot):
+        """A file the reader has just opened: the writer makes a change before the reader goes on."""
+
+        def __init__(self, f):
+            super().__init__(f)
+            writer.meddle()
+
+    monkeypatch.setattr(logs, "Snapshot", Raced)
     writer.start()
     try:
         for _ in range(10):
@@ -256,7 +297,8 @@ def test_scans_racing_a_writer_never_abort_and_keep_the_stable_findings(tmp_path
     finally:
         writer.stop.set()
         writer.join()
-    assert writer.actions > 10
+    # Every file each scan opened (the stable one at least) was changed under it at least once.
+    assert writer.answered == writer.asked >= 10 and writer.actions >= writer.answered
 
 
 def test_a_directory_scan_tolerates_a_file_replaced_by_a_folder(tmp_path, monkeypatch):

@@ -360,13 +360,12 @@ def test_missing_lock_of_a_stack_is_skipped(tmp_path):
 
 def test_lock_parser_on_the_project_locks():
     cat = catalog.load(ROOT / "stacks.toml")
-    locks = sorted((ROOT / "locks").glob("*.linux-64.txt"))
-    if not locks:
+    locks = [(v, cat.root / "locks" / f"{v.key}.linux-64.txt") for v in cat.all_variants()]
+    if not any(lock.is_file() for _, lock in locks):
         pytest.skip("no locks/ in this checkout")
-    for lock in locks:
+    for variant, lock in locks:
         pins = probes.read_lock(lock)
-        stack = cat.stack(lock.name.split("-fsdp")[0].split("-megatron")[0])
-        torch = next(r for r in stack.variant("fsdp").requirements if r.startswith("torch=="))
+        torch = next(r for r in variant.requirements if r.startswith("torch=="))
         assert pins["torch"] == torch.split("==")[1], lock.name
         assert len(pins) > 100
 

@@ -11,7 +11,7 @@ from packaging.markers import default_environment
 from packaging.metadata import Metadata
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, cli, lock, pins, render
+from verlenv import catalog, cli, lock, pins
 from verlenv.errors import UserError
 from project_files import copy_tree
 

@@ -13,6 +13,7 @@ import io
 import json
 import urllib.request
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,9 @@ from verlenv import catalog, pins
 from verlenv import mcore_refs as refs
 from verlenv.fsutil import write_atomic
 from test_verl_requirements import CATALOG, ROOT, cache_dir
+
+PROGRAMS = Path(__file__).parent / "data" / "programs"
+
 
 def locked_sources(lock_text: str, name: str, prefix: str) -> dict[str, str]:
     """The .py files under `prefix` of a wheel of the package the lock installs, read from PyPI (hash-checked)."""
@@ -87,29 +91,8 @@ def test_missing_modules_and_names_are_found_and_guarded_imports_are_not():
                      (3, "megatron.core.distributed.custom_fsdp", "no such module")]
 
 
-# Runs in an env with torch and transformers, with the locked megatron-core and mbridge on its path: what verl's
-# Megatron actor does before it builds the model (vanilla mbridge, the check's tiny Llama, TE's attention left to TE),
-# on one CPU rank (gloo).
-MBRIDGE_CONFIG = r'''
-import json, os, sys
-import torch, torch.distributed as dist
-from transformers import LlamaConfig
-from megatron.core import parallel_state as mpu
-from megatron.core.transformer.enums import AttnBackend
-from mbridge import AutoBridge
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
-dist.init_process_group("gloo", rank=0, world_size=1)
-mpu.initialize_model_parallel(1, 1)
-hf = LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=512)
-hf.architectures = ["LlamaForCausalLM"]
-bridge = AutoBridge.from_config(hf, dtype=torch.bfloat16)
-bridge.set_extra_args(attention_backend=AttnBackend.auto, recompute_granularity=None, recompute_modules=["core_attn"])
-c = bridge.config
-print(json.dumps({"layers": c.num_layers, "hidden": c.hidden_size, "heads": c.num_attention_heads,
-                  "groups": c.num_query_groups, "ffn": c.ffn_hidden_size, "bf16": c.bf16,
-                  "attention": c.attention_backend.name}))
-'''
+# A program run in the env; its docstring says what it does.
+MBRIDGE_CONFIG = PROGRAMS / "mbridge_config.py"
 
 
 @pytest.mark.network
@@ -133,7 +116,7 @@ def test_mbridge_makes_the_megatron_config_with_the_locked_megatron_core(variant
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
-    proc = subprocess.run([python, "-c", MBRIDGE_CONFIG, port], capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([python, str(MBRIDGE_CONFIG), port], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -17,10 +17,12 @@ import pytest
 
 import tiny_project
 from reliability_log import record
+from waiting import StreamLines
 
 # $VERLENV_FAULT_SEED replays a run; the seed is in the failure message.
 SEED = int(os.environ.get("VERLENV_FAULT_SEED", random.randrange(1 << 30)))
 KILLS = int(os.environ.get("VERLENV_FAULT_KILLS", "6"))
+HOLD_PREFIX = Path(__file__).parent / "data" / "programs" / "hold_prefix.py"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,7 @@ def install(project: Path, prefix: Path, *extra: str) -> subprocess.Popen:
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def finish(p: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
+def finish(p: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
     _, err = p.communicate(timeout=timeout)
     return p.returncode, err
 
@@ -80,26 +82,17 @@ def test_sigkill_at_random_points_then_rerun_equals_lock(project: Path, tmp_path
 def test_an_install_waits_for_one_making_the_prefix_instead_of_calling_it_foreign(project: Path, tmp_path: Path):
     """The race CI hit under load: the first install had made the folder and its first file (write_atomic's temp
     file, before the creating mark is renamed in) when the second judged the folder "neither empty nor an env"."""
-    import threading
-
     from verlenv.install import prefix_lock
 
     prefix = tmp_path / "env"
-    lines: list[str] = []
     with prefix_lock(prefix, conda=False):  # this test is the first install, mid-way
         prefix.mkdir()
         (prefix / ".tmp-mark").write_text("")
         second = install(project, prefix, "--python", sys.executable)
-        reader = threading.Thread(target=lambda: lines.extend(second.stderr), daemon=True)
-        reader.start()
-        deadline = time.monotonic() + 60
-        while second.poll() is None and time.monotonic() < deadline and not any("waiting" in x for x in lines):
-            time.sleep(0.1)
-        assert any("is being installed by verlenv install (pid" in x for x in lines), "".join(lines)
+        err = StreamLines(second.stderr)
+        assert err.wait_for("is being installed by verlenv install (pid"), err.text()
         shutil.rmtree(prefix)  # the first one gave up and removed its half-made env
-    second.wait(timeout=120)
-    reader.join(timeout=10)
-    assert second.returncode == 0, "".join(lines)
+    assert second.wait(timeout=600) == 0, err.text()
     assert not tiny_project.differences(project, prefix)
 
 
@@ -158,19 +151,21 @@ def test_the_second_installer_waits_while_the_prefix_is_held(project: Path, tmp_
     """The lock held for as long as a first installer runs (here a process holding it, as install does): the second
     says so and waits; it proceeds once the lock is released."""
     prefix = tmp_path / "env"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from verlenv.install import prefix_lock\n"
-                               f"with prefix_lock(Path({str(prefix)!r}), False):\n"
-                               "    print('held', flush=True); time.sleep(3)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, str(HOLD_PREFIX), str(prefix)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
-    started = time.monotonic()
-    rc, err = finish(install(project, prefix, "--python", sys.executable))
-    waited = time.monotonic() - started
+    second = install(project, prefix, "--python", sys.executable)
+    err = StreamLines(second.stderr)
+    said = err.wait_for(f"{prefix} is being installed by verlenv install (pid {holder.pid})")
+    waiting = second.poll() is None  # it cannot have finished while the lock is held
+    holder.stdin.close()  # the first installer is done
     holder.wait()
-    ok = rc == 0 and f"{prefix} is being installed by verlenv install (pid {holder.pid})" in err and waited > 1.5
+    rc, text = second.wait(timeout=600), err.text()
+    ok = rc == 0 and said and waiting
     record("fault", "`verlenv install` while another install holds the prefix",
-           f"waits with one line naming the holder's pid ({waited:.1f} s), then exit 0" if ok else f"exit {rc}: {err}", ok)
-    assert ok, err
+           "waits with one line naming the holder's pid, then exit 0 once it is released" if ok
+           else f"exit {rc}: {text}", ok)
+    assert ok, text
     assert not tiny_project.differences(project, prefix)
 
 

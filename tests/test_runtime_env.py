@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,7 @@ from verlenv import catalog, runtime_env
 from verlenv.verify import static
 from verlenv.errors import UserError
 
-CHILD = textwrap.dedent("""\
-    import json, multiprocessing as mp, os, sys
-
-    def child(q):
-        q.put({n: os.environ.get(n) for n in ("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER")})
-
-    if __name__ == "__main__":
-        q = mp.get_context("spawn").Queue()
-        p = mp.get_context("spawn").Process(target=child, args=(q,))
-        p.start()
-        print(json.dumps(q.get(timeout=60)))
-        p.join()
-    """)
+CHILD = Path(__file__).parent / "data" / "programs" / "spawned_child_env.py"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +37,7 @@ def cat():
 
 def spawned_child_sees(python, tmp_path, env=None) -> dict:
     script = tmp_path / "child.py"
-    script.write_text(CHILD)
+    shutil.copy(CHILD, script)  # run from a folder of its own, as the spawn start method re-imports it
     env = {k: v for k, v in (env or os.environ).items() if not k.startswith("VLLM_")}
     proc = subprocess.run([str(python), str(script)], capture_output=True, text=True, timeout=120, env=env,
                           cwd=tmp_path, check=True)
@@ -176,7 +163,7 @@ def test_the_sglang_env_gets_a_cuda_home_and_its_bin_on_path_filled_at_install(v
         home = Path(prefix) / "verlenv" / os.listdir(Path(prefix) / "verlenv")[0]
         assert (home / "bin" / "nvcc").exists() and (home / "lib64" / "stubs" / "libcuda.so").exists()
         script = tmp_path / "child.py"
-        script.write_text(CHILD.replace('("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER")',
+        script.write_text(CHILD.read_text().replace('("VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_V2_MODEL_RUNNER")',
                                         '("CUDA_HOME", "PATH")'))
         env = {k: v for k, v in os.environ.items() if k != "CUDA_HOME"}
         seen = json.loads(subprocess.run([str(venv), str(script)], capture_output=True, text=True, env=env,

@@ -14,7 +14,7 @@ from verlenv import backends
 
 from test_verify_profiles import H100, empty_env, machine  # noqa: F401  (fixtures)
 from verlenv.cli import main
-from verlenv.verify import report
+from verlenv.verify import report, runner
 from verlenv.verify.results import SKIPPED_BY_REQUEST
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (test dependency) validates reports against SCHEMA")
@@ -196,3 +196,72 @@ def test_thorough_and_the_tp_sizes_reach_the_scripts_and_the_report(machine, emp
     assert told["numbers"] == {"thorough": True, "rollout_tp": 2, "actor_tp": 2}
     assert data["mode"] == "thorough" and code == data["exit_code"]
     assert data["command"][-5:] == ["--thorough", "--rollout-tp", "2", "--actor-tp", "2"]
+
+
+def test_piped_output_is_one_full_row_per_check_never_folded(cpu_run):
+    _, data, _, printed = cpu_run  # pytest captures stdout: not a terminal, as under CI, nohup or a pipe
+    lines = printed.out.splitlines()
+    for c in data["checks"]:  # each check on a line of its own, its reason whole
+        (row,) = [line for line in lines if line.split()[1:2] == [c["name"]]]
+        assert row.endswith(c["reason"]) and c["package"] in row, row
+    assert max(map(len, lines)) > 80  # nothing was cut to a terminal's width
+    assert not any(ch in printed.out for ch in "│┃━")
+
+
+def test_on_a_terminal_the_table_is_drawn(cpu_run):
+    from rich.console import Console
+
+    _, data, _, _ = cpu_run
+    console = Console(record=True, force_terminal=True, width=120)
+    report.print_table(data, console)
+    text = console.export_text()
+    assert "┃ status " in text and "│ installed/torch " in text and "FAIL: " in text
+
+
+def passed_without_a_gpu(data: dict) -> dict:
+    """The CPU run's report as a fully installed env would have it: every failed check passes."""
+    from verlenv.verify.results import totals
+
+    data = copy.deepcopy(data)
+    for c in data["checks"]:
+        if c["status"] == "fail":
+            c["status"] = "pass"
+    data["totals"] = totals([report._as_result(c) for c in data["checks"]])
+    data.update(result="pass", exit_code=0)
+    return data
+
+
+def test_without_a_gpu_the_verdict_says_what_was_proven_and_the_counts_add_up(cpu_run):
+    from rich.console import Console
+
+    _, data, _, _ = cpu_run
+    checks = data["checks"]
+    static, kernel = (sum(c["kind"] == k for c in checks) for k in ("static", "kernel"))
+    not_run = [c["name"] for c in checks if c["required"] and c["status"] == "skip"
+               and not c["reason"].startswith("skipped by request")]
+    # One skipped result per packaged kernel check script: there is no GPU to run them on.
+    assert static + kernel == len(checks) == data["totals"]["checks"] and kernel == len(runner.scripts(runner.KERNELS_DIR))
+    assert {"verl/verl_trainer/kernels", "flash-attn/kernels", "driver"} <= set(not_run)
+    head, rest = report.verdict(data)
+    assert (head, rest.split("; ")[1]) == ("FAIL", f"{len(not_run)} required GPU checks not run (no GPU here)")
+    assert f"{len(checks)} checks ({static} static, {kernel} kernel): " in rest
+
+    passed = passed_without_a_gpu(data)
+    head, rest = report.verdict(passed)
+    assert head == "static checks passed" and rest.startswith(f"{len(not_run)} required GPU checks not run (no GPU here); "
+                                                                f"{len(checks)} checks ({static} static, {kernel} kernel)")
+    assert passed["totals"]["required_not_run"] == len(not_run)
+    md = report.markdown(passed)
+    assert "**static checks passed**: " in md and "**PASS**" not in md and f"Not run: {', '.join(not_run)}." in md
+    console = Console(record=True, width=80)  # not a terminal
+    report.print_table(passed, console)
+    text = console.export_text()
+    assert f"static checks passed: {len(not_run)} required GPU checks not run" in text and "PASS" not in text
+    assert f"  not run: {', '.join(not_run)}" in text
+    # With a GPU and every required check run, it is a plain PASS.
+    gpu = copy.deepcopy(passed)
+    gpu["profile"] = {"key": "h100", "title": "H100", "arch": "9.0", "fp8": True, "forced": False, "thresholds": {}}
+    for c in gpu["checks"]:
+        if c["name"] in not_run:
+            c["status"] = "pass"
+    assert report.verdict(gpu)[0] == "PASS"

@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from test_kernel_scripts import KERNELS, load, torch_python
+from waiting import exited, until
 from test_verify_profiles import REPO
 from verlenv import catalog, families
 from verlenv.cluster.trainer import trainer_spec
 
+PROGRAMS = Path(__file__).parent / "data" / "programs"
 GOOD_STEP = {"actor/pg_loss": -0.0123, "actor/grad_norm": 0.87, "training/rollout_actor_probs_pearson_corr": 0.99994,
              "training/rollout_probs_diff_mean": 0.0004, "training/rollout_probs_diff_max": 0.01,
              "timing_s/step": 9.5, "timing_s/gen": 4.0}
@@ -184,85 +186,8 @@ def test_sizes_the_check_cannot_run_are_one_clear_error(sizes, complaint):
     assert "\n" not in str(e.value)
 
 
-# Runs in an env with torch, transformers, pyarrow, verl and hydra: writes the inputs, reads them back the way
-# verl does, has verl's main_ppo parse the check's command line (both variants) and checks what it set.
-IN_ENV = r'''
-import importlib.util, json, os, sys, tempfile
-
-KERNELS, OUT = sys.argv[1], sys.argv[2]
-TABLES = json.load(open(sys.argv[3]))  # what verify hands the check: each variant's trainer spec, the family rows
-sys.path.insert(0, KERNELS)  # as when the script runs: its folder first, for _common, _models and _phases
-import check_verl_trainer as t
-
-import pyarrow.parquet as pq
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-torch.set_num_threads(2)
-work = tempfile.mkdtemp(dir=OUT)
-paths = t.write_inputs(work, torch, TABLES["families"]["llama"])
-tokenizer = AutoTokenizer.from_pretrained(paths["model"])
-model = AutoModelForCausalLM.from_pretrained(paths["model"])
-rows = pq.read_table(paths["data"]).to_pylist()
-chat = tokenizer.apply_chat_template(rows[0]["prompt"], add_generation_prompt=True, tokenize=False)
-ids = tokenizer.apply_chat_template(rows[0]["prompt"], add_generation_prompt=True, tokenize=True)
-ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-with torch.no_grad():
-    probs = model(torch.tensor([ids])).logits[0, -1].float().softmax(-1)
-out = {"vocab": len(tokenizer), "model_vocab": model.config.vocab_size, "chat": chat, "unk": tokenizer.unk_token_id,
-       "ids": list(ids), "pad": tokenizer.pad_token_id, "eos": tokenizer.eos_token_id, "rows": len(rows),
-       "row": rows[0], "top_prob": probs.max().item(), "dtype": str(model.dtype),
-       "attn": model.config._attn_implementation if hasattr(model.config, "_attn_implementation") else None}
-
-weights = t.weight_change(torch, paths["model"], paths["model"])
-out["same_weights"] = weights
-
-import os
-import subprocess
-import sys
-import time
-import yaml
-from omegaconf import OmegaConf
-from verl.trainer.ppo.utils import need_critic, need_reference_policy
-from verl.utils.config import omega_conf_to_dataclass, validate_config
-
-for variant in ("fsdp", "megatron"):
-    # verl's own entry point parses the command line the check runs; --cfg job prints the config and stops.
-    cmd = t.command(sys.executable, paths, TABLES["specs"][variant], TABLES["families"]["llama"],
-                    n_gpus_per_node=2) + ["--cfg", "job", "--resolve"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=paths["run"])
-    if proc.returncode != 0:
-        raise SystemExit(f"{variant}: {' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    cfg = OmegaConf.create(yaml.safe_load(proc.stdout))
-    a = cfg.actor_rollout_ref
-    out[variant] = {"use_v1": cfg.trainer.use_v1, "strategy": a.actor.strategy, "rollout": a.rollout.name,
-                    "n": a.rollout.n, "tp": a.rollout.tensor_model_parallel_size, "model": a.model.path,
-                    "reward": cfg.reward.custom_reward_function.path, "logger": list(cfg.trainer.logger),
-                    "steps": cfg.trainer.total_training_steps, "gpus": cfg.trainer.n_gpus_per_node,
-                    "calc_log_probs": a.rollout.calculate_log_probs, "adv": cfg.algorithm.adv_estimator,
-                    "save": list(a.actor.checkpoint.save_contents), "lr": a.actor.optim.lr,
-                    "attn": OmegaConf.select(cfg, "actor_rollout_ref.model.override_config.attn_implementation"),
-                    "vanilla_mbridge": OmegaConf.select(cfg, "actor_rollout_ref.actor.megatron.vanilla_mbridge"),
-                    "ref_vanilla_mbridge": OmegaConf.select(cfg, "actor_rollout_ref.ref.megatron.vanilla_mbridge"),
-                    "te_attention": OmegaConf.select(
-                        cfg, "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend"),
-                    "ref_te_attention": OmegaConf.select(
-                        cfg, "actor_rollout_ref.ref.megatron.override_transformer_config.attention_backend")}
-    omega_conf_to_dataclass(a.rollout)  # verl's own RolloutConfig validation
-    # What main_ppo checks before it starts Ray: batch sizes against GPUs, micro-batches, the critic's need.
-    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    out[variant]["validated"] = True
-
-# verl's console logger writes the metric lines the check parses.
-import contextlib, io
-from verl.utils.logger.aggregate_logger import LocalLogger
-buf = io.StringIO()
-with contextlib.redirect_stdout(buf):
-    LocalLogger().log({"actor/pg_loss": -0.25, "actor/grad_norm": 1.5, "note": "text", "timing_s/step": 3}, step=1)
-out["console_line"] = buf.getvalue().strip()
-out["parsed"] = t.parse_metrics(buf.getvalue().splitlines())
-json.dump(out, open(os.path.join(OUT, "out.json"), "w"))
-'''
+# A program run in the env; its docstring says what it does.
+IN_ENV = PROGRAMS / "verl_trainer_inputs.py"
 
 
 def tables_file(folder) -> str:
@@ -280,7 +205,7 @@ def in_env(tmp_path_factory) -> dict:
     if probe.returncode != 0:
         pytest.skip("the torch environment lacks verl, hydra, pyarrow or transformers")
     out = tmp_path_factory.mktemp("verl-trainer")
-    proc = subprocess.run([python, "-c", IN_ENV, str(KERNELS), str(out), str(tables_file(out))], capture_output=True,
+    proc = subprocess.run([python, str(IN_ENV), str(KERNELS), str(out), tables_file(out)], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "out.json").read_text())
@@ -324,87 +249,13 @@ def test_the_parser_reads_verls_own_console_line(in_env):
     assert in_env["parsed"] == {"1": {"actor/pg_loss": -0.25, "actor/grad_norm": 1.5, "timing_s/step": 3.0}}
 
 
-# Runs in an env with verl and vLLM: verl's own Hydra config composed (as main_ppo composes it) with the check's
-# overrides, fast and thorough, for each size a cluster may ask for; validated by verl's own checks; and the fast
-# proof's vLLM settings passed the way verl's vLLM server passes them, through vLLM's own argument parser.
-COMPOSE = r'''
-import json, os, sys
-
-KERNELS, OUT = sys.argv[1], sys.argv[2]
-TABLES = json.load(open(sys.argv[3]))
-sys.path.insert(0, KERNELS)
-import check_verl_trainer as t
-
-import verl
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from verl.trainer.ppo.utils import need_critic, need_reference_policy
-from verl.utils.config import omega_conf_to_dataclass, validate_config
-
-SIZES = [dict(), dict(n_gpus_per_node=2), dict(n_gpus_per_node=2, rollout_tp=2), dict(nnodes=2),
-         dict(nnodes=2, n_gpus_per_node=4), dict(nnodes=2, n_gpus_per_node=4, rollout_tp=2)]
-MEGATRON_ONLY = [dict(n_gpus_per_node=2, actor_tp=2), dict(nnodes=2, n_gpus_per_node=4, rollout_tp=2, actor_tp=2)]
-paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
-pick = lambda cfg, key: OmegaConf.select(cfg, key)
-out = []
-with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                           version_base=None):
-    for variant in ("fsdp", "megatron"):
-        for sizes in SIZES + (MEGATRON_ONLY if variant == "megatron" else []):
-            for thorough in (False, True):
-                spec, llama = TABLES["specs"][variant], TABLES["families"]["llama"]
-                cfg = compose(config_name=spec["actor"]["config_name"],
-                              overrides=t.overrides(paths, spec, llama, thorough=thorough, **sizes))
-                validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-                rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
-                OmegaConf.resolve(cfg)  # as TaskRunnerV1.run does: every interpolation must resolve
-                keys = ["trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size",
-                        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.rollout.n_gpus_per_node",
-                        "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.cudagraph_capture_sizes",
-                        "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers", "data.dataloader_num_workers",
-                        "actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile",
-                        "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
-                        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
-                        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size", "actor_rollout_ref.actor.strategy",
-                        "actor_rollout_ref.actor.ppo_mini_batch_size"]
-                out.append({"variant": variant, "sizes": sizes, "thorough": thorough,
-                            "values": {k: pick(cfg, k) for k in keys},
-                            "vllm_engine_kwargs": dict(rollout.engine_kwargs.get("vllm") or {})})
-
-# The fast proof's vLLM settings, as verl's vLLM server hands them to vLLM (vllm_async_server.py: its args dict
-# with engine_kwargs spread in, build_cli_args_from_config, vLLM's own parser).
-import vllm.platforms
-from vllm.platforms.cpu import CpuPlatform
-
-# Test double: vLLM's parser asks the platform for a device type, and the CUDA platform needs libcuda; the parse
-# itself is the same on any platform.
-vllm.platforms._current_platform = CpuPlatform()
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-from verl.workers.rollout.vllm_rollout.utils import build_cli_args_from_config
-
-fast = next(c for c in out if c["variant"] == "fsdp" and not c["thorough"])
-args = {"enforce_eager": fast["values"]["actor_rollout_ref.rollout.enforce_eager"], **fast["vllm_engine_kwargs"]}
-parsed = AsyncEngineArgs.from_cli_args(AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(
-    ["--model", "/m", *build_cli_args_from_config(args)]))
-json.dump({"cases": out, "vllm": {"enforce_eager": parsed.enforce_eager,
-                                  "kv_cache_memory_bytes": parsed.kv_cache_memory_bytes}}, open(OUT, "w"))
-'''
-
-
 @pytest.fixture(scope="module")
-def composed(tmp_path_factory) -> dict:
-    python = torch_python()
-    if python is None:
-        pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
-    probe = subprocess.run([python, "-c", "import verl, hydra, vllm"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("the torch environment lacks verl, hydra or vLLM")
-    out = tmp_path_factory.mktemp("verl-compose") / "out.json"
-    proc = subprocess.run([python, "-c", COMPOSE, str(KERNELS), str(out), str(tables_file(out.parent))],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+def composed(verl_composed) -> dict:
+    """verl's own Hydra config composed (as main_ppo composes it) with the check's overrides, fast and thorough, for
+    each size a cluster may ask for, validated by verl's own checks; and the fast proof's vLLM settings passed the way
+    verl's vLLM server passes them, through vLLM's own argument parser (tests/data/programs/verl_trainer_compose.py,
+    run with the cluster job's compose in one interpreter: conftest's verl_composed)."""
+    return verl_composed["check"]
 
 
 @pytest.mark.slow
@@ -456,27 +307,27 @@ def test_the_hf_checkpoint_is_found_in_either_layout(tmp_path):
 def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
     # A stand-in for main_ppo (test double): prints what verl's console logger prints, then exits or hangs.
     t = trainer()
-    talk = ("import sys, time; print('ray init', flush=True); time.sleep(0.3); "
+    talk = ("print('ray init', flush=True); "
             "print('(TaskRunnerV1 pid=1) step:1 - actor/grad_norm:0.5 - timing_s/step:0.1', flush=True)")
-    lines, code, walls = t.run_trainer([sys.executable, "-c", talk], str(tmp_path), timeout=60)
+    before = time.time()
+    lines, code, walls = t.run_trainer([sys.executable, "-c", talk], str(tmp_path), timeout=600)
     assert code == 0 and t.parse_metrics([x.text for x in lines]) == {1: {"actor/grad_norm": 0.5, "timing_s/step": 0.1}}
-    assert 0.3 <= walls["first_metrics_s"] <= walls["wall_s"] < 30
-    assert [x.text for x in lines][0] == "ray init" and lines[0].arrival <= lines[1].arrival == walls["first_metrics_s"]
-    assert abs(walls["launch_wall"] - time.time()) < 60
+    assert [x.text for x in lines][0] == "ray init"
+    # Arrivals are when this side read each line (a line may be read after the exit that wall_s marks).
+    assert 0 <= lines[0].arrival <= lines[1].arrival == walls["first_metrics_s"] and walls["wall_s"] > 0
+    assert before <= walls["launch_wall"] <= time.time()
     assert "ray init" in capsys.readouterr().out  # echoed, so the runner keeps it with the check's output
     child = tmp_path / "child.pid"
-    hang = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-            f"open({str(child)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
-    start = time.monotonic()
-    lines, code, _ = t.run_trainer([sys.executable, "-c", hang], str(tmp_path), timeout=2)
-    assert code is None and [x.text for x in lines] == ["started"] and time.monotonic() - start < 30
+    hang = ("import os, subprocess, sys, threading; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import threading; threading.Event().wait()']); "
+            f"print('started', flush=True); open({str(child)!r} + '.tmp', 'w').write(str(p.pid)); "
+            f"os.rename({str(child)!r} + '.tmp', {str(child)!r}); threading.Event().wait()")
+    run = t.TrainerRun([sys.executable, "-c", hang], str(tmp_path))
+    assert until(lambda: child.exists() or run.proc.poll() is not None)  # it has printed its line
+    code = run.wait(timeout=2)  # its start-up counts: a slow one is killed at once, after that line
+    assert code is None and [x.text for x in run.lines] == ["started"]
     pid = int(child.read_text())
-    for _ in range(50):  # the killed child is reaped shortly after
-        if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the trainer's child {pid} outlived the timeout")
+    assert exited(pid), f"the trainer's child {pid} outlived the timeout"
 
 
 def test_the_failure_named_is_the_innermost_exception_not_hydras_hint():
@@ -497,15 +348,7 @@ def test_the_failure_named_is_the_innermost_exception_not_hydras_hint():
 
 
 # A stand-in for main_ppo (test double): what verl prints at start-up and after each step, then it exits.
-FAKE_TRAINER = """
-import time
-print("ray init kwargs: {}", flush=True)
-time.sleep(0.3)
-for step in (1, 2):
-    print(f"(TaskRunnerV1 pid=1) step:{step} - actor/pg_loss:0.1 - actor/grad_norm:0.5 - timing_s/gen:0.05 "
-          f"- training/rollout_actor_probs_pearson_corr:0.9999 - training/rollout_probs_diff_mean:0.001 "
-          f"- timing_s/step:0.1", flush=True)
-"""
+FAKE_TRAINER = PROGRAMS / "fake_main_ppo.py"
 
 
 def fake_launch(t, monkeypatch, tmp_path, script):
@@ -514,7 +357,8 @@ def fake_launch(t, monkeypatch, tmp_path, script):
                  "init": {"entropy_min": 4.0}}
         return paths
     monkeypatch.setattr(t, "write_inputs", write_inputs)
-    monkeypatch.setattr(t, "command", lambda python, paths, spec, family, **sizes: [sys.executable, "-c", script])
+    run = [str(script)] if isinstance(script, Path) else ["-c", script]
+    monkeypatch.setattr(t, "command", lambda python, paths, spec, family, **sizes: [sys.executable, *run])
 
 
 def profile_json(**extra) -> str:
@@ -527,16 +371,21 @@ def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its
         monkeypatch, tmp_path, capsys):
     t, common = trainer(), load("_common")
     fake_launch(t, monkeypatch, tmp_path, FAKE_TRAINER)
-    monkeypatch.setattr(t, "check_import", lambda: (time.sleep(1.0), print("IMPORTED"), ({}, "imports"))[-1])
     profile = common.parse_profile(profile_json())
     (name_import, first), (name_trainer, second) = t.checks(profile, torch=None)
+    trainer_check = second.__self__
+
+    def import_check():  # test double: it ends once the trainer, launched before it, has printed its first line
+        assert trainer_check.run is not None, "the import check ran before the trainer was launched"
+        assert until(lambda: trainer_check.run.lines), "the trainer printed nothing while the import check ran"
+        print("IMPORTED")
+        return {}, "imports"
+
+    monkeypatch.setattr(t, "check_import", import_check)
     assert (name_import, name_trainer) == ("verl/trainer/import", "verl/trainer/fsdp/llama/grpo-2-steps")
     assert first() == ({}, "imports")
-    imported = time.time()
     out = capsys.readouterr().out
-    assert "IMPORTED" in out and "step:1" not in out  # the trainer ran meanwhile, its output held back
-    run = second.__self__.run
-    assert run.launch_wall + run.lines[0].arrival < imported  # it was up before the import check ended
+    assert "IMPORTED" in out and "ray init kwargs" not in out  # the trainer ran meanwhile, its output held back
     with pytest.raises(common.Failed) as failed:  # no checkpoint from the stand-in: a failure with its numbers
         second()
     out = capsys.readouterr().out
@@ -544,7 +393,8 @@ def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its
     numbers = failed.value.numbers
     assert str(failed.value) == "verl saved no hf_model checkpoint to compare the weights with"
     assert numbers["step1_step_s"] == 0.1 and numbers["phase/step1_s"] == 0.1 and numbers["phase/step2/gen_s"] == 0.05
-    assert 0 < numbers["phase/driver_start_s"] < numbers["phase/total_s"] == numbers["wall_s"]
+    # Each phase from the arrival of its line (read in a thread: possibly after the exit that total_s marks).
+    assert numbers["phase/driver_start_s"] > 0 and numbers["phase/total_s"] == numbers["wall_s"] > 0
     assert not os.path.exists(second.__self__.workdir)
 
 
@@ -556,7 +406,7 @@ def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_remov
     check.launch(hold=True)
     assert check.error is None and check.run.proc.poll() is None and os.path.isdir(check.workdir)
     check.abandon()  # what the script's exit runs (atexit) when the import check ends it before finish()
-    assert check.run.proc.wait(timeout=30) == -9 and not os.path.exists(check.workdir)
+    assert check.run.proc.wait(timeout=600) == -9 and not os.path.exists(check.workdir)
 
 
 def test_sizes_this_node_cannot_take_fail_the_trainer_check_in_one_line(monkeypatch, tmp_path):

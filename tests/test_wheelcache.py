@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tarfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from project_files import ROOT
 from test_build_env import DATA, clean_build_env, kill_session, torch_python
 from verlenv import build, catalog, ninja_stats, recipes, toolchain, wheelcache
 from verlenv.errors import UserError
+from waiting import exited, until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -153,19 +153,12 @@ def test_a_corrupted_entry_is_detected_by_its_hash(tmp_path, damage):
 
 
 def test_a_store_killed_midway_leaves_no_entry(tmp_path):
-    big = tmp_path / "big-0.1-py3-none-any.whl"
-    with open(big, "wb") as f:
-        f.truncate(768 << 20)  # long enough to copy and hash that the kill lands mid-store
+    big = make_wheel(tmp_path)
     wheelhouse = tmp_path / "wh"
-    code = f"from pathlib import Path; from verlenv import wheelcache; " \
-           f"wheelcache.store(Path({str(wheelhouse)!r}), 'big', 'fp1', Path({str(big)!r}), {{}})"
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "data" / "programs" / "store_then_wait.py"),
+                             str(wheelhouse), "big", "fp1", str(big)], stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not list((wheelhouse / "big").glob(".tmp-*")):
-            assert proc.poll() is None, "store finished before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        assert proc.stdout.readline().strip() == "copied", "store ended before its copy was done"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
@@ -175,9 +168,7 @@ def test_a_store_killed_midway_leaves_no_entry(tmp_path):
     assert wheelcache.lookup(wheelhouse, "big", "fp1") is None
     assert not list(wheelhouse.rglob(wheelcache.ENTRY_FILE))
     # The leftover does not stand in the way of the next, complete store.
-    small = make_wheel(tmp_path)
-    assert wheelcache.store(wheelhouse, "big", "fp1", small, {}).wheel.read_bytes() == small.read_bytes()
-    big.unlink()
+    assert wheelcache.store(wheelhouse, "big", "fp1", big, {}).wheel.read_bytes() == big.read_bytes()
     shutil.rmtree(leftovers[0])
 
 
@@ -188,13 +179,10 @@ def probe_root(tmp_path) -> Path:
     return dest
 
 
-def wait_until_started(proc: subprocess.Popen, marker: Path, timeout_s: float = 300) -> None:
+def wait_until_started(proc: subprocess.Popen, marker: Path) -> None:
     """Until the sleepy-probe build has written its marker (a non-empty file) while the builder still runs."""
-    deadline = time.monotonic() + timeout_s
-    while not marker.exists() or not marker.read_text():
-        assert proc.poll() is None, "the builder exited before its build started"
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    assert until(lambda: proc.poll() is not None or (marker.exists() and marker.read_text())), "no build started"
+    assert proc.poll() is None, "the builder exited before its build started"
 
 
 @pytest.mark.slow
@@ -226,14 +214,6 @@ def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch
     assert not result.cached and wheelcache.lookup(wheelhouse, "sleepy-probe", result.fingerprint)
 
 
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie waiting for its reaper counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
 @pytest.mark.slow
 @pytest.mark.network
 def test_sigterm_to_the_builder_alone_stops_its_whole_build(probe_root, tmp_path, monkeypatch):
@@ -252,10 +232,10 @@ def test_sigterm_to_the_builder_alone_stops_its_whole_build(probe_root, tmp_path
         # The "compiler" sits in a process group of its own, as ninja's compile jobs do.
         assert os.getpgid(compiler_pid) == compiler_pid != os.getpgid(setup_pid)
         proc.send_signal(signal.SIGTERM)  # the builder only, not its session
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=600)
         assert proc.returncode == 128 + signal.SIGTERM
         assert "verlenv build: terminated (SIGTERM)" in err
-        assert gone(setup_pid) and gone(compiler_pid)
+        assert exited(setup_pid) and exited(compiler_pid)
     finally:
         kill_session(proc.pid)
         proc.wait()

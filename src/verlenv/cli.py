@@ -27,12 +27,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
+def version_line() -> str:
+    """`verlenv --version`: the tool's version and the default stack of the catalog it would use here."""
+    from verlenv import __version__, catalog
+
+    try:
+        cat = catalog.load()
+    except UserError as e:
+        return f"verlenv {__version__} (no catalog here: {e})"
+    stack = cat.stack()
+    return f"verlenv {__version__}; default stack {stack.name}: {stack.description}; catalog {cat.path}"
+
+
+class _Version(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit(0)
+
+
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
+    p.add_argument("--version", action=_Version, nargs=0, help="print verlenv's version and the catalog's default stack")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     args = sys.argv[1:] if argv is None else argv
     first = args[0] if args else None
-    for command in [first] if first in COMMANDS else COMMANDS:
+    # --version needs no subcommand: none is imported for it.
+    for command in [first] if first in COMMANDS else [] if first == "--version" else COMMANDS:
         importlib.import_module(command_module(command)).register(sub)
     return p
 

@@ -174,7 +174,7 @@ def repair(python: Path, lock: Path, installer: str, keep: list[str]) -> dict:
     """Check every locked distribution's files against its RECORD; reinstall each that differs from its
     locked, hash-checked file. Returns the figures of the check."""
     locked = pins.read_lock(lock)
-    scan = installed_files.check(str(python), sorted(locked))
+    scan = installed_files.check(str(python), sorted(locked), record=True)  # verify then hashes only what changed
     damaged = {name: why for name, entry in scan["dists"].items() if (why := installed_files.damaged(entry))}
     print(f"checked {len(scan['dists'])} locked distributions, {scan['files']} files "
           f"({scan['bytes'] / 1e9:.2f} GB) against their RECORDs in {scan['seconds']:.1f} s"
@@ -186,7 +186,7 @@ def repair(python: Path, lock: Path, installer: str, keep: list[str]) -> dict:
     if installer == "uv":
         _clean_uv_cache(sorted(damaged))
     sync(python, lock, installer, keep, reinstall=sorted(damaged), pins_=locked)
-    again = installed_files.check(str(python), sorted(damaged))
+    again = installed_files.check(str(python), sorted(damaged), record=True)
     still = {name: why for name, entry in again["dists"].items() if (why := installed_files.damaged(entry))}
     if still:
         name, why = next(iter(sorted(still.items())))

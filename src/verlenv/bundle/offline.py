@@ -162,7 +162,7 @@ def repair(python: str, manifest: dict, variant: str, install_cmd: list[str]) ->
     """Every bundled distribution's installed files against its RECORD, as a plain install checks them; one that
     differs is installed again from the bundle's own wheels (not from uv's cache: it hard-links the same files)."""
     names = sorted({e["distribution"] for e in env_files(manifest, variant)})
-    scan = installed_files.check(python, names)
+    scan = installed_files.check(python, names, record=True)  # verify then hashes only what changed
     damaged = {name: why for name, entry in scan["dists"].items() if (why := installed_files.damaged(entry))}
     print(f"checked {len(scan['dists'])} distributions, {scan['files']} files against their RECORDs in {scan['seconds']:.1f} s"
           + (f": {len(damaged)} differ" if damaged else ": all as installed"), file=sys.stderr)
@@ -172,7 +172,7 @@ def repair(python: str, manifest: dict, variant: str, install_cmd: list[str]) ->
         cmd = [*install_cmd, "--no-cache", *(arg for name in sorted(damaged) for arg in ("--reinstall-package", name))]
         if subprocess.run(cmd, env=plain.installer_env()).returncode != 0:
             raise UserError(f"reinstalling {', '.join(sorted(damaged))} from the bundle failed", exit_code=1)
-        again = installed_files.check(python, sorted(damaged))
+        again = installed_files.check(python, sorted(damaged), record=True)
         if still := {name: why for name, entry in again["dists"].items() if (why := installed_files.damaged(entry))}:
             name, why = next(iter(sorted(still.items())))
             raise UserError(f"{name} still differs from its RECORD after reinstalling it ({why}); "

@@ -151,10 +151,11 @@ def doctor_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, 
 
 
 def print_report(data: dict, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(stderr=True)
+    from verlenv.verify.report import fitting_console
+
+    console = console or fitting_console(stderr=True)  # piped: rows as wide as they are, not folded at 80 columns
     nodes = data["nodes"]
     table = Table(title=f"{len(nodes)} node(s): checks", show_lines=False)
     table.add_column("check")

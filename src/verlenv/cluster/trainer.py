@@ -29,6 +29,8 @@ from verlenv.verify.kernels import _phases
 
 TIMEOUT_S = 900  # verl's start-up over several nodes (Ray workers, FSDP, one vLLM engine per GPU) plus 2 steps
 NODE_TASK_S = 300  # writing the inputs (torch imports on a busy node), finding the checkpoint, cleaning up
+# A spec's "trainer_s" and "node_task_s" replace TIMEOUT_S and NODE_TASK_S: a cluster of stand-in nodes sharing two
+# loaded cores needs longer than any real node.
 BUDGET_S = TIMEOUT_S + 3 * NODE_TASK_S  # the most this module adds to the driver's time
 # Variables verl's workers need that a joined cluster does not pass on from the driver's environment: no
 # downloads or wandb (the check's own), NVLink multicast off (the check's NCCL_DEFAULTS, added below).
@@ -204,7 +206,7 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
     except Exception as e:  # the job broke (a node lost mid-way, an error of Ray's): the nodes' report still stands
         out.update(status="fail", problems=[f"the cluster job broke: {_error(e)}"])
     finally:
-        removed = on_each(remove_here, everywhere, base)
+        removed = on_each(remove_here, everywhere, base, timeout=spec.get("node_task_s", NODE_TASK_S))
     out["cleaned"] = sorted(names[i] for i, r in removed.items() if not isinstance(r, Exception))
     out["seconds"] = round(time.monotonic() - start, 1)
     return out
@@ -213,7 +215,8 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
 def _stage_and_train(base: str, spec: dict, options, variant, family: dict, gpus: dict, everywhere: list[str],
                      names: dict[str, str], progress) -> dict:
     progress(f"verl's trainer: writing its inputs ({family['name']}) to {base} on {len(everywhere)} node(s)")
-    written = on_each(write_inputs_here, everywhere, base, len(gpus) * next(iter(gpus.values())), family)
+    written = on_each(write_inputs_here, everywhere, base, len(gpus) * next(iter(gpus.values())), family,
+                      timeout=spec.get("node_task_s", NODE_TASK_S))
     bad = {names[i]: _error(r) for i, r in written.items() if isinstance(r, Exception)}
     digests = {names[i]: r["digest"] for i, r in written.items() if not isinstance(r, Exception)}
     if bad or len(set(digests.values())) != 1:
@@ -246,18 +249,19 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, options, variant, f
         # replaced by the same lines with their arrivals (the check's timed log, which its phase reader reads).
         # RAY_ADDRESS: verl's ray.init() joins this cluster instead of starting one.
         with contextlib.redirect_stdout(sink):
-            lines, code, walls = check.run_trainer(cmd, cwd, timeout=TIMEOUT_S, ray_address=address,
-                                                   log_env=trainer["rollout"].get("log_env"))
+            lines, code, walls = check.run_trainer(cmd, cwd, timeout=spec.get("trainer_s", TIMEOUT_S),
+                                                   ray_address=address, log_env=trainer["rollout"].get("log_env"))
     _phases.write_timed_log(log, lines, walls["launch_wall"])
     texts = [line.text for line in lines]
-    found = {i: r for i, r in on_each(weights_here, everywhere, base, layout).items()
+    found = {i: r for i, r in on_each(weights_here, everywhere, base, layout,
+                                      timeout=spec.get("node_task_s", NODE_TASK_S)).items()
              if r is not None and not isinstance(r, Exception)}
     weights = next((r for r in found.values() if "error" not in r), None)
     steps = check.parse_metrics(texts)
     metrics, problems = check.judge(steps, None if weights is None else
                                     {k: weights[k] for k in ("weights_rel_change", "tensors_changed", "tensors_compared")})
     if code is None:
-        problems.insert(0, f"verl's trainer did not finish in {TIMEOUT_S} s")
+        problems.insert(0, f"verl's trainer did not finish in {spec.get('trainer_s', TIMEOUT_S):g} s")
     elif code != 0:
         problems.insert(0, f"verl's trainer exited with {code}: {check.failure_line(texts)[:300]}")
     problems += [f"verl's checkpoint on {names[i]} could not be read: {r['error']}" for i, r in found.items()

@@ -12,13 +12,15 @@ from packaging.utils import canonicalize_name
 
 from verlenv import packages
 from verlenv.fsutil import write_atomic
-from verlenv.verify.results import KINDS, STATUSES, totals
+from verlenv.verify.results import KINDS, STATUSES, not_run, totals
 
 SCHEMA_VERSION = 1
 MODES = {"fast": "the fast proof: vLLM eager, checks side by side",
          "thorough": "verl's and vLLM's defaults (CUDA graphs, torch.compile), one check at a time"}
 # The numbers a check reports about where its time went (verl's trainer check: kernels/_phases.py).
 PHASE_PREFIX = "phase/"
+# Where the output is not a terminal (CI, nohup, a pipe): tables as wide as their rows, never folded at 80 columns.
+PIPED_WIDTH = 1000
 
 _STRING_OR_NULL = {"type": ["string", "null"]}
 SCHEMA = {
@@ -66,6 +68,7 @@ SCHEMA = {
                            "required": {"type": "boolean"}, "status": {"enum": list(STATUSES)},
                            "reason": {"type": "string"}, "numbers": {"type": "object"}, "seconds": {"type": "number"},
                            "log": {"type": "string"}, "diagnosis": {"type": "array", "items": {"type": "object"}}}}},
+        # required_not_run, static, kernel: not in reports written before the verdict said what was not run.
         "totals": {"type": "object", "required": [*STATUSES, "required_failed", "checks"],
                    "additionalProperties": {"type": "integer"}},
         "result": {"enum": ["pass", "fail"]},
@@ -181,18 +184,49 @@ def phase_table(numbers: dict) -> list[str]:
     return out
 
 
-def markdown(report: dict) -> str:
+def verdict(report: dict) -> tuple[str, str]:
+    """(head, the rest) of the line that says what the run proved: FAIL, PASS, or, where required checks could not
+    run (no GPU), what passed and how many were not run; then counts that add up to the table's rows."""
+    checks = report["checks"]
     t = report["totals"]
+    missing = sum(not_run(_as_result(c)) for c in checks)
+    kinds = ", ".join(f"{sum(c['kind'] == k for c in checks)} {k}" for k in KINDS)
+    counts = (f"{len(checks)} checks ({kinds}): {t['pass']} pass, {t['warn']} warn, {t['fail']} fail, "
+              f"{t['skip']} skip in {report['wall_seconds']:.1f} s")
+    unproven = (f"{missing} required GPU checks not run (no GPU here)" if report["profile"] is None
+                else f"{missing} required checks not run")
+    if report["result"] == "fail":
+        return "FAIL", "; ".join([f"{t['required_failed']} required failed", *([unproven] if missing else []), counts])
+    if not missing:
+        return "PASS", f"every required check passed; {counts}"
+    head = "static checks passed" if report["profile"] is None else "required checks that ran passed"
+    return head, f"{unproven}; {counts}"
+
+
+def not_run_names(report: dict) -> list[str]:
+    return [c["name"] for c in report["checks"] if not_run(_as_result(c))]
+
+
+def _as_result(check: dict):
+    from verlenv.verify.results import CheckResult
+
+    fields = ("name", "package", "kind", "status", "reason", "required")
+    return CheckResult(**{k: check[k] for k in fields})
+
+
+def markdown(report: dict) -> str:
     gpus = report["gpus"]
     gpu_text = (f"{len(gpus)}x {gpus[0]['name']} (compute capability {gpus[0]['compute_capability']}, "
                 f"{gpus[0]['memory_mib']} MiB)" if gpus else "none (static checks only)")
     profile = report["profile"]
     m = report["machine"]
+    head, rest = verdict(report)
+    missing = not_run_names(report)
     lines = [
         f"# verlenv verify: {report['stack']} / {report['variant']} / {profile['key'] if profile else 'cpu'}",
         "",
-        f"**{report['result'].upper()}**: {t['required_failed']} required check(s) failed; {t['checks']} checks: "
-        f"{t['pass']} pass, {t['warn']} warn, {t['fail']} fail, {t['skip']} skip; {report['wall_seconds']:.1f} s.",
+        f"**{head}**: {rest}.",
+        *(["", f"Not run: {', '.join(missing)}."] if missing else []),
         "",
         f"- command: `{' '.join(report['command'])}`" + (" (started by nox)" if report.get("launcher") == "nox" else ""),
         f"- when: {report['timestamp']}",
@@ -237,35 +271,59 @@ def markdown(report: dict) -> str:
 
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
+COLUMNS = ("status", "check", "package", "req", "s", "reason")
+
+
+def fitting_console(stderr: bool = False):
+    """A rich console for a report: the terminal's width, or, piped, one wide enough that no row is folded."""
+    from rich.console import Console
+
+    plain = Console(stderr=stderr)
+    return plain if plain.is_terminal else Console(stderr=stderr, width=PIPED_WIDTH)
+
+
+def _cells(c: dict) -> tuple[str, ...]:
+    status = "FAIL" if c["status"] == "fail" and c["required"] else c["status"]
+    return status, c["name"], c["package"], "yes" if c["required"] else "", f"{c['seconds']:.1f}", c["reason"]
+
+
+def rows(report: dict) -> list[str]:
+    """The table as plain rows (one per check, each as long as it is: for logs, pipes and grep)."""
+    table = [COLUMNS, *(_cells(c) for c in report["checks"])]
+    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS) - 1)]
+    return ["  ".join([*(cell.rjust(w) if i == 4 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))),
+                       row[-1]]).rstrip() for row in table]
 
 
 def print_table(report: dict, console=None) -> None:
-    from rich.console import Console
+    """The report's table and verdict: a rich table on a terminal, plain full-width rows elsewhere."""
     from rich.table import Table
 
-    console = console or Console()
+    console = console or fitting_console()
     profile = report["profile"]
     title = (f"verlenv verify {report['stack']}/{report['variant']} on "
              f"{profile['title'] if profile else 'no GPU (static checks only)'}"
              + (f", {report['mode']}" if report.get("mode") else ""))
-    table = Table(title=title, title_justify="left", show_lines=False)
-    for name, kw in (("status", {}), ("check", {"overflow": "fold"}), ("package", {}), ("req", {}),
-                     ("s", {"justify": "right"}), ("reason", {"overflow": "fold", "ratio": 1})):
-        table.add_column(name, **kw)
-    for c in report["checks"]:
-        style = STYLE[c["status"]]
-        status = f"[{style}]{c['status']}[/]"
-        if c["status"] == "fail" and c["required"]:
-            status = "[bold red]FAIL[/]"
-        table.add_row(status, c["name"], c["package"], "yes" if c["required"] else "", f"{c['seconds']:.1f}",
-                      c["reason"])
-    console.print(table)
+    if console.is_terminal:
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for name, kw in zip(COLUMNS, ({}, {"overflow": "fold"}, {}, {}, {"justify": "right"},
+                                      {"overflow": "fold", "ratio": 1})):
+            table.add_column(name, **kw)
+        for c in report["checks"]:
+            cells = _cells(c)
+            status = "[bold red]FAIL[/]" if cells[0] == "FAIL" else f"[{STYLE[c['status']]}]{c['status']}[/]"
+            table.add_row(status, *cells[1:])
+        console.print(table)
+    else:
+        for line in [title, *rows(report)]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     for c in report["checks"]:
         for d in c.get("diagnosis") or []:
             if c["status"] == "fail":
                 console.print(f"  {c['name']}: known failure [{d['id']}] {d.get('title', '')}; fix: "
-                              f"{(d.get('fix') or ['see verlenv doctor'])[0]}", highlight=False)
-    t = report["totals"]
-    verdict = "[bold red]FAIL[/]" if report["result"] == "fail" else "[bold green]PASS[/]"
-    console.print(f"{verdict}: {t['required_failed']} required failed; {t['pass']} pass, {t['warn']} warn, "
-                  f"{t['fail']} fail, {t['skip']} skip in {report['wall_seconds']:.1f} s", highlight=False)
+                              f"{(d.get('fix') or ['see verlenv doctor'])[0]}", highlight=False, soft_wrap=True)
+    head, rest = verdict(report)
+    style = {"FAIL": "bold red", "PASS": "bold green"}.get(head, "bold yellow")
+    console.print(f"[{style}]{head}[/]: {rest}", highlight=False, soft_wrap=True)
+    if missing := not_run_names(report):
+        console.print(f"  not run: {', '.join(missing)}", highlight=False, soft_wrap=True)

@@ -38,8 +38,17 @@ class CheckResult:
         return asdict(self)
 
 
+def not_run(result: CheckResult) -> bool:
+    """A required check that did not run for want of what this machine lacks (a GPU, its driver, a GPU build),
+    not because the user asked: its claim is not proven by this run."""
+    return result.required and result.status == "skip" and not result.reason.startswith("skipped by request")
+
+
 def totals(results: list[CheckResult]) -> dict:
     out = {s: sum(r.status == s for r in results) for s in STATUSES}
     out["required_failed"] = sum(r.blocking for r in results)
+    out["required_not_run"] = sum(not_run(r) for r in results)
     out["checks"] = len(results)
+    for kind in KINDS:
+        out[kind] = sum(r.kind == kind for r in results)
     return out

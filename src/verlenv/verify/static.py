@@ -204,16 +204,18 @@ def check_locked_files(python: str, names: list[str]) -> CheckResult:
     """Every file of every locked distribution has the size and sha256 its RECORD holds."""
     from verlenv import installed_files
 
-    scan = installed_files.check(python, names)
+    scan = installed_files.check(python, names, reuse=True)
     damaged = {n: why for n, e in sorted(scan["dists"].items()) if (why := installed_files.damaged(e))}
     numbers = {"distributions": len(scan["dists"]), "files": scan["files"], "bytes": scan["bytes"],
-               "damaged": damaged}
+               "damaged": damaged, "reused": len(scan["reused"])}
     if damaged:
         reason = (f"{len(damaged)} of {len(scan['dists'])} locked distributions differ from their RECORD ("
                   + _listed(f"{n}: {why}" for n, why in damaged.items()) + "); `verlenv install` reinstalls them")
         return CheckResult("intact/locked-files", "env", "static", "fail", reason, True, numbers, scan["seconds"])
+    reused = (f" ({len(scan['reused'])} distributions unchanged since install hashed them: same RECORD, every file "
+              "of the same size, mtime and ctime)" if scan["reused"] else "")
     return CheckResult("intact/locked-files", "env", "static", "pass",
-                       f"{scan['files']} files of {len(scan['dists'])} locked distributions as installed", True,
+                       f"{scan['files']} files of {len(scan['dists'])} locked distributions as installed{reused}", True,
                        numbers, scan["seconds"])
 
 

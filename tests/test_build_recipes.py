@@ -58,6 +58,7 @@ def test_recipes_load_and_name_their_knobs():
     ("drop arch_variable", "missing key build.arch_variable (or set build.gpu_code = false)"),
     ("drop tree_sha256", "missing key source.tree_sha256"),
     ('nvcc_match = "minor"', "build.nvcc_match is 'minor'; valid: major, exact"),
+    ('paths = ["src"]', "source.paths is for git sources only (it names what `git archive` exports)"),
 ])
 def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
     shutil.copytree(DATA / "recipes" / "cuda-ext-probe", tmp_path / "recipes" / "cuda-ext-probe")
@@ -67,6 +68,8 @@ def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
         text = "\n".join(line for line in text.splitlines() if not line.startswith(bad[5:]))
     elif bad.startswith("kind"):
         text = text.replace('kind = "local-dir"', bad)
+    elif bad.startswith("paths"):
+        text = text.replace('kind = "local-dir"', f'kind = "local-dir"\n{bad}')
     elif bad.startswith("nvcc_match"):
         text = text.replace('arch_format = "dotted"', f'arch_format = "dotted"\n{bad}')
     else:

@@ -114,6 +114,14 @@ def load(root: Path, package: str) -> Recipe:
         raise UserError(f"{path}: build.nvcc_match is {recipe.nvcc_match!r}; valid: {', '.join(NVCC_MATCHES)}")
     if source.get("kind") not in SOURCE_KINDS:
         raise UserError(f"{path}: source.kind is {source.get('kind')!r}; valid: {', '.join(SOURCE_KINDS)}")
+    if "paths" in source:
+        paths = source["paths"]
+        if source["kind"] != "git":
+            raise UserError(f"{path}: source.paths is for git sources only (it names what `git archive` exports)")
+        if not isinstance(paths, list) or not paths or not all(isinstance(x, str) and x and not x.startswith(("/", "-"))
+                                                               for x in paths):
+            raise UserError(f"{path}: source.paths must be a non-empty list of paths inside the tree, "
+                            f"e.g. [\"pyproject.toml\", \"src\"]")
     if source["kind"] == "local-dir":
         missing = [k for k in ("path", "version", "tree_sha256") if k not in source]
         if missing:

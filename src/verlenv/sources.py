@@ -117,15 +117,26 @@ def sdist_tree_matches(archive: Path, dest: Path) -> Path | None:
 
 
 def export_git_tree(recipe: Recipe, repo: Path, dest: Path) -> Path:
-    """`git archive` of the pinned commit from a local clone or mirror, checked against the pinned tree digest."""
+    """`git archive` of the pinned commit from a local clone or mirror, checked against the pinned tree digest.
+    With source.paths, only those paths of the commit are exported (and digested): what the build reads."""
     commit, want = recipe.source["commit"], recipe.source["tree_sha256"]
+    paths = list(recipe.source.get("paths", []))
     if not (repo / "HEAD").exists() and not (repo / ".git").exists():
         raise UserError(f"{repo} is not a git repository; pass --source with a clone of {recipe.source['url']}")
     try:
         kind = subprocess.run(["git", "-C", str(repo), "cat-file", "-t", commit], capture_output=True, text=True)
         if kind.stdout.strip() != "commit":
             raise UserError(f"{repo} has no commit {commit}; fetch it first (git fetch {recipe.source['url']} {commit})")
-        tar = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True, check=True).stdout
+        for path in paths:
+            if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}:{path}"], capture_output=True).returncode:
+                raise UserError(f"{recipe.path}: source.paths names {path!r}, which commit {commit[:12]} does not have")
+        archived = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, "--", *paths],
+                                  capture_output=True)
+        if archived.returncode != 0:
+            # A partial mirror lacks blobs (a clone's large files): name git's own reason.
+            why = (archived.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"{repo}: git archive of {commit[:12]} failed ({why}); use a complete clone of {recipe.source['url']}")
+        tar = archived.stdout
     except FileNotFoundError:
         raise UserError("git is not installed; it is needed to export the source tree") from None
     out = dest / f"{recipe.package}-{commit[:12]}"

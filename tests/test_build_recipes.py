@@ -37,7 +37,7 @@ def test_every_source_build_of_the_catalog_has_a_recipe_and_a_pin(cat):
 
 
 def test_recipes_load_and_name_their_knobs():
-    assert recipes.available(REPO) >= ["apex", "flash-attn", "transformer-engine-torch"]
+    assert set(recipes.available(REPO)) >= {"apex", "flash-attn", "megatron-bridge", "transformer-engine-torch"}
     apex = recipes.load(REPO, "apex")
     assert apex.gpu_code and apex.arch_variable == "TORCH_CUDA_ARCH_LIST" and apex.arch_format == "dotted"
     assert apex.concurrent_extensions_variable == "APEX_PARALLEL_BUILD"
@@ -50,6 +50,10 @@ def test_recipes_load_and_name_their_knobs():
     assert not te.gpu_code and te.arch_variable is None
     assert te.env["NVTE_PYTORCH_FORCE_BUILD"] == "TRUE" and te.env["NVTE_FRAMEWORK"] == "pytorch"
     assert "nvidia/cudnn/include" in te.site_paths["CPATH"]
+    # Pure Python from git: only the paths its wheel is built from are exported and digested.
+    bridge = recipes.load(REPO, "megatron-bridge")
+    assert not bridge.gpu_code and not bridge.extension_modules and bridge.import_name == "megatron.bridge"
+    assert bridge.source["kind"] == "git" and "src" in bridge.source["paths"]
 
 
 @pytest.mark.parametrize("bad, message", [

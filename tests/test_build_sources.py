@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -175,6 +176,18 @@ def test_a_clone_missing_a_blob_is_refused_in_one_line(git_repo, tmp_path):
     out = sources.export_git_tree(git_recipe(tmp_path, commit, sources.tree_digest(subset), '["setup.py"]'), repo,
                                   tmp_path / "src2")
     assert (out / "setup.py").is_file()
+
+
+def test_the_megatron_bridge_recipe_matches_its_upstream_commit(tmp_path):
+    """Needs a clone or mirror of NVIDIA-NeMo/Megatron-Bridge named by $VERLENV_MEGATRON_BRIDGE_GIT."""
+    repo = os.environ.get("VERLENV_MEGATRON_BRIDGE_GIT")
+    if not repo:
+        pytest.skip("set VERLENV_MEGATRON_BRIDGE_GIT to a clone or mirror of NVIDIA-NeMo/Megatron-Bridge")
+    recipe = recipes.load(REPO, "megatron-bridge")
+    out = sources.export_git_tree(recipe, Path(repo), tmp_path / "src")
+    info = (out / "src" / "megatron" / "bridge" / "package_info.py").read_text()
+    assert ".".join(re.search(rf"^{k} = (\d+)$", info, re.MULTILINE).group(1) for k in ("MAJOR", "MINOR", "PATCH")) \
+        == recipe.source["version"]
 
 
 def test_the_apex_recipe_matches_its_upstream_commit(tmp_path):

@@ -124,14 +124,16 @@ def export_git_tree(recipe: Recipe, repo: Path, dest: Path) -> Path:
     if not (repo / "HEAD").exists() and not (repo / ".git").exists():
         raise UserError(f"{repo} is not a git repository; pass --source with a clone of {recipe.source['url']}")
     try:
-        kind = subprocess.run(["git", "-C", str(repo), "cat-file", "-t", commit], capture_output=True, text=True)
+        kind = subprocess.run(["git", "-C", str(repo), "cat-file", "-t", commit], capture_output=True, text=True,
+                              check=False)
         if kind.stdout.strip() != "commit":
             raise UserError(f"{repo} has no commit {commit}; fetch it first (git fetch {recipe.source['url']} {commit})")
         for path in paths:
-            if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}:{path}"], capture_output=True).returncode:
+            if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}:{path}"], capture_output=True,
+                              check=False).returncode:
                 raise UserError(f"{recipe.path}: source.paths names {path!r}, which commit {commit[:12]} does not have")
         archived = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, "--", *paths],
-                                  capture_output=True)
+                                  capture_output=True, check=False)
         if archived.returncode != 0:
             # A partial mirror lacks blobs (a clone's large files): name git's own reason.
             why = (archived.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]

@@ -120,3 +120,16 @@ def test_megatron_core_names_used_by_megatron_bridge_and_verl_are_defined_or_rev
     assert r.status == "pass", r.reason
     assert any(u.startswith("megatron-bridge ") for u in r.numbers["users"]) and not r.numbers["unexpected"]
     assert set(r.numbers["reviewed_gaps"]) == set(VARIANT.megatron_api_gaps)  # none stale
+
+
+@pytest.mark.slow
+def test_the_doctor_finds_verls_bridge_in_the_megatron_env(python):
+    """The log of an env without Megatron-Bridge (F44), checked against this env: its fix is in place here."""
+    from test_doctor_node_probes import excerpt
+
+    from verlenv.doctor import diagnose_text, facts, probes
+
+    checks = probes.check_findings(diagnose_text(excerpt("F44-verl-6931.log")), facts.gather(python))
+    megatron = checks["F44"][0]
+    version = recipes.load(ROOT, "megatron-bridge").source["version"]
+    assert (megatron.name, megatron.status) == ("megatron", "ok") and f"Megatron-Bridge {version}" in megatron.summary

@@ -60,7 +60,7 @@ class Variant:
     # verl's actor and rollout in this env (rows of data/backends.toml): what its checks and trainer run.
     actor: str = "fsdp"
     rollout: str = "vllm"
-    # Hydra overrides the trainer check adds for this env, each with why (an env fact, e.g. a bridge it lacks).
+    # Hydra overrides the trainer check adds for this env, each with why (an env fact: a flash-attn its TE refuses).
     trainer_overrides: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -97,6 +97,12 @@ def build_te(session: nox.Session) -> None:
     _verlenv(session, "build", "transformer-engine-torch", "--variant", "megatron")
 
 
+@nox.session(name="build-megatron-bridge", python=TOOL_PYTHON)
+def build_megatron_bridge(session: nox.Session) -> None:
+    """Build Megatron-Bridge, verl's default Megatron bridge (Megatron variant), from its git commit: -- --source CLONE."""
+    _verlenv(session, "build", "megatron-bridge", "--variant", "megatron")
+
+
 def _verify(session: nox.Session, gpu: str) -> None:
     """Verify the env against its lock and, on a GPU matching the profile, run the kernel checks."""
     _tool(session)

@@ -39,7 +39,7 @@ def test_every_source_build_of_the_catalog_has_a_recipe_and_a_pin(cat):
 
 
 def test_recipes_load_and_name_their_knobs():
-    assert recipes.available(REPO) >= ["apex", "flash-attn", "transformer-engine-torch"]
+    assert set(recipes.available(REPO)) >= {"apex", "flash-attn", "megatron-bridge", "transformer-engine-torch"}
     apex = recipes.load(REPO, "apex")
     assert apex.gpu_code and apex.arch_variable == "TORCH_CUDA_ARCH_LIST" and apex.arch_format == "dotted"
     assert apex.concurrent_extensions_variable == "APEX_PARALLEL_BUILD"
@@ -52,6 +52,10 @@ def test_recipes_load_and_name_their_knobs():
     assert not te.gpu_code and te.arch_variable is None
     assert te.env["NVTE_PYTORCH_FORCE_BUILD"] == "TRUE" and te.env["NVTE_FRAMEWORK"] == "pytorch"
     assert "nvidia/cudnn/include" in te.site_paths["CPATH"]
+    # Pure Python from git: only the paths its wheel is built from are exported and digested.
+    bridge = recipes.load(REPO, "megatron-bridge")
+    assert not bridge.gpu_code and not bridge.extension_modules and bridge.import_name == "megatron.bridge"
+    assert bridge.source.kind == "git" and "src" in bridge.source.paths
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -60,6 +64,7 @@ def test_recipes_load_and_name_their_knobs():
     ("drop arch_variable", "missing key build.arch_variable (or set build.gpu_code = false)"),
     ("drop tree_sha256", "missing key source.tree_sha256"),
     ('nvcc_match = "minor"', "build.nvcc_match is 'minor'; valid: major, exact"),
+    ('paths = ["src"]', "source.paths is for git sources only (it names what `git archive` exports)"),
 ])
 def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
     shutil.copytree(DATA / "recipes" / "cuda-ext-probe", tmp_path / "recipes" / "cuda-ext-probe")
@@ -69,6 +74,8 @@ def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
         text = "\n".join(line for line in text.splitlines() if not line.startswith(bad[5:]))
     elif bad.startswith("kind"):
         text = text.replace('kind = "local-dir"', bad)
+    elif bad.startswith("paths"):
+        text = text.replace('kind = "local-dir"', f'kind = "local-dir"\n{bad}')
     elif bad.startswith("nvcc_match"):
         text = text.replace('arch_format = "dotted"', f'arch_format = "dotted"\n{bad}')
     else:

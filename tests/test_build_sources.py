@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -93,7 +94,7 @@ def git_repo(tmp_path) -> tuple[Path, str, str]:
     return repo, commit, sources.tree_digest(digest_of)
 
 
-def git_recipe(root: Path, commit: str, digest: str) -> recipes.Recipe:
+def git_recipe(root: Path, commit: str, digest: str, paths: str = "") -> recipes.Recipe:
     return write_recipe(root, "upstream", f"""
 package = "upstream"
 import_name = "upstream"
@@ -103,6 +104,7 @@ url = "https://example.invalid/upstream"
 commit = "{commit}"
 version = "0.1"
 tree_sha256 = "{digest}"
+{f"paths = {paths}" if paths else ""}
 [build]
 arch_variable = "TORCH_CUDA_ARCH_LIST"
 mem_per_job_gib = 1
@@ -220,6 +222,66 @@ def test_a_git_pin_without_its_commit_or_with_a_number_for_a_string_is_refused_a
     with pytest.raises(UserError) as e:
         recipes.load(tmp_path, "upstream")
     assert str(e.value).startswith(f"{path}: malformed (TypeError: source.version is 0.1, not a string)")
+
+
+def export(recipe, repo, dest):
+    """What a build does with a git source: the clone checked, the pinned commit placed and its digest checked."""
+    return recipe.source.place(recipe.source.fetch("0.1", dest.parent / "cache", repo), dest)
+
+
+def test_only_the_named_paths_of_a_commit_are_exported_and_digested(git_repo, tmp_path):
+    repo, commit, _ = git_repo
+    subset = tmp_path / "subset"
+    (subset / "csrc").mkdir(parents=True)
+    shutil.copy(repo / "setup.py", subset)
+    shutil.copy(repo / "csrc" / "k.cu", subset / "csrc")
+    recipe = git_recipe(tmp_path, commit, sources.tree_digest(subset), '["setup.py", "csrc"]')
+    out = export(recipe, repo, tmp_path / "src")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == ["csrc/k.cu", "setup.py"]
+    # The whole commit's digest does not pass for the subset, nor a path the commit lacks.
+    with pytest.raises(UserError, match="does not match the recipe's"):
+        export(git_recipe(tmp_path, commit, sources.tree_digest(subset), '["setup.py"]'), repo,
+                                tmp_path / "src2")
+    with pytest.raises(UserError, match="source.paths names 'docs', which commit .* does not have"):
+        export(git_recipe(tmp_path, commit, "f" * 64, '["setup.py", "docs"]'), repo, tmp_path / "src3")
+
+
+@pytest.mark.parametrize("paths", ['"src"', "[]", '["/etc"]', '["-o"]'])
+def test_malformed_paths_are_refused_in_one_line(tmp_path, paths):
+    with pytest.raises(UserError) as e:
+        git_recipe(tmp_path, "1" * 40, "f" * 64, paths)
+    assert str(e.value).endswith('source.paths must be a non-empty list of paths inside the tree, '
+                                 'e.g. ["pyproject.toml", "src"]')
+
+
+def test_a_clone_missing_a_blob_is_refused_in_one_line(git_repo, tmp_path):
+    """A partial mirror (its large files left out) cannot export the whole commit: git's own reason, no traceback."""
+    repo, commit, digest = git_repo
+    blob = subprocess.run(["git", "-C", str(repo), "rev-parse", f"{commit}:build.sh"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(UserError) as e:
+        export(git_recipe(tmp_path, commit, digest), repo, tmp_path / "src")
+    assert f"git archive of {commit[:12]} failed" in str(e.value) and "use a complete clone" in str(e.value)
+    # The paths a build reads are still there: a recipe naming them builds from this clone.
+    subset = tmp_path / "subset"
+    subset.mkdir()
+    shutil.copy(repo / "setup.py", subset)
+    out = export(git_recipe(tmp_path, commit, sources.tree_digest(subset), '["setup.py"]'), repo,
+                                  tmp_path / "src2")
+    assert (out / "setup.py").is_file()
+
+
+def test_the_megatron_bridge_recipe_matches_its_upstream_commit(tmp_path):
+    """Needs a clone or mirror of NVIDIA-NeMo/Megatron-Bridge named by $VERLENV_MEGATRON_BRIDGE_GIT."""
+    repo = os.environ.get("VERLENV_MEGATRON_BRIDGE_GIT")
+    if not repo:
+        pytest.skip("set VERLENV_MEGATRON_BRIDGE_GIT to a clone or mirror of NVIDIA-NeMo/Megatron-Bridge")
+    recipe = recipes.load(REPO, "megatron-bridge")
+    out = export(recipe, Path(repo), tmp_path / "src")
+    info = (out / "src" / "megatron" / "bridge" / "package_info.py").read_text()
+    assert ".".join(re.search(rf"^{k} = (\d+)$", info, re.MULTILINE).group(1) for k in ("MAJOR", "MINOR", "PATCH")) \
+        == recipe.source.version
 
 
 def test_the_apex_recipe_matches_its_upstream_commit(tmp_path):

@@ -143,9 +143,12 @@ def test_which_bridge_the_megatron_actor_can_use(tmp_path):
     assert fsdp.status == "skipped"
     mb = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("megatron-core", "0.16.1"), ("mbridge", "0.15.1"))))
     assert (mb.status, mb.failure_id) == ("warning", "F44") and "vanilla_mbridge=True" in mb.summary
-    full = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("megatron-core", "0.16.1"),
-                                                                            ("megatron-bridge", "0.5.0"))))
-    assert full.status == "ok"
+    full = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("megatron-core", "0.18.2"),
+                                                                            ("megatron-bridge", "0.5.2"))))
+    assert full.status == "ok" and "Megatron-Bridge 0.5.2 (verl's default bridge)" in full.summary
+    # verlenv's megatron env before `verlenv build` has added its source-built Megatron-Bridge.
+    bare = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("megatron-core", "0.18.2"))))
+    assert (bare.status, bare.failure_id) == ("problem", "F44") and "verlenv build megatron-bridge" in bare.summary
 
 
 def test_every_check_a_family_names_is_a_probe():

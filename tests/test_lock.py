@@ -73,10 +73,10 @@ def test_overrides_are_inherited_recorded_and_validated(tmp_path):
     fsdp, megatron = CATALOG.variant("verl-0.9", "fsdp"), CATALOG.variant("verl-0.9", "megatron")
     assert fsdp.overrides == ()
     # verl's flash-attn pin is replaced by the source build's own.
-    assert lock.lock_inputs(fsdp, None)["overrides"] == ["flash-attn==2.8.3.post2"]
+    assert lock.lock_inputs(fsdp, None)["overrides"] == ["flash-attn==2.8.3.post2", "mbridge ; sys_platform == 'never'"]
     assert megatron.overrides == ("transformer-engine-cu12 ; sys_platform == 'never'",)
     assert lock.lock_inputs(megatron, "")["overrides"] == [*megatron.overrides, "apex ; sys_platform == 'never'",
-                                                           "flash-attn==2.8.3.post2",
+                                                           "flash-attn==2.8.3.post2", "mbridge ; sys_platform == 'never'",
                                                            "megatron-bridge ; sys_platform == 'never'"]
     path = copy_tree(tmp_path)
     edit(path, "overrides = [\"transformer-engine-cu12 ; sys_platform == 'never'\"]", 'overrides = ["cu12 >>> 1"]')
@@ -87,15 +87,16 @@ def test_overrides_are_inherited_recorded_and_validated(tmp_path):
 
 def test_not_taken_is_inherited_and_validated(tmp_path):
     megatron = CATALOG.variant("verl-0.9", "megatron")
-    assert set(megatron.not_taken) == {"flash-attn", "apex", "megatron-bridge"}
+    # fsdp's reasons are inherited; megatron gives mbridge its own.
+    assert set(megatron.not_taken) == {"flash-attn", "mbridge", "apex", "megatron-bridge"}
+    assert megatron.not_taken["mbridge"] != CATALOG.variant("verl-0.9", "fsdp").not_taken["mbridge"]
     assert megatron.extras("verl") == ("fsdp", "mcore", "megatron", "verl-core", "vllm")
     path = copy_tree(tmp_path)
     edit(path, 'megatron-bridge = "verl', 'megatron-core = "verl')
     with pytest.raises(UserError) as e:
         catalog.load(path)
     assert "stacks.verl-0.9.variants.megatron.not_taken: megatron-core is also in its requirements" in str(e.value)
-    edit(path, 'megatron-core = "verl\'s ==0.5.2 was never published on PyPI; mbridge (also in verl\'s megatron extra) '
-               'bridges instead"', 'megatron-bridge = " "')
+    path.write_text(re.sub(r'^megatron-core = "verl.*$', 'megatron-bridge = " "', path.read_text(), count=1, flags=re.MULTILINE))
     with pytest.raises(UserError, match=r"megatron.not_taken.megatron-bridge must be a reason \(a non-empty string\)"):
         catalog.load(path)
 
@@ -104,8 +105,9 @@ def test_megatron_api_gaps_are_per_variant_and_validated(tmp_path):
     assert CATALOG.variant("verl-0.9", "fsdp").megatron_api_gaps == {}
     assert all(": megatron.core." in ref for ref in CATALOG.variant("verl-0.9", "megatron").megatron_api_gaps)
     path = copy_tree(tmp_path)
-    edit(path, '"mbridge/core/util.py: megatron.core.distributed.custom_fsdp" =', '"mbridge/core/util.py custom_fsdp" =')
-    with pytest.raises(UserError, match=r"megatron_api_gaps: 'mbridge/core/util.py custom_fsdp' must be "
+    edit(path, '"verl/utils/checkpoint/megatron_checkpoint_manager.py: megatron.core.dist_checkpointing.strategies.base.'
+               'async_calls" =', '"verl/a.py async_calls" =')
+    with pytest.raises(UserError, match=r"megatron_api_gaps: 'verl/a.py async_calls' must be "
                                         r"'<file>: megatron.core.<name>'"):
         catalog.load(path)
 
@@ -144,11 +146,11 @@ def test_check_fails_when_a_lock_pin_changes_under_the_env_files(tmp_path, capsy
 
 def test_check_fails_on_an_edited_env_file(tmp_path, capsys):
     path = copy_tree(tmp_path)
-    edit(tmp_path / "environment.megatron.yml", "- megatron-core==0.16.1", "- megatron-core==0.16.0")
+    edit(tmp_path / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.18.0")
     edit(tmp_path / "environments/verl-0.7/environment.yml", "- gxx=13", "- gxx=14")
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
-    assert "environment.megatron.yml: its pip pins differ from the locks (not in lock: megatron-core==0.16.0" in err
+    assert "environment.megatron.yml: its pip pins differ from the locks (not in lock: megatron-core==0.18.0" in err
     assert "environments/verl-0.7/environment.yml: differs from what `verlenv render` writes" in err
 
 
@@ -252,7 +254,7 @@ def test_check_rejects_a_conda_lock_of_other_specs(tmp_path, capsys):
     other.mkdir()
     for name in ("environment.yml", "environment.megatron.yml"):
         shutil.copy(tmp_path / name, other / name)
-    edit(other / "environment.megatron.yml", "- megatron-core==0.16.1", "- megatron-core==0.15.3")
+    edit(other / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.15.3")
     fixture = fixture_conda_lock_file(other, [other / "environment.yml", other / "environment.megatron.yml"], stack.cuda)
     shutil.copy(fixture, tmp_path / lock.CONDA_LOCK_FILE)
     rc, err = run_check(path, capsys)
@@ -374,7 +376,7 @@ def test_a_failed_resolution_writes_nothing(tmp_path, capsys):
     """fsdp resolves (to a new lock), megatron cannot: neither committed lock may change."""
     path = copy_tree(tmp_path)
     edit(path, '"psutil",\n    # The CUDA 13.0', '"psutil",\n    "six",\n    # The CUDA 13.0')
-    edit(path, '"megatron-core==0.16.1",', '"megatron-core==0.0.1",')
+    edit(path, '"megatron-core==0.18.2",', '"megatron-core==0.0.1",')
     before = {p: p.read_bytes() for p in (tmp_path / "locks").rglob("*") if p.is_file()}
     rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9"])
     err = capsys.readouterr().err

@@ -1,26 +1,29 @@
-"""verl's Megatron actor and mbridge use only what the locked megatron-core defines (src/verlenv/mcore_refs.py).
+"""verl's Megatron actor and its bridge use only what the locked megatron-core defines (src/verlenv/mcore_refs.py).
 
-The locked wheels are read from PyPI (hash-checked against the lock). What each lock leaves undefined is compared
-with the catalog's reviewed list (stacks.toml megatron_api_gaps), one reason each: optional paths a default verl run
-never imports. `verlenv verify` runs the same check on an installed env (megatron-core/api-refs). A relock that breaks
-the default path (as megatron-core 0.18.2 did under mbridge 0.15.1, found on an H100 in verl's own trainer) fails
-here, on a CPU.
+The locked wheels are read from PyPI (hash-checked against the lock); a source-built bridge (Megatron-Bridge) from its
+recipe's verified git tree where a clone is given ($VERLENV_MEGATRON_BRIDGE_GIT), else from the installed env
+(tests/test_megatron_bridge.py). What each leaves undefined is compared with the catalog's reviewed list (stacks.toml
+megatron_api_gaps), one reason each: optional paths a default verl run never imports. `verlenv verify` runs the same
+check on an installed env (megatron-core/api-refs). A relock that breaks the default path (as megatron-core 0.18.2 did
+under mbridge 0.15.1, found on an H100 in verl's own trainer) fails here, on a CPU.
 """
 
 import hashlib
-import os
 import io
 import json
+import os
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
+from test_verl_requirements import CATALOG, ROOT, cache_dir
 
-from verlenv import catalog, pins
+from verlenv import catalog, pins, recipes, sources
 from verlenv import mcore_refs as refs
 from verlenv.fsutil import write_atomic
-from test_verl_requirements import CATALOG, ROOT, cache_dir
+from verlenv.verify import static
+
 
 PROGRAMS = Path(__file__).parent / "data" / "programs"
 
@@ -51,14 +54,39 @@ def locked_sources(lock_text: str, name: str, prefix: str) -> dict[str, str]:
 MEGATRON = [v for v in CATALOG.all_variants() if v.name == "megatron"]
 
 
+def built_sources(variant: catalog.Variant, dist: str, folder: str, work) -> dict[str, str] | None:
+    """The .py files under `folder` of a git source build, from its recipe's verified tree; None without a clone."""
+    clone = os.environ.get(f"VERLENV_{dist.upper().replace('-', '_')}_GIT")
+    if not clone:
+        return None
+    tree = sources.export_git_tree(recipes.load(ROOT, dist), Path(clone), work)
+    base = next(p for p in tree.rglob("*") if p.is_dir() and p.as_posix().endswith("/" + folder))
+    return {f"{folder}/{p.relative_to(base).as_posix()}": p.read_text() for p in base.rglob("*.py")}
+
+
 @pytest.mark.parametrize("variant", MEGATRON, ids=lambda v: v.key)
-def test_verl_and_mbridge_use_only_what_the_locked_megatron_core_defines(variant: catalog.Variant):
+def test_verl_and_its_bridge_use_only_what_the_locked_megatron_core_defines(variant: catalog.Variant, tmp_path):
     lock = pins.lock_path(ROOT, variant, "linux-64").read_text()
+    locked = pins.parse_lock(lock)
     index = refs.Index(locked_sources(lock, "megatron-core", "megatron/core/"))
-    found = {m.key for m in refs.check_package(locked_sources(lock, "mbridge", "mbridge/"), index)}
-    found |= {m.key for m in refs.check_package(locked_sources(lock, "verl", "verl/"), index)}
+    found, unread = set(), []
+    for dist, folder in static.MEGATRON_USERS:
+        if dist in locked:
+            users = locked_sources(lock, dist, folder + "/")
+        elif variant.source_build(dist):
+            users = built_sources(variant, dist, folder, tmp_path / dist)
+            if users is None:
+                unread.append(folder)  # checked in the installed env instead (tests/test_megatron_bridge.py)
+                continue
+        else:
+            continue
+        found |= {m.key for m in refs.check_package(users, index)}
     # The catalog's reviewed gaps (stacks.toml megatron_api_gaps), exactly: a new gap fails, and so does a stale entry.
-    assert found == set(variant.megatron_api_gaps)
+    reviewed = {k for k in variant.megatron_api_gaps if not any(k.startswith(folder + "/") for folder in unread)}
+    assert found == reviewed
+    # Each reviewed gap is in code the variant installs.
+    installed = [folder for dist, folder in static.MEGATRON_USERS if dist in locked or variant.source_build(dist)]
+    assert all(any(k.startswith(folder + "/") for folder in installed) for k in variant.megatron_api_gaps)
 
 
 MCORE = {
@@ -89,38 +117,6 @@ def test_missing_modules_and_names_are_found_and_guarded_imports_are_not():
     found = [(m.line, m.ref, m.why) for m in refs.check_source("verl/x.py", user, index)]
     assert found == [(2, "megatron.core.parallel_state.get_world", "not defined there"),
                      (3, "megatron.core.distributed.custom_fsdp", "no such module")]
-
-
-# A program run in the env; its docstring says what it does.
-MBRIDGE_CONFIG = PROGRAMS / "mbridge_config.py"
-
-
-@pytest.mark.network
-@pytest.mark.parametrize("variant", [v for v in MEGATRON if v.stack.name == "verl-0.9"], ids=lambda v: v.key)
-def test_mbridge_makes_the_megatron_config_with_the_locked_megatron_core(variant, tmp_path):
-    import socket
-    import subprocess
-
-    from test_kernel_scripts import torch_python
-
-    python = torch_python()
-    if python is None or subprocess.run([python, "-c", "import transformers"], capture_output=True).returncode:
-        pytest.skip("no env with torch and transformers: run `nox -s env` or set VERLENV_TEST_TORCH_PYTHON")
-    locked = pins.parse_lock(pins.lock_path(ROOT, variant, "linux-64").read_text())
-    requirements = tmp_path / "requirements.txt"
-    requirements.write_text("".join(f"{n}=={locked[n].version} " + " ".join(f"--hash={h}" for h in locked[n].hashes) + "\n"
-                                    for n in ("megatron-core", "mbridge")))
-    target = tmp_path / "site"
-    subprocess.run(["uv", "pip", "install", "-q", "--no-deps", "--require-hashes", "--target", str(target),
-                    "--python", python, "-r", str(requirements)], check=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    proc = subprocess.run([python, str(MBRIDGE_CONFIG), port], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    config = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert config == {"layers": 2, "hidden": 256, "heads": 4, "groups": 2, "ffn": 512, "bf16": True, "attention": "auto"}
 
 
 def test_verify_reads_an_installed_env_and_fails_only_on_unreviewed_gaps(tmp_path):

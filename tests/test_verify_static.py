@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import urllib.request
 import zipfile
 from base64 import urlsafe_b64encode
@@ -20,6 +21,7 @@ import pytest
 from test_verify_profiles import REPO, fake_nvidia_smi
 from verlenv import catalog, cubins, packages
 from verlenv.doctor import facts as facts_mod
+from verlenv.errors import UserError
 from verlenv.pins import read_lock
 from verlenv.verify import static
 from verlenv.verify.results import SKIPPED_BY_REQUEST
@@ -105,12 +107,13 @@ def test_verify_reports_lock_drift_and_exits_1(tmp_path, six_lock, monkeypatch):
 # --- protected packages: overwritten files ------------------------------------------------------------
 
 def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], tag: str = "py3-none-any",
-          wheel_tag: str | None = None) -> Path:
+          wheel_tag: str | None = None, requires: tuple[str, ...] = ()) -> Path:
     """A real wheel file (zip with METADATA, WHEEL, RECORD), built by hand; `tag` names the file, `wheel_tag` (default:
-    the same) is what its WHEEL file says."""
+    the same) is what its WHEEL file says; `requires` its Requires-Dist lines."""
     dist_info = f"{name}-{version}.dist-info"
     purelib = str(tag.endswith("-any")).lower()
-    files = {**files, f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {**files, f"{dist_info}/METADATA": metadata.encode(),
              f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {purelib}\n"
                                     f"Tag: {wheel_tag or tag}\n").encode()}
     record = [f"{p},sha256={urlsafe_b64encode(sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for p, d in files.items()]
@@ -568,6 +571,56 @@ def test_pip_check_accepts_what_the_variants_overrides_change_and_nothing_else(t
     assert len(r.numbers["overridden"]) == 4
     r = static.check_pip(python, has_pip=seed, overridden={"urllib3": every["urllib3"]})
     assert r.status == "fail" and not any("urllib3" in p for p in r.numbers["problems"]), r.numbers
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("seed", [True, False], ids=["pip", "uv"])
+def test_pip_check_expects_only_the_reviewed_unmet_requirements_of_their_own_package(tmp_path, seed):
+    """As Megatron-Bridge in the megatron env: installed --no-deps, two declared requirements left unmet on purpose
+    (one absent, one at another version). Those lines pass; a third requirement, or the same one declared by another
+    package, still fails."""
+    python = venv(tmp_path / "env", "six==1.16.0", seed=seed)
+    reviewed = {("bridgepkg", "absentdep"): "not needed on our path", ("bridgepkg", "six"): "the env's other pin wins"}
+    install(python, str(wheel(tmp_path, "bridgepkg", "1.0", {"bridgepkg/__init__.py": b""},
+                              requires=("absentdep>=1", "six==1.15.0"))), no_deps=True)
+    r = static.check_pip(python, has_pip=seed, unmet=reviewed)
+    assert r.status == "pass" and not r.numbers["problems"], r.reason
+    assert sorted(r.numbers["expected"].values()) == sorted(reviewed.values())
+    assert "2 requirement(s) left unmet on purpose (bridgepkg, installed --no-deps)" in r.reason
+    # Without the table the same env fails on both lines.
+    assert len(static.check_pip(python, has_pip=seed, unmet={}).numbers["problems"]) == 2
+    install(python, str(wheel(tmp_path, "otherpkg", "1.0", {"otherpkg/__init__.py": b""},
+                              requires=("absentdep",))), no_deps=True)
+    install(python, str(wheel(tmp_path, "bridgepkg", "1.1", {"bridgepkg/__init__.py": b""},
+                              requires=("absentdep>=1", "six==1.15.0", "newdep"))), no_deps=True)
+    r = static.check_pip(python, has_pip=seed, unmet=reviewed)
+    assert r.status == "fail" and len(r.numbers["expected"]) == 2, r.reason
+    assert len(r.numbers["problems"]) == 2 and all(("otherpkg" in p and "absentdep" in p) or "newdep" in p
+                                                   for p in r.numbers["problems"]), r.numbers["problems"]
+
+
+def test_unmet_requirements_are_rows_with_reasons(tmp_path):
+    table = packages.table()
+    assert set(table.packages["megatron-bridge"].unmet) >= {"transformers", "hydra-core", "flashinfer-python"}
+    assert ("megatron-bridge", "transformers") in table.unmet()
+    bad = packages.DATA.read_text() + '\n[packages.probe]\nrequired_by = ["all"]\n[packages.probe.unmet]\nsix = " "\n'
+    with pytest.raises(UserError) as e:
+        packages.parse(packages.DATA, tomllib.loads(bad))
+    assert str(e.value) == f"{packages.DATA}: packages.probe.unmet must be a table of requirement = reason"
+
+
+def test_pip_check_lines_name_the_package_and_the_requirement():
+    lines = {  # pip 26 and uv 0.13, as they print them for the megatron env
+        "megatron-bridge 0.5.2 requires comet-ml, which is not installed.": ("megatron-bridge", "comet-ml"),
+        "megatron-bridge 0.5.2 has requirement hydra-core<=1.3.2,>1.3, but you have hydra-core 1.3.7.":
+            ("megatron-bridge", "hydra-core"),
+        "The package `megatron-bridge` requires `timm`, but it's not installed": ("megatron-bridge", "timm"),
+        "The package `megatron-bridge` requires `transformers>=5.8.1,<5.9.0`, but `5.9.0` is installed":
+            ("megatron-bridge", "transformers"),
+        "transformer_engine_cu13 2.12.0 is not supported on this platform": None,
+        "The package `transformer-engine-cu13` was built for a different platform": None,
+    }
+    assert {line: static._unmet_requirement(line) for line in lines} == lines
 
 
 # --- installed packages: required, optional, skipped ---------------------------------------------------

@@ -158,6 +158,8 @@ def test_each_family_and_the_env_add_their_own_overrides_with_reasons():
     megatron = t.overrides(PATHS, SPECS["megatron"], LLAMA, thorough=True)
     for override in CATALOG.variant("verl-0.9", "megatron").trainer_overrides:  # stacks.toml, each with its reason
         assert override in megatron
+    # verl's default bridge (Megatron-Bridge, which the env carries): nothing selects mbridge.
+    assert not any("vanilla_mbridge" in o for o in megatron)
     assert not set(CATALOG.variant("verl-0.9", "megatron").trainer_overrides) & set(
         t.overrides(PATHS, SPECS["fsdp"], LLAMA, thorough=True))
     row = {**LLAMA, "name": "tiny", "overrides": ["data.image_key=pictures"]}
@@ -236,8 +238,8 @@ def test_verls_own_entry_point_parses_the_overrides(in_env, variant):
     assert cfg["attn"] is None and cfg["lr"] == 1e-4  # verl's default attention (flash-attn) is left alone
     assert cfg["validated"]
     if variant == "megatron":
-        # mbridge, not the unpublished Megatron-Bridge; TE chooses its attention (it refuses flash-attn 2.8.3.post2).
-        assert cfg["vanilla_mbridge"] is True and cfg["ref_vanilla_mbridge"] is True
+        # verl's default bridge, Megatron-Bridge; TE chooses its attention (it refuses flash-attn 2.8.3.post2).
+        assert cfg["vanilla_mbridge"] is False and cfg["ref_vanilla_mbridge"] is False
         assert cfg["te_attention"] == cfg["ref_te_attention"] == "auto"
     else:
         assert cfg["vanilla_mbridge"] is None and cfg["te_attention"] is None

@@ -55,13 +55,14 @@ class Variant:
     overrides: tuple[str, ...] = ()
     # Requirements of the pinned packages' extras left out on purpose: canonical name -> why.
     not_taken: dict[str, str] = field(default_factory=dict)
-    # megatron-core names the locked mbridge/verl use but megatron-core lacks, reviewed as optional paths:
-    # "<file in the wheel>: <megatron.core name>" -> why it is not on verl's default path (src/verlenv/mcore_refs.py).
+    # megatron-core names verl and its bridge (Megatron-Bridge or mbridge) use but megatron-core lacks, reviewed as
+    # optional paths: "<file in the package>: <megatron.core name>" -> why it is not on verl's default path
+    # (src/verlenv/mcore_refs.py).
     megatron_api_gaps: dict[str, str] = field(default_factory=dict)
     # verl's actor and rollout in this env (rows of data/backends.toml): what its checks and trainer run.
     actor: str = "fsdp"
     rollout: str = "vllm"
-    # Hydra overrides the trainer check adds for this env, each with why (an env fact, e.g. a bridge it lacks).
+    # Hydra overrides the trainer check adds for this env, each with why (an env fact: a flash-attn its TE refuses).
     trainer_overrides: dict[str, str] = field(default_factory=dict)
     # The oldest glibc its wheels run on ("2.34"): the manylinux tag its locks are resolved for.
     glibc: str = DEFAULT_GLIBC

@@ -1,9 +1,9 @@
 """Which names of megatron-core the code of other packages uses that the locked megatron-core does not define.
 
-verl's Megatron actor reaches megatron-core directly and through mbridge; a megatron-core that dropped a name one
-of them still uses fails only when the actor is built on a GPU (mbridge 0.15.1 reads `ModelType.encoder_and_decoder`,
-which megatron-core 0.17 removed: `AttributeError` at model build). Read from the source (ast), so it runs on
-a machine without a GPU, before anything is carried anywhere.
+verl's Megatron actor reaches megatron-core directly and through its bridge (Megatron-Bridge by default, mbridge with
+vanilla_mbridge=True); a megatron-core that dropped a name one of them still uses fails only when the actor is built
+on a GPU (mbridge 0.15.1 reads `ModelType.encoder_and_decoder`, which megatron-core 0.17 removed: `AttributeError` at
+model build). Read from the source (ast), so it runs on a machine without a GPU, before anything is carried anywhere.
 
 Checked: `from megatron.core.X import Y` (X must be a module of the package, Y defined in it) and `Name.attr` where
 Name was imported so and is an Enum class of megatron-core (attr must be a member or defined in its body). An import

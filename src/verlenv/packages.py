@@ -46,6 +46,8 @@ class Package:
     # Shared libraries its objects need from the system (not from a wheel): soname -> how to install it.
     system_libraries: tuple[tuple[str, str], ...] = ()
     jit: Jit | None = None
+    # Requirements its metadata declares that the env leaves unmet on purpose (installed --no-deps): name -> why.
+    unmet: dict[str, str] = field(default_factory=dict)
 
     def required_for(self, actor: str, rollout: str) -> bool:
         return any(r == "all" or r == f"actor:{actor}" or r == f"rollout:{rollout}" for r in self.required_by)
@@ -80,6 +82,10 @@ class Table:
 
     def recorded(self) -> frozenset[str]:
         return frozenset(d for p in self.packages.values() for d in p.recorded)
+
+    def unmet(self) -> dict[tuple[str, str], str]:
+        """(distribution, requirement) -> why the env leaves that declared requirement unmet (pip check expects it)."""
+        return {(d, r): why for p in self.packages.values() for d in p.dists for r, why in p.unmet.items()}
 
     def lanes(self) -> tuple[str, ...]:
         """The scripts the fast proof starts first, in their lane order."""
@@ -143,7 +149,7 @@ def parse(path: Path, data: dict) -> Table:
             raise UserError(f"{path}: {where} must be a table")
         if canonicalize_name(name) != name:
             raise UserError(f"{path}: {where}: name it {canonicalize_name(name)!r} (the canonical form)")
-        keys = {"dists", "required_by", "objects", "intact", "recorded", "checks", "system_libraries", "jit"}
+        keys = {"dists", "required_by", "objects", "intact", "recorded", "checks", "system_libraries", "jit", "unmet"}
         if unknown := sorted(set(row) - keys):
             raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(keys))}")
         required_by = _strings(row.get("required_by", []), f"{where}.required_by", path)
@@ -155,6 +161,9 @@ def parse(path: Path, data: dict) -> Table:
         if not isinstance(objects, dict):
             raise UserError(f"{path}: {where}.objects must be a table of distribution = [modules]")
         checks = _strings(row.get("checks", []), f"{where}.checks", path)
+        unmet = row.get("unmet", {})
+        if not isinstance(unmet, dict) or not all(isinstance(v, str) and v.strip() for v in unmet.values()):
+            raise UserError(f"{path}: {where}.unmet must be a table of requirement = reason")
         packages[name] = Package(
             name=name,
             dists=_strings(row.get("dists"), f"{where}.dists", path) if "dists" in row else (name,),
@@ -165,6 +174,7 @@ def parse(path: Path, data: dict) -> Table:
             checks=checks,
             system_libraries=_libraries(row.get("system_libraries", {}), f"{where}.system_libraries", path),
             jit=_jit(row["jit"], f"{where}.jit", path) if "jit" in row else None,
+            unmet={canonicalize_name(r): why for r, why in unmet.items()},
         )
         for key in checks:
             if key in scripts:

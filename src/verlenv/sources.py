@@ -253,6 +253,31 @@ class GitCommit(_Pinned):
     commit: str
     version: str  # setup.py's own version string at the commit
     tree_sha256: str
+    # Only these paths of the commit are exported and digested (what the build reads); every path when empty. A
+    # partial mirror may lack blobs the build never reads (Megatron-Bridge's docs images).
+    paths: tuple[str, ...] = ()
+
+    @classmethod
+    def from_table(cls, table: dict, package: str, recipe: Path) -> "GitCommit":
+        keys = ("url", "commit", "version", "tree_sha256")
+        if missing := [key for key in keys if key not in table]:
+            raise UserError(f"{recipe}: missing key source.{missing[0]}")
+        paths = table.get("paths", [])
+        if not isinstance(paths, list) or ("paths" in table and not paths) or not all(
+                isinstance(x, str) and x and not x.startswith(("/", "-")) for x in paths):
+            raise UserError(f"{recipe}: source.paths must be a non-empty list of paths inside the tree, "
+                            f"e.g. [\"pyproject.toml\", \"src\"]")
+        return cls(package, recipe, *(_text(table, key) for key in keys), tuple(paths))
+
+    def _archive(self, repo: Path, *out: str) -> subprocess.CompletedProcess:
+        """`git archive` of the pinned commit (its paths, where the recipe names them); a partial mirror lacking a
+        blob is one line with git's own reason."""
+        archived = _git(repo, "archive", "--format=tar", *out, self.commit, "--", *self.paths)
+        if archived.returncode != 0:
+            why = (archived.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"{repo}: git archive of {self.commit[:12]} failed ({why}); use a complete clone of "
+                            f"{self.url}")
+        return archived
 
     def version_for(self, wanted: str) -> str:
         return self.version
@@ -283,6 +308,10 @@ class GitCommit(_Pinned):
         kind = _git(given, "cat-file", "-t", self.commit)
         if kind.stdout.strip() != b"commit":
             raise UserError(f"{given} has no commit {self.commit}; fetch it first (git fetch {self.url} {self.commit})")
+        for path in self.paths:
+            if _git(given, "cat-file", "-e", f"{self.commit}:{path}").returncode:
+                raise UserError(f"{self.recipe}: source.paths names {path!r}, which commit {self.commit[:12]} does "
+                                "not have")
         return given
 
     def carry(self, version: str, origin: Path, folder: Path) -> Path:
@@ -291,7 +320,7 @@ class GitCommit(_Pinned):
         if origin.is_file():
             shutil.copyfile(origin, dest)
         else:
-            _git(origin, "archive", "--format=tar", "-o", str(dest), self.commit, check=True)
+            self._archive(origin, "-o", str(dest))
         return dest
 
     def place(self, origin: Path, dest: Path) -> Path:
@@ -299,7 +328,7 @@ class GitCommit(_Pinned):
         if origin.is_file():
             _unpack_tree(origin, out)
         else:
-            tar = _git(origin, "archive", "--format=tar", self.commit, check=True).stdout
+            tar = self._archive(origin).stdout
             out.mkdir(parents=True)
             with tarfile.open(fileobj=io.BytesIO(tar)) as t:
                 t.extractall(out, filter="fully_trusted")
@@ -379,4 +408,6 @@ def from_table(table: dict, package: str, recipe: Path) -> Source:
     kind = KINDS.get(table.get("kind"))
     if kind is None:
         raise UserError(f"{recipe}: source.kind is {table.get('kind')!r}; valid: {', '.join(KINDS)}")
+    if "paths" in table and kind is not GitCommit:
+        raise UserError(f"{recipe}: source.paths is for git sources only (it names what `git archive` exports)")
     return kind.from_table(table, package, recipe)

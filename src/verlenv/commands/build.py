@@ -14,7 +14,8 @@ from verlenv.install import default_python
 
 
 def register(sub) -> None:
-    p = sub.add_parser("build", help="compile flash-attn / apex / transformer-engine-torch against the env's torch")
+    p = sub.add_parser("build", help="build the variant's source builds (flash-attn, apex, TE torch, Megatron-Bridge) "
+                                     "against the env's torch")
     p.add_argument("packages", nargs="*", help="packages to build (default: every source build of the variant)")
     add_env_options(p, "interpreter of the env to build for (default: active env or .venv-<stack>-<variant>)")
     p.add_argument("--gpu", action="append", help="target GPU: a100, h100, h200 or auto (repeat for a union)")

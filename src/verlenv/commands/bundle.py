@@ -22,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--split", metavar="SIZE", help="also write the bundle as parts of SIZE (e.g. 56MiB) into OUT.parts/")
     p.add_argument("--base", type=Path, metavar="FREEZE", help="pip freeze of the target: leave out what it has at the locked version")
     p.add_argument("--dry-run", action="store_true", help="list what would be fetched, with sizes; download nothing")
-    p.add_argument("--no-built", action="store_true", help="leave out the source-built wheels (flash-attn, apex, TE torch)")
+    p.add_argument("--no-built", action="store_true", help="leave out the source-built wheels (flash-attn, apex, TE torch, Megatron-Bridge)")
     p.add_argument("--without", action="append", default=[], metavar="NAME",
                    help="leave out this one source-built wheel, e.g. apex when the nodes build it themselves (repeatable)")
     p.add_argument("--gpu", action="append", help="source-built wheels must cover this GPU: a100, h100, h200 (repeatable; default: the stack's gpu_archs)")

@@ -231,4 +231,5 @@ def probe_megatron(facts: EnvFacts) -> ProbeResult:
                              "verl's Megatron actor needs actor_rollout_ref.actor.megatron.vanilla_mbridge=True here",
                        "F44", **details)
     return problem(name, f"megatron-core {core.version} without Megatron-Bridge or mbridge: verl's Megatron actor "
-                         "cannot build its model", "F44", **details)
+                         "cannot build its model (verlenv's megatron env: `verlenv build megatron-bridge` adds its "
+                         "source-built Megatron-Bridge)", "F44", **details)

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from verlenv import cubins, packages, runtime_env
@@ -221,10 +223,13 @@ def check_locked_files(python: str, names: list[str]) -> CheckResult:
 
 # --- pip check ----------------------------------------------------------------------------------------
 
-def check_pip(python: str, has_pip: bool, timeout: float = 120, overridden: dict[str, str] | None = None
-              ) -> CheckResult:
-    """The env's declared requirements are satisfied (`python -m pip check`, else `uv pip check`), but those on a
-    distribution the variant's lock overrides on purpose (overridden: canonical name -> the stacks.toml override)."""
+def check_pip(python: str, has_pip: bool, timeout: float = 120, overridden: dict[str, str] | None = None,
+              unmet: dict[tuple[str, str], str] | None = None) -> CheckResult:
+    """The env's declared requirements are satisfied (`python -m pip check`, else `uv pip check`), except those on a
+    distribution the variant's lock overrides on purpose (overridden: canonical name -> the stacks.toml override) and
+    those a package's row says the env leaves unmet on purpose (`unmet`: (distribution, requirement) -> why; default:
+    the packages table's)."""
+    unmet = packages.table().unmet() if unmet is None else unmet
     start = time.monotonic()
     if has_pip:
         cmd, tool = [python, "-m", "pip", "check"], "pip check"
@@ -241,21 +246,26 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120, overridden: dict
                            {"tool": tool}, seconds)
     # uv's own lines (which env, how many checked/found) are not problems.
     problems = [line for line in lines if not re.match(r"^((Checked|Found) \d+ |Using Python )", line)]
+    expected = {line: why for line in problems if (why := unmet.get(_unmet_requirement(line) or ("", "")))}
+    problems = [p for p in problems if p not in expected]
     mislabeled = _mislabeled(python, problems)
     problems = [p for p in problems if p not in mislabeled]
     chosen = {p: overridden[dep] for p in problems if (dep := _unmet_dependency(p)) in (overridden or {})}
     problems = [p for p in problems if p not in chosen]
-    numbers = {"tool": tool, "problems": problems, "mislabeled": mislabeled, "overridden": chosen}
-    if not problems and not mislabeled:
-        return CheckResult("env/pip-check", "env", "static", "pass",
-                           f"{tool}: only requirements the lock overrides on purpose (stacks.toml: "
-                           f"{'; '.join(sorted(set(chosen.values())))}): {_listed(list(chosen), 3)}",
-                           True, numbers, seconds)
-    if not problems:
+    numbers = {"tool": tool, "problems": problems, "mislabeled": mislabeled, "expected": expected, "overridden": chosen}
+    left_unmet = "; ".join(
+        ([f"{len(expected)} requirement(s) left unmet on purpose "
+          f"({_listed(sorted({d for d, _ in map(_unmet_requirement, expected)}), 3)}, installed --no-deps)"]
+         if expected else [])
+        + ([f"only requirements the lock overrides on purpose (stacks.toml: {'; '.join(sorted(set(chosen.values())))}): "
+            f"{_listed(list(chosen), 3)}"] if chosen else []))
+    if not problems and mislabeled:
         return CheckResult("env/pip-check", "env", "static", "warn",
                            f"{tool}: only wheels whose WHEEL tag names another Python but that hold no Python extension "
-                           f"module (nothing of them loads by the interpreter's ABI): {_listed(list(mislabeled.values()), 3)}",
-                           True, numbers, seconds)
+                           f"module (nothing of them loads by the interpreter's ABI): {_listed(list(mislabeled.values()), 3)}"
+                           + (f"; {left_unmet}" if left_unmet else ""), True, numbers, seconds)
+    if not problems:
+        return CheckResult("env/pip-check", "env", "static", "pass", f"{tool}: {left_unmet}", True, numbers, seconds)
     return CheckResult("env/pip-check", "env", "static", "fail", f"{tool}: {len(problems)} broken: {_listed(problems, 3)}",
                        True, numbers, seconds)
 
@@ -263,13 +273,13 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120, overridden: dict
 # The dependency a pip check line says is missing or of another version: pip "x 1.0 requires y, which is not
 # installed." / "x 1.0 has requirement y==2, but you have y 3."; uv "The package `x` requires `y>=1`, but it's not
 # installed" / "The package `x` requires `y==2`, but `3` is installed".
-_UNMET = re.compile(r"^(?:\S+ \S+ (?:requires|has requirement) |The package `\S+` requires `)(?P<dep>[A-Za-z0-9._-]+)")
+_UNMET_DEP = re.compile(r"^(?:\S+ \S+ (?:requires|has requirement) |The package `\S+` requires `)(?P<dep>[A-Za-z0-9._-]+)")
 
 
 def _unmet_dependency(line: str) -> str | None:
     from packaging.utils import canonicalize_name
 
-    match = _UNMET.match(line)
+    match = _UNMET_DEP.match(line)
     return canonicalize_name(match.group("dep")) if match else None
 
 
@@ -279,6 +289,24 @@ def overridden_names(variant) -> dict[str, str]:
     from packaging.utils import canonicalize_name
 
     return {canonicalize_name(Requirement(line).name): line for line in variant.overrides}
+
+
+# A declared requirement not met. pip: "X 1.0 requires Y, which is not installed." and "X 1.0 has requirement Y==2,
+# but you have Y 3."; uv: "The package `X` requires `Y`, but it's not installed" and "... requires `Y==2`, but `3` is
+# installed".
+_UNMET = re.compile(r"^(?:(\S+) \S+ (?:requires (.+), which is not installed|has requirement (.+), but you have \S+ \S+)\."
+                    r"|The package `([^`]+)` requires `([^`]+)`, but (?:it's not installed|`[^`]+` is installed))$")
+
+
+def _unmet_requirement(line: str) -> tuple[str, str] | None:
+    """(distribution, requirement name) of a pip check line about an unmet requirement, else None."""
+    if not (m := _UNMET.match(line)):
+        return None
+    dist, text = m.group(1) or m.group(4), m.group(2) or m.group(3) or m.group(5)
+    try:
+        return canonicalize_name(dist), canonicalize_name(Requirement(text).name)
+    except InvalidRequirement:
+        return None
 
 
 # pip: "X 1.0 is not supported on this platform"; uv: "The package `X` was built for a different platform".
@@ -312,9 +340,10 @@ def _mislabeled(python: str, problems: list[str]) -> dict[str, str]:
             if name in facts and facts[name]["tags"] and not facts[name]["extensions"]}
 
 
-# --- megatron-core API used by mbridge and verl ---------------------------------------------------------
+# --- megatron-core API used by the bridges and verl ------------------------------------------------------
 
-MEGATRON_USERS = (("mbridge", "mbridge"), ("verl", "verl"))
+# (distribution, its package folder): the code that reaches megatron-core, where installed.
+MEGATRON_USERS = (("megatron-bridge", "megatron/bridge"), ("mbridge", "mbridge"), ("verl", "verl"))
 
 
 def _py_sources(root: Path, package_dir: str) -> dict[str, str]:
@@ -324,8 +353,9 @@ def _py_sources(root: Path, package_dir: str) -> dict[str, str]:
 
 
 def check_megatron_api(facts, gaps: dict[str, str], scope) -> CheckResult | None:
-    """Every megatron-core name mbridge and verl import, or read off a megatron-core Enum, exists in the installed
-    megatron-core, except the catalog's reviewed gaps (optional paths). Read from source: no GPU, nothing imported."""
+    """Every megatron-core name the bridges (Megatron-Bridge, mbridge) and verl import, or read off a megatron-core
+    Enum, exists in the installed megatron-core, except the catalog's reviewed gaps (optional paths). Read from
+    source: no GPU, nothing imported."""
     from verlenv import mcore_refs
 
     core = facts.dist("megatron-core")

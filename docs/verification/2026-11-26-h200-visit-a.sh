@@ -1,8 +1,10 @@
-# GPU visit A on nvidia-h200 (one H200): one verl-0.9 bundle of the fsdp, megatron and sglang variants (flash-attn,
-# apex and TE's torch part not in it) carried in parts, while flash-attn (sm_90) and apex build by the recipes against
-# the host's torch (2.11.0+cu130, the stack's); the three envs installed offline by the bundle's bootstrap, TE's torch
-# part built against the megatron env; then the bundle's own `nox -s verify-h100` runs, side by side on the one GPU;
-# the wheels come back in pieces of 15 MiB. One `run` call per step: bash docs/verification/2026-11-26-h200-visit-a.sh
+# GPU visit A on nvidia-h200 (one H200): one verl-0.9 bundle of the fsdp, megatron and sglang variants carried in
+# parts (Megatron-Bridge's wheel in it, built on the CPU machine; flash-attn, apex and TE's torch part not: their
+# verified sources instead, `bundle --build-inputs`), while flash-attn (sm_90) builds by its recipe against the host's
+# torch (2.11.0+cu130, the stack's) from a copy of its sdist carried in the first call, so the longest build starts at
+# once; the three envs installed offline by the bundle's bootstrap; apex and TE's torch part built on the node from
+# the bundle's sources (`verlenv build --bundle`); then the bundle's own `nox -s verify-h100` runs, side by side on the
+# one GPU; the wheels come back in pieces of 15 MiB. One `run` call per step: bash docs/verification/2026-11-26-h200-visit-a.sh
 # STEP [ARGS]
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
@@ -51,10 +53,8 @@ start)    # machine facts; flash-attn and apex start building against the host's
   gcc --version | head -1; grep PRETTY /etc/os-release; ls /usr/lib/x86_64-linux-gnu/libnuma.so.1 2>&1
   sync_repo
   mkdir -p /root/site && python3 -m pip install -q --no-index --no-deps --target /root/site .carry/src/*.whl
-  cp -r .carry/src/apex.git .carry/src/flash_attn-2.8.3.post2.tar.gz /root/
+  cp .carry/src/flash_attn-2.8.3.post2.tar.gz /root/
   host_build flash-attn --source /root/flash_attn-2.8.3.post2.tar.gz --jobs 16
-  # apex beside it, at low priority: flash-attn is the long pole.
-  host_build apex --variant megatron --source /root/apex.git --jobs 4
   cp .carry/*.parts/SHA256SUMS .carry/*.parts/parts.json $P/; ls $P | head -3; held ;;
 part)     # $1 = parts expected after this one
   part "$1" ;;
@@ -69,23 +69,27 @@ install)  # the last part; the three envs from the one bundle, offline, fresh ve
   }
   boot fsdp
   for v in megatron sglang; do boot $v & done; wait
-  # TE's torch part against the megatron env (its TE core and cuDNN headers), at low priority.
-  bg build-transformer-engine-torch "nice -n 10 $VERLENV build transformer-engine-torch --stack verl-0.9 --variant megatron --python $REPO/.venv-verl-0.9-megatron/bin/python --gpu h100 --jobs 6 --wheelhouse $W --no-install --json $R/build-transformer-engine-torch.json"
+  # apex and TE's torch part against the megatron env, from the bundle's verified sources (no index), at low priority
+  # beside flash-attn's build; installed into that env when built.
+  bg build-megatron "nice -n 10 $VERLENV build apex transformer-engine-torch --bundle $P/bundle --stack verl-0.9 --variant megatron --python $REPO/.venv-verl-0.9-megatron/bin/python --gpu h100 --jobs 8 --wheelhouse $W --json $R/build-megatron.json"
   tail -n 1 $R/build-*.out; held ;;
-early)    # before flash-attn: SGLang's own generation and the GPU tests of the kernel checks, side by side
+early)    # before flash-attn: SGLang's own engine generating on the GPU (its JIT kernels built with this host's gcc)
   sync_repo
   verify_nox sglang-engine --variant sglang --only sglang
-  bg gpu-tests "$REPO/.venv-verl-0.9-fsdp/bin/python -m pytest -m gpu -q -p no:cacheprovider tests"
+  held ;;
+gpu-tests) # the test suite's GPU tests (-m gpu), in the envs they are for (the bundle's nox has no test session: the
+          # tests install their tools from PyPI; the envs carry pytest)
+  sync_repo
+  bg gpu-tests "PYTHONPATH=$REPO/src $REPO/.venv-verl-0.9-fsdp/bin/python -m pytest -m gpu -v -p no:cacheprovider tests/test_kernel_scripts.py; PYTHONPATH=$REPO/src $REPO/.venv-verl-0.9-sglang/bin/python -m pytest -m gpu -v -p no:cacheprovider tests/test_check_sglang.py"
   held ;;
 wheels)   # the source-built wheels from the host's cache into each env that needs them (verlenv build: cache hits)
   sync_repo
   wait_for "${1:-1}" build-flash-attn
   cat $R/build-flash-attn.done 2>/dev/null || { tail -n 2 $R/build-flash-attn.out; held; exit 4; }
-  for v in $VARIANTS; do
-    $VERLENV build flash-attn --stack verl-0.9 --variant $v --python $REPO/.venv-verl-0.9-$v/bin/python --gpu h100 --wheelhouse $W 2>&1 | tail -1
+  for v in $VARIANTS; do  # the host's build is a cache hit for each env (same torch, CUDA, Python, ABI, arch)
+    $VERLENV build flash-attn --bundle $P/bundle --stack verl-0.9 --variant $v --python $REPO/.venv-verl-0.9-$v/bin/python --gpu h100 --wheelhouse $W 2>&1 | tail -1
   done
-  wait_for 300 build-apex build-transformer-engine-torch
-  $VERLENV build --stack verl-0.9 --variant megatron --python $REPO/.venv-verl-0.9-megatron/bin/python --gpu h100 --wheelhouse $W 2>&1 | tail -3
+  wait_for 300 build-megatron; cat $R/build-megatron.done; tail -n 3 $R/build-megatron.out
   held ;;
 run)      # $1 = name, rest = verify options
   sync_repo; verify_nox "$@"; held ;;

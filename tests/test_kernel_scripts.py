@@ -396,6 +396,8 @@ def torch_python() -> str | None:
     candidates = [os.environ.get("VERLENV_TEST_TORCH_PYTHON", ""), str(default)] + sorted(
         map(str, REPO.glob(".venv-*/bin/python")))
     for python in filter(None, candidates):
+        if not os.path.isfile(python):
+            continue
         probe = subprocess.run([python, "-c", "import importlib.util, sys; "
                                 "sys.exit(importlib.util.find_spec('torch') is None)"], capture_output=True)
         if probe.returncode == 0:

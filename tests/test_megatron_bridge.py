@@ -28,6 +28,8 @@ OVERRIDE_PREFIX = "actor_rollout_ref.actor.megatron.override_transformer_config.
 def python() -> str:
     candidates = [os.environ.get("VERLENV_TEST_MEGATRON_PYTHON", ""), str(ROOT / f".venv-{VARIANT.key}" / "bin" / "python")]
     for candidate in filter(None, candidates):
+        if not Path(candidate).is_file():
+            continue
         code = "import importlib.util as u, sys; sys.exit(u.find_spec('megatron.bridge') is None or u.find_spec('verl') is None)"
         probe = subprocess.run([candidate, "-c", code], capture_output=True, check=False)
         if probe.returncode == 0:

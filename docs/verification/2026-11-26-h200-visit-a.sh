@@ -33,7 +33,8 @@ bg() {  # $1 = name, rest = command: run in its own session; $R/NAME.out, $R/NAM
 
 verify_nox() {  # $1 = name, rest = verify options: `nox -s verify-h100` offline from the bundle's tools
   local name=$1; shift
-  bg "$name" "RAY_TMPDIR=/tmp/ray-$name VERLENV_TRAINER_LOG=$R/$name.trainer.log $NOX -s verify-h100 -- --report $R/$name.json --markdown $R/$name.md $*"
+  # On an H200 its own profile (the session is verify-h100: a later --gpu wins).
+  bg "$name" "RAY_TMPDIR=/tmp/ray-$name VERLENV_TRAINER_LOG=$R/$name.trainer.log $NOX -s verify-h100 -- --gpu h200 --report $R/$name.json --markdown $R/$name.md $*"
 }
 
 host_build() {  # $1 = package, rest = its build options: against the host's torch, into the host's wheel cache

@@ -138,7 +138,11 @@ def _base() -> dict:
     # A worker process gets 60 s by default to register with its raylet: more than nodes sharing two loaded cores
     # may need.
     return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
-            "RAY_worker_register_timeout_seconds": "600"}
+            "RAY_worker_register_timeout_seconds": "600",
+            # A test cluster is healthy whatever this machine's disk holds: Ray's local_fs_capacity_threshold (95%
+            # used) would otherwise print its "over 95% full" warning into the session logs that doctor --ray reads
+            # (F36) on a nearly full disk. The diagnosis itself is tested on given usage figures (test_doctor_node_probes).
+            "RAY_local_fs_capacity_threshold": "1.0"}
 
 
 def start(head_python: str, workers: list[tuple], head_env: dict | None = None) -> LocalCluster:

@@ -527,3 +527,40 @@ def test_bundle_install_waits_for_the_installer_holding_the_prefix(project, cach
     holder.wait()
     assert second.wait(timeout=600) == 0, err.text()
     assert said and waiting, err.text()
+
+
+def test_bootstraps_at_once_write_their_launchers_without_taking_each_others_files(tmp_path, monkeypatch):
+    """Two variants bootstrapped from one bundle at once: the first's rename waits (an event) until the second has
+    written its own temp file and renamed it; neither loses its file (the same names once made one fail)."""
+    import os
+    import threading
+
+    from verlenv.bundle import bootstrap
+
+    tool = tmp_path / "tool"
+    (tool / "bin").mkdir(parents=True)
+    second_done, real_replace, errors = threading.Event(), os.replace, []
+
+    def replace(src, dst):
+        if threading.current_thread().name == "first":
+            assert second_done.wait(60)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(bootstrap.os, "replace", replace)
+
+    def run(name):
+        try:
+            bootstrap.write_launchers(tool, tmp_path / "bundle")
+        except Exception as e:  # noqa: BLE001 - the test reports it
+            errors.append(e)
+        finally:
+            if name == "second":
+                second_done.set()
+
+    first = threading.Thread(target=run, args=("first",), name="first")
+    first.start()
+    run("second")
+    first.join(60)
+    assert errors == [] and not first.is_alive()
+    assert sorted(p.name for p in (tool / "bin").iterdir()) == ["nox", "verlenv"]  # no temp file left
+    assert all(os.access(tool / "bin" / n, os.X_OK) for n in ("nox", "verlenv"))

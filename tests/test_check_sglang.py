@@ -277,7 +277,8 @@ def test_sglang_generates_on_this_gpu(tmp_path):
     if python is None:
         pytest.skip("no python with sglang: install .venv-verl-0.9-sglang (verlenv install --variant sglang)")
     variant = catalog.load(REPO / "stacks.toml").variant("verl-0.9", "sglang")
-    profile = {"key": "gpu", "arch": gpus.gpu_details()[0].arch, "fp8": False,
+    visible = gpus.gpu_details()
+    profile = {**gpus.select_profile("auto", visible).for_checks(len(visible)),
                "trainer": {**trainer_spec(variant), "families": [FAMILIES["llama"]], "parallel": 1}}
     proc = subprocess.run([python, str(KERNELS / "check_sglang.py"), "--out", str(tmp_path / "r.json"), "--profile",
                            json.dumps(profile)], capture_output=True, text=True, timeout=900)

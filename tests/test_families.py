@@ -206,6 +206,17 @@ def test_the_vl_rows_load_through_verls_dataset_with_the_familys_processor(in_en
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ALL)
+def test_verls_rollout_tokenizes_each_familys_tokenizer(in_env, name):
+    """verl builds its Continuous Token builder from the family's tokenizer: a Qwen family's builder needs "\n" as
+    one token and <|im_end|> (without them every rollout of qwen2/qwen3/qwen3-moe failed on the GPU)."""
+    r = in_env[name]["rollout_tokenizer"]
+    assert r["error"] is None, r
+    if r["model_type"].startswith("qwen"):
+        assert r["builder"].startswith("Qwen"), r  # the Qwen boundary handling, not the generic builder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
 def test_verls_config_composes_for_each_family_in_each_variant(in_env, name):
     for variant in ("fsdp", "megatron"):
         composed = in_env[name]["composed"][variant]

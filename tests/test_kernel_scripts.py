@@ -612,6 +612,15 @@ def written_since(start_ns: int, home: Path) -> list[str]:
     return found
 
 
+def required_in(variant: str) -> frozenset[str]:
+    """The packages whose checks are required in the default stack's VARIANT (the packages table, as verify reads
+    it for the variant's actor and rollout)."""
+    from verlenv import catalog, packages
+
+    v = catalog.load(REPO / "stacks.toml").variant(None, variant)
+    return packages.table().required(v.actor, v.rollout)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_each_check_script_passes_on_this_gpu(name, on_this_gpu, env_python, monkeypatch):
@@ -622,7 +631,7 @@ def test_each_check_script_passes_on_this_gpu(name, on_this_gpu, env_python, mon
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     script = KERNELS / f"check_{name}.py"
-    scope = runner.Scope(frozenset(runner.REQUIRED[variant]))
+    scope = runner.Scope(required_in(variant))
     results = runner.run_script(env_python, script, sent, runner.timeout_for(script, 150.0), scope)
     assert written_since(start, home) == []  # caches, temp files, Ray's session: all in the scratch folder
     failed = [f"{r.name}: {r.reason}\n{r.log[-3000:]}" for r in results if r.status == "fail"]

@@ -15,7 +15,8 @@ NOX=$P/bundle/.tool/bin/nox; VERLENV=$P/bundle/.tool/bin/verlenv
 VARIANTS="fsdp megatron sglang"
 step=$1; shift
 
-sync_repo() {  # this call's working tree onto /root/repo (the envs under it stay)
+sync_repo() {  # this call's working tree onto /root/repo (the envs under it stay); nothing from /root/repo itself
+  [ "$(pwd -P)" = "$REPO" ] && return
   mkdir -p $REPO && tar --exclude=./.carry --exclude=./.git -cf - . | tar -C $REPO -xf -
 }
 
@@ -119,6 +120,13 @@ final)    # flash-attn in every env (wheels), its wheel back in pieces; then the
   echo "$whl" | sed "s|$W/||" >> "$OUT/flash-attn.sha256"
   split -b 15M -d "$whl" "$OUT/flash-attn.whl.part"; cp $R/build-flash-attn.json "$OUT/" 2>/dev/null
   ls -la "$OUT"; held ;;
+auto)     # after the disk filled (the parts, the joined bundle, uv's cache and three envs: 64 GiB) and one flash-attn
+          # object failed: a watcher resumes flash-attn's kept tree, installs it, starts the fsdp families and SGLang's
+          # trainer; the megatron families (two) start when TE's torch part and apex are in that env
+  sync_repo
+  bg auto-fa "while [ ! -f $R/build-flash-attn.done ]; do sleep 2; done; grep -q '^exit 0' $R/build-flash-attn.done || { mv $R/build-flash-attn.done $R/build-flash-attn.first-done; PYTHONPATH=$REPO/src:/root/site python3 -m verlenv build flash-attn --stack verl-0.9 --python \$(command -v python3) --gpu h100 --wheelhouse $W --no-install --json $R/build-flash-attn.json --source /root/flash_attn-2.8.3.post2.tar.gz --jobs 16 > $R/build-flash-attn.resumed.out 2>&1; echo \"exit \$?\" > $R/build-flash-attn.done; }; for v in $VARIANTS; do $VERLENV build flash-attn --bundle $P/bundle --stack verl-0.9 --variant \$v --python $REPO/.venv-verl-0.9-\$v/bin/python --gpu h100 --wheelhouse $W 2>&1 | tail -1; done; bash docs/verification/2026-11-26-h200-visit-b.sh run sglang-llama --variant sglang --family llama; bash docs/verification/2026-11-26-h200-visit-b.sh run fsdp-families --family all"
+  bg auto-megatron "while [ ! -f $R/build-megatron.done ]; do sleep 2; done; cat $R/build-megatron.done; bash docs/verification/2026-11-26-h200-visit-b.sh run megatron-families --variant megatron --family qwen3-moe --family qwen2.5-vl --skip-package flash-attn"
+  held ;;
 run)      # $1 = name, rest = verify options
   sync_repo; verify_nox "$@"; held ;;
 wait)     # $1 = seconds at most, until every started run is done; then each finished run's files come back as one .tgz

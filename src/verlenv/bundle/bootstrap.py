@@ -18,6 +18,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -76,9 +77,12 @@ def write_launchers(tool: Path, bundle: Path) -> None:
         text = (f"#!/bin/sh\n# {name} from the bundle's tools: no index is needed.\n"
                 f"VERLENV_BUNDLE={q(bundle)} PATH={q(tool / 'bin')}:\"$PATH\" PYTHONPATH={pythonpath} "
                 f"exec {q(sys.executable)} -m {name} \"$@\"\n")
-        tmp = tool / "bin" / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.chmod(0o755)
+        # A temp name of this process's own: bootstraps of several variants from one bundle run at once (one rename
+        # took the other's temp file from under it on a GPU host), and each writes the same text.
+        fd, tmp = tempfile.mkstemp(dir=tool / "bin", prefix=f".{name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
         os.replace(tmp, tool / "bin" / name)
 
 

@@ -74,6 +74,22 @@ def train_step(paths: dict, family: dict, row: dict) -> dict:
                          or getattr(model.config, "tie_word_embeddings", False))}
 
 
+def rollout_tokenizer(paths: dict, family: dict) -> dict:
+    """verl's rollout tokenizes through a Continuous Token builder chosen by the config's model_type, made as its
+    agent loop makes it (verl/experimental/agent_loop/agent_loop.py): which builder, or why it cannot be made."""
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(paths["model"])
+    processor = transformers.AutoProcessor.from_pretrained(paths["model"]) if family["inputs"] == "images" else None
+    model_type = transformers.AutoConfig.from_pretrained(paths["model"]).model_type
+    try:
+        builder = create_continuous_token_builder(tokenizer, hf_model_type=model_type, chat_template_kwargs={},
+                                                  mm_processor_kwargs={}, processor=processor)
+        return {"model_type": model_type, "builder": type(builder).__name__, "error": None}
+    except Exception as e:  # noqa: BLE001 - the failure is the result
+        return {"model_type": model_type, "builder": None, "error": f"{type(e).__name__}: {e}"}
+
+
 def composed(paths: dict, family: dict) -> dict:
     out = {}
     with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
@@ -94,5 +110,5 @@ for family in TABLES["families"]:
     rows = pq.read_table(paths["data"]).to_pylist()
     result[family["name"]] = {"init": paths["init"], "rows": len(rows), "images_in_rows": sum("images" in r for r in rows),
                               "files": sorted(os.listdir(paths["model"])), **train_step(paths, family, rows[0]),
-                              "composed": composed(paths, family)}
+                              "composed": composed(paths, family), "rollout_tokenizer": rollout_tokenizer(paths, family)}
 json.dump(result, open(OUT, "w"))

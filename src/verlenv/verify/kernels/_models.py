@@ -17,6 +17,11 @@ SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
 # Split out of any text before the word-level split (added tokens): the image processor expands <|image_pad|> into
 # one copy per image token, written without spaces.
 VISION_WORDS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+# Also split out before the word-level split: verl's rollout tokenizes through its Continuous Token builder, whose
+# Qwen builders (model_type qwen2, qwen3, qwen3_moe, qwen2_5_vl) require "\n" to encode as exactly one token and a
+# "<|im_end|>" token (verl/utils/tokenizer/continuous_token.py QwenContinuousTokenBuilder); a whitespace split drops
+# "\n", and every rollout of a Qwen family then failed ("Expected Qwen newline to tokenize to one token, got []").
+TURN_WORDS = ["<|im_end|>", "\n"]
 CHAT_WORDS = ["system", "user", "assistant", ":", "+", "=", "?"]
 DIGITS = [str(d) for d in range(10)]
 VOCAB = 512
@@ -38,7 +43,7 @@ CALIBRATION_BATCH, CALIBRATION_LEN = 8, 24
 
 
 def words() -> list[str]:
-    fixed = SPECIAL + VISION_WORDS + CHAT_WORDS + DIGITS
+    fixed = SPECIAL + VISION_WORDS + CHAT_WORDS + DIGITS + TURN_WORDS
     return fixed + [f"w{i}" for i in range(VOCAB - len(fixed))]
 
 
@@ -54,7 +59,8 @@ def write_tokenizer(directory):
     tokenizer = Tokenizer(models.WordLevel(ids(), unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##")  # decodes to words joined by spaces
-    tokenizer.add_special_tokens([AddedToken(w, special=True, normalized=False) for w in VISION_WORDS])
+    tokenizer.add_special_tokens([AddedToken(w, special=True, normalized=False) for w in VISION_WORDS + TURN_WORDS[:1]])
+    tokenizer.add_tokens([AddedToken(w, special=False, normalized=False) for w in TURN_WORDS[1:]])
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
                                    bos_token="<s>", eos_token="</s>")
     fast.chat_template = CHAT_TEMPLATE

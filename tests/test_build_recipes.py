@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from test_build_env import build_until
 from verlenv import build as builder, catalog, recipes, sources
 from verlenv.errors import UserError
-from test_build_env import build_until
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "ext"

@@ -3,9 +3,9 @@ differences between nodes, the exit code and the table, and `verify --ray`'s bad
 
 import hashlib
 import json
-from fnmatch import fnmatchcase
 import subprocess
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest

@@ -103,7 +103,6 @@ def test_the_trainer_runs_only_on_a_cluster_whose_nodes_all_pass(change):
 
 def test_skip_cluster_trainer_reaches_the_cluster_run(monkeypatch):
     from verlenv.cli import main
-
     from verlenv.cluster import address
 
     seen = {}

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from verlenv.cli import main
-from verlenv.doctor import diagnose_text, node_probes, probes, symbols
-from verlenv.doctor import facts as facts_mod
+from verlenv.doctor import diagnose_text, facts as facts_mod, node_probes, probes, symbols
 from verlenv.doctor.facts import Dist, EnvFacts
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,7 @@ import pytest
 
 from verlenv import catalog
 from verlenv.cli import main
-from verlenv.doctor import facts as facts_mod
-from verlenv.doctor import probes, symbols
+from verlenv.doctor import facts as facts_mod, probes, symbols
 
 ROOT = Path(__file__).parent.parent
 PY311 = shutil.which("python3.11") or "/root/.pyenv/versions/3.11.7/bin/python3.11"

@@ -13,7 +13,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ray_nodes
-
 from verlenv.cluster.verdict import node_problems
 from verlenv.doctor import diagnose_path, ray_session
 

@@ -8,7 +8,6 @@ import copy
 import json
 import subprocess
 import tomllib
-from pathlib import Path
 
 import pytest
 

@@ -11,9 +11,9 @@ from packaging.markers import default_environment
 from packaging.metadata import Metadata
 from packaging.utils import canonicalize_name
 
+from project_files import copy_tree
 from verlenv import catalog, cli, lock, pins
 from verlenv.errors import UserError
-from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")

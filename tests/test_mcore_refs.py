@@ -17,13 +17,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_verl_requirements import CATALOG, ROOT, cache_dir
 
-from verlenv import catalog, pins, recipes, sources
-from verlenv import mcore_refs as refs
+from test_verl_requirements import CATALOG, ROOT, cache_dir
+from verlenv import catalog, mcore_refs as refs, pins, recipes, sources
 from verlenv.fsutil import write_atomic
 from verlenv.verify import static
-
 
 PROGRAMS = Path(__file__).parent / "data" / "programs"
 

@@ -128,7 +128,6 @@ def test_megatron_core_names_used_by_megatron_bridge_and_verl_are_defined_or_rev
 def test_the_doctor_finds_verls_bridge_in_the_megatron_env(python):
     """The log of an env without Megatron-Bridge (F44), checked against this env: its fix is in place here."""
     from test_doctor_node_probes import excerpt
-
     from verlenv.doctor import diagnose_text, facts, probes
 
     checks = probes.check_findings(diagnose_text(excerpt("F44-verl-6931.log")), facts.gather(python))

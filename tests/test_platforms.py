@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from project_files import copy_tree
 from verlenv import catalog, cli, install, lock, pins
 from verlenv.errors import UserError
-from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")

@@ -13,10 +13,9 @@ from unittest import mock
 
 import pytest
 
-from verlenv import cli
-
 import tiny_project
 from reliability_log import record
+from verlenv import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

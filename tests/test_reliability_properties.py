@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
+from reliability_log import record
 from verlenv import catalog, lock, pins, recipes, validate
 from verlenv.doctor import diagnose_lines, knowledge
 from verlenv.errors import UserError
-from reliability_log import record
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

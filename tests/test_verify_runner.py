@@ -15,10 +15,10 @@ import pytest
 
 import tables
 from test_verify_profiles import REPO
-from waiting import exited, until
 from verlenv import catalog, gpus, packages
 from verlenv.verify import runner
 from verlenv.verify.results import SKIPPED_BY_REQUEST
+from waiting import exited, until
 
 H100 = [gpus.Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559, "580.95.05")]
 DATA = Path(__file__).parent / "data"

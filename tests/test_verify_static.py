@@ -422,7 +422,6 @@ def test_arch_support_follows_cuda_compatibility_rules():
 @pytest.fixture(scope="module")
 def nvcc(tmp_path_factory) -> Path:
     from test_build_env import torch_python
-
     from verlenv import toolchain
 
     python = torch_python()

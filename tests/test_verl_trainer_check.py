@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from test_kernel_scripts import KERNELS, load, torch_python
-from waiting import exited, until
 from test_verify_profiles import REPO
 from verlenv import catalog, families
 from verlenv.cluster.trainer import trainer_spec
+from waiting import exited, until
 
 PROGRAMS = Path(__file__).parent / "data" / "programs"
 GOOD_STEP = {"actor/pg_loss": -0.0123, "actor/grad_norm": 0.87, "training/rollout_actor_probs_pearson_corr": 0.99994,

@@ -1,9 +1,9 @@
 """The wheel cache: a changed input is a new fingerprint; a killed store or build leaves no entry; corruption shows."""
 
 import dataclasses
-import os
 import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess

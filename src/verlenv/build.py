@@ -20,7 +20,6 @@ from verlenv.ninja_stats import ninja_logs, ninja_stats
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
 from verlenv.proctree import run_logged
 
-
 # Run in the env: which of the named distributions it lacks.
 _MISSING = """
 import importlib.metadata as m, json, sys

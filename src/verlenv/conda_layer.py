@@ -209,8 +209,7 @@ def category_locks(root: Path, group: render.Group, platform: str) -> dict[str, 
 def lockfile(root: Path, group: render.Group, sources: list[Path], fetch=pypi_files):
     """The whole content of one group's conda-lock file (conda-lock.yml for the stack's first base variant)."""
     from conda_lock.content_hash import compute_content_hashes
-    from conda_lock.lockfile.v2prelim.models import Lockfile
-    from conda_lock.lockfile.v2prelim.models import LockMeta
+    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
     stack = group.stack
     spec = lock_spec(sources)

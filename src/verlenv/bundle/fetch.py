@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging import tags
-from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename,
-                             parse_wheel_filename)
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from verlenv.errors import UserError
@@ -203,9 +202,8 @@ def _download(f: RemoteFile, advance) -> Path:
 
 def fetch_all(files: list[RemoteFile], workers: int = 8) -> dict[str, Path]:
     """{sha256: cached path} for every file; only missing or corrupt ones are downloaded, in parallel."""
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
     from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     have = {f.sha256: p for f in files if (p := cached(f.sha256))}
     todo = [f for f in files if f.sha256 not in have]

@@ -6,10 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from verlenv.doctor import facts as facts_mod
-from verlenv.doctor import logs, matcher, probes
-from verlenv.commands import add_env_options
 from verlenv.catalog import VARIANT_HELP
+from verlenv.commands import add_env_options
+from verlenv.doctor import facts as facts_mod, logs, matcher, probes
 from verlenv.errors import UserError
 
 

@@ -25,7 +25,7 @@ from verlenv.doctor import facts as facts_mod
 from verlenv.errors import UserError
 from verlenv.verify import static
 from verlenv.verify.options import VerifyOptions
-from verlenv.verify.results import STATUSES, SKIPPED_BY_REQUEST, CheckResult
+from verlenv.verify.results import SKIPPED_BY_REQUEST, STATUSES, CheckResult
 from verlenv.verify.static import Scope
 
 KERNELS_DIR = Path(__file__).with_name("kernels")

@@ -18,9 +18,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from verlenv import cubins, packages, runtime_env
-from verlenv.packages import Package
 from verlenv.doctor import symbols
 from verlenv.errors import UserError
+from verlenv.packages import Package
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
 
 CUDART = re.compile(r"^libcudart\.so\.(\d+)")
@@ -92,8 +92,8 @@ def check_installed(installed: dict[str, list[str]], scope: Scope, variant: str,
                                     numbers={"dist": dist, "version": versions[0]}))
         elif pkg.name in unbuilt_ok:
             out.append(scope.result(f"installed/{pkg.name}", pkg.name, "skip",
-                                    f"not built: it is compiled for a GPU target; `nox -s build -- --gpu a100|h100` "
-                                    f"(no GPU here to verify it on)"))
+                                    "not built: it is compiled for a GPU target; `nox -s build -- --gpu a100|h100` "
+                                    "(no GPU here to verify it on)"))
         elif pkg.name in scope.required:
             out.append(scope.result(f"installed/{pkg.name}", pkg.name, "fail",
                                     f"not installed; the {variant} variant needs it ({' or '.join(pkg.dists)})"))

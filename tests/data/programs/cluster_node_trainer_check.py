@@ -2,9 +2,14 @@
 whose ray.init() would join the instance it finds (the cluster, whose GPUs the node checks hold: on 2 x H100 it
 failed with "Total available GPUs 0 is less than total desired GPUs 1"). Here a bare ray.init() (a test double of
 verl's main_ppo, named so) takes verl's place."""
-import json, os, sys, tempfile
+import json
+import os
+import sys
+import tempfile
+
 sys.path.insert(0, sys.argv[1])
 import ray
+
 import verlenv
 from verlenv.cluster import trainer
 

@@ -1,7 +1,13 @@
 """Runs in an env with verl, vLLM, Ray and FlashInfer: each marker's message is taken from the installed library's
 source (the string constant holding it, %-args filled in), formatted by that library's own formatter with a known
 time, and prefixed as Ray forwards it. The CPU side checks that _phases finds the marker, its stamp and its number."""
-import ast, importlib.util, json, logging, os, re, sys
+import ast
+import importlib.util
+import json
+import logging
+import os
+import re
+import sys
 
 OUT, LAUNCH = sys.argv[1], float(sys.argv[2])
 root = lambda name: os.path.dirname(importlib.util.find_spec(name).origin)
@@ -36,6 +42,7 @@ def fmt_from(relpath, pattern):
 
 import vllm.logger
 from vllm.logging_utils import NewLineFormatter
+
 formatters = {
     "vllm": NewLineFormatter(vllm.logger._FORMAT, vllm.logger._DATE_FORMAT),
     "verl": logging.Formatter(fmt_from("verl/utils/logging_utils.py", r'logging\.Formatter\("([^"]+)"\)')),

@@ -1,7 +1,9 @@
 """Runs in an env with verl and vLLM: verl's own Hydra config composed (as main_ppo composes it) with the check's
 overrides, fast and thorough, for each size a cluster may ask for; validated by verl's own checks; and the fast
 proof's vLLM settings passed the way verl's vLLM server passes them, through vLLM's own argument parser."""
-import json, os, sys
+import json
+import os
+import sys
 
 KERNELS, OUT, SRC = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, KERNELS)
@@ -59,9 +61,9 @@ from vllm.platforms.cpu import CpuPlatform
 # Test double: vLLM's parser asks the platform for a device type, and the CUDA platform needs libcuda; the parse
 # itself is the same on any platform.
 vllm.platforms._current_platform = CpuPlatform()
+from verl.workers.rollout.vllm_rollout.utils import build_cli_args_from_config
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-from verl.workers.rollout.vllm_rollout.utils import build_cli_args_from_config
 
 fast = next(c for c in out if c["variant"] == "fsdp" and not c["thorough"])
 args = {"enforce_eager": fast["values"]["actor_rollout_ref.rollout.enforce_eager"], **fast["vllm_engine_kwargs"]}

@@ -399,10 +399,9 @@ def run_trainer(cmd, workdir, timeout=TIMEOUT_S, ray_address: str = "local", log
 
 
 def check_import():
+    import transfer_queue  # noqa: F401  (the V1 trainer imports it when it starts)
     import verl
     import verl.trainer.main_ppo  # noqa: F401
-
-    import transfer_queue  # noqa: F401  (the V1 trainer imports it when it starts)
 
     return {}, f"verl {verl.__version__}: main_ppo and TransferQueue import"
 

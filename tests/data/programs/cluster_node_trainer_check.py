@@ -25,7 +25,7 @@ def node_check():
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     with tempfile.TemporaryDirectory() as cwd:
         lines, code, _ = trainer.check_module().run_trainer([sys.executable, "-c", STARTS_RAY], cwd, timeout=300)
-    return {"code": code, "gcs": [l.text.split()[1] for l in lines if l.text.startswith("GCS ")],
+    return {"code": code, "gcs": [line.text.split()[1] for line in lines if line.text.startswith("GCS ")],
             "cluster": ray.get_runtime_context().gcs_address}
 
 

@@ -10,7 +10,10 @@ import re
 import sys
 
 OUT, LAUNCH = sys.argv[1], float(sys.argv[2])
-root = lambda name: os.path.dirname(importlib.util.find_spec(name).origin)
+
+def root(name):
+    return os.path.dirname(importlib.util.find_spec(name).origin)
+
 site = os.path.dirname(root("verl"))
 
 def constant(relpath, phrase):
@@ -19,11 +22,14 @@ def constant(relpath, phrase):
     words this message three ways)."""
     tree = ast.parse(open(os.path.join(site, relpath)).read())
     if phrase.startswith("^"):
-        holds = lambda text: text.startswith(phrase[1:])
+        def holds(text):
+            return text.startswith(phrase[1:])
     elif phrase.endswith('"'):
-        holds = lambda text: text.endswith(phrase[:-1])
+        def holds(text):
+            return text.endswith(phrase[:-1])
     else:
-        holds = lambda text: phrase in text
+        def holds(text):
+            return phrase in text
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and holds(node.value):
             return node.value

@@ -152,7 +152,8 @@ def needs_glibc(filename: str) -> str | None:
     return f"2.{min(found)}" if found else None
 
 
-def resolve(pins: list[LockedPin], platform: str, python: str, glibc: str = GLIBC, workers: int = 8) -> list[RemoteFile]:
+def resolve(pins: list[LockedPin], platform: str, python: str, glibc: str = GLIBC,
+            workers: int = 8) -> list[RemoteFile]:
     wanted = target_tags(platform, python, glibc)
     with ThreadPoolExecutor(workers) as pool:
         listed = list(pool.map(release_files, pins))
@@ -185,7 +186,8 @@ def _download(f: RemoteFile, advance) -> Path:
                     done += len(chunk)
                     advance(len(chunk))
             if h.hexdigest() != f.sha256:
-                raise UserError(f"{f.filename}: downloaded sha256 {h.hexdigest()} is not the lock's {f.sha256}", exit_code=1)
+                raise UserError(f"{f.filename}: downloaded sha256 {h.hexdigest()} is not the lock's {f.sha256}",
+                                exit_code=1)
             final = folder / f.sha256
             os.replace(tmp, final)
             return final

@@ -117,7 +117,8 @@ def parallel_problem(trainer: dict, family: dict, nnodes: int, n_gpus_per_node: 
         problems.append(f"rollout_tp {rollout_tp} does not divide the {gpus} GPU(s)")
     for key in rollout["tp_divides"]:
         if sizes.get(key) and sizes[key] % rollout_tp:
-            problems.append(f"rollout_tp {rollout_tp} does not divide the {family['name']} model's {key} ({sizes[key]})")
+            problems.append(f"rollout_tp {rollout_tp} does not divide the {family['name']} model's {key} "
+                            f"({sizes[key]})")
     if not actor["tp_overrides"] and actor_tp != 1:
         problems.append(f"actor_tp {actor_tp}: verl's {actor['name']} actor is not tensor-parallel")
     elif gpus % actor_tp:

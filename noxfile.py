@@ -108,7 +108,7 @@ def build_te(session: nox.Session) -> None:
 
 @nox.session(name="build-megatron-bridge", python=TOOL_PYTHON)
 def build_megatron_bridge(session: nox.Session) -> None:
-    """Build Megatron-Bridge, verl's default Megatron bridge (Megatron variant), from its git commit: -- --source CLONE."""
+    """Build Megatron-Bridge, verl's default bridge (Megatron variant), from its git commit: -- --source CLONE."""
     _verlenv(session, "build", "megatron-bridge", "--variant", "megatron")
 
 

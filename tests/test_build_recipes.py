@@ -109,7 +109,8 @@ def probe_root(tmp_path) -> Path:
 
 def test_an_unknown_package_is_refused(probe_root, tmp_path):
     wheelhouse = tmp_path / "wheelhouse"
-    r = verlenv_build(probe_root, "nosuch", "--python", sys.executable, "--archs", "9.0", "--wheelhouse", str(wheelhouse))
+    r = verlenv_build(probe_root, "nosuch", "--python", sys.executable, "--archs", "9.0", "--wheelhouse",
+                      str(wheelhouse))
     assert refused(r) == "no recipe for 'nosuch'; recipes: cuda-ext-probe, sleepy-probe"
     assert not wheelhouse.exists() and not (probe_root / ".verlenv").exists()
 

@@ -56,7 +56,8 @@ formatters = {
     "flashinfer": logging.Formatter(fmt_from("flashinfer/jit/core.py", r'Formatter\(\s*"([^"]+)"')),
     "print": None,
 }
-TB, MR, TR, VS = "verl/trainer/ppo/v1/trainer_base.py", "vllm/v1/worker/gpu_model_runner.py", "TaskRunnerV1", "vLLMHttpServer"
+TB, MR, TR, VS = ("verl/trainer/ppo/v1/trainer_base.py", "vllm/v1/worker/gpu_model_runner.py", "TaskRunnerV1",
+                  "vLLMHttpServer")
 CASES = [  # (what, file, phrase, formatter, Ray actor, seconds after launch, number in the message)
     ("ray_init", "verl/trainer/main_ppo.py", "^ray init kwargs: ", "print", None, 4.0, None),
     ("ray_up", "ray/_private/worker.py", "Started a local Ray instance.", "ray", None, 9.25, None),
@@ -72,7 +73,8 @@ CASES = [  # (what, file, phrase, formatter, Ray actor, seconds after launch, nu
     ("graph_capture", MR, "Graph capturing finished in", "vllm", VS, 92.0, 8.0),
     ("engine_init", "vllm/v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took %.2f s\"",
      "vllm", VS, 92.0, 21.4),
-    ("autotune_start", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process starts", "flashinfer", VS, 83.004, None),
+    ("autotune_start", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process starts", "flashinfer", VS, 83.004,
+     None),
     ("autotune_end", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process ends", "flashinfer", VS, 84.504, None),
 ]
 out = []

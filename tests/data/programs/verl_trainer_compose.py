@@ -42,14 +42,18 @@ with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__
             for thorough in (False, True):
                 cfg = compose(config_name=SPECS[variant]["actor"]["config_name"],
                               overrides=t.overrides(paths, SPECS[variant], LLAMA, thorough=thorough, **sizes))
-                validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+                validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg),
+                                use_critic=need_critic(cfg))
                 rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
                 OmegaConf.resolve(cfg)  # as TaskRunnerV1.run does: every interpolation must resolve
                 keys = ["trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size",
-                        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.rollout.n_gpus_per_node",
+                        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                        "actor_rollout_ref.rollout.n_gpus_per_node",
                         "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.cudagraph_capture_sizes",
-                        "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers", "data.dataloader_num_workers",
-                        "actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile",
+                        "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers",
+                        "data.dataloader_num_workers",
+                        "actor_rollout_ref.actor.use_torch_compile",
+                        "actor_rollout_ref.actor.fsdp_config.use_torch_compile",
                         "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
                         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
                         "actor_rollout_ref.ref.megatron.tensor_model_parallel_size", "actor_rollout_ref.actor.strategy",

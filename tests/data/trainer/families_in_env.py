@@ -107,7 +107,9 @@ for family in TABLES["families"]:
     work = tempfile.mkdtemp(dir=os.path.dirname(OUT))
     paths = t.write_inputs(work, torch, family, rows=16)
     rows = pq.read_table(paths["data"]).to_pylist()
-    result[family["name"]] = {"init": paths["init"], "rows": len(rows), "images_in_rows": sum("images" in r for r in rows),
+    result[family["name"]] = {"init": paths["init"], "rows": len(rows),
+                              "images_in_rows": sum("images" in r for r in rows),
                               "files": sorted(os.listdir(paths["model"])), **train_step(paths, family, rows[0]),
-                              "composed": composed(paths, family), "rollout_tokenizer": rollout_tokenizer(paths, family)}
+                              "composed": composed(paths, family),
+                              "rollout_tokenizer": rollout_tokenizer(paths, family)}
 json.dump(result, open(OUT, "w"))

@@ -56,6 +56,15 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=TOOL_PYTHON)
+def lint(session: nox.Session) -> None:
+    """Check the code with ruff (its rules and line length are pyproject.toml's)."""
+    if BUNDLE:
+        session.skip("ruff installs from PyPI; run it where an index answers")
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", "src", "tests", "benchmarks", "scripts", "noxfile.py", *session.posargs)
+
+
+@nox.session(python=TOOL_PYTHON)
 def lock(session: nox.Session) -> None:
     """Re-resolve the pip locks, re-render the env files, write conda-lock.yml (offline: against locks/conda-forge)."""
     _verlenv(session, "lock")
@@ -99,7 +108,7 @@ def build_te(session: nox.Session) -> None:
 
 @nox.session(name="build-megatron-bridge", python=TOOL_PYTHON)
 def build_megatron_bridge(session: nox.Session) -> None:
-    """Build Megatron-Bridge, verl's default Megatron bridge (Megatron variant), from its git commit: -- --source CLONE."""
+    """Build Megatron-Bridge, verl's default bridge (Megatron variant), from its git commit: -- --source CLONE."""
     _verlenv(session, "build", "megatron-bridge", "--variant", "megatron")
 
 

@@ -36,7 +36,8 @@ def main() -> int:
     p.add_argument("--split", default="56MiB")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--bundle-only", action="store_true", help="time only the bundle (cold, warm), no installs")
-    p.add_argument("--workdir", type=Path, help="where caches, bundles and venvs go (default: a temp dir, removed after)")
+    p.add_argument("--workdir", type=Path,
+                   help="where caches, bundles and venvs go (default: a temp dir, removed after)")
     args = p.parse_args()
     root = Path(__file__).resolve().parent.parent
     work = Path(tempfile.mkdtemp(prefix="verlenv-bundle-bench-", dir=args.workdir))
@@ -55,7 +56,8 @@ def main() -> int:
         results["bundle_bytes"] = folder_bytes(bundle)
         results["parts"] = len(list(parts.glob("bundle.tar.part*")))
         results["parts_bytes"] = folder_bytes(parts)
-        results["built"] = manifest["variants"][args.variant]["built"]  # the source-built wheels: "left out (--no-built)"
+        # The source-built wheels: "left out (--no-built)".
+        results["built"] = manifest["variants"][args.variant]["built"]
         if args.bundle_only:
             return write_report(args, results)
         # The parts folder is what reaches a node: install joins, checks and installs it with no index.
@@ -73,8 +75,8 @@ def main() -> int:
         shutil.rmtree(work / "uv-bundle")
         pypi_env = {**base_env, "UV_CACHE_DIR": str(work / "uv-pypi")}
         results["install_from_pypi_s"] = timed(
-            [*verlenv, "install", "--stack", args.stack, "--variant", args.variant, "--prefix", str(work / "venv-pypi")],
-            root, pypi_env)
+            [*verlenv, "install", "--stack", args.stack, "--variant", args.variant, "--prefix",
+             str(work / "venv-pypi")], root, pypi_env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return write_report(args, results)
@@ -87,7 +89,8 @@ def write_report(args: argparse.Namespace, results: dict) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "note": "bundle without source-built wheels (--no-built)"
-                + ("; no installs (--bundle-only)" if args.bundle_only else "; each install into a fresh venv with an empty uv cache"),
+                + ("; no installs (--bundle-only)" if args.bundle_only
+                   else "; each install into a fresh venv with an empty uv cache"),
         "results": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

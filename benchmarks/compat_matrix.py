@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     data = matrix(args.reports, catalog.load(ROOT / "stacks.toml"), families.table())
     write_atomic(args.out.with_suffix(".json"), json.dumps(data, indent=1) + "\n")
     write_atomic(args.out.with_suffix(".md"), markdown(data))
-    print(f"wrote {args.out.with_suffix('.md')} and .json ({len(data['rows'])} rows x {len(data['families'])} families)")
+    print(f"wrote {args.out.with_suffix('.md')} and .json ({len(data['rows'])} rows x {len(data['families'])} "
+          "families)")
     return 0
 
 

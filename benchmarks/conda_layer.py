@@ -61,12 +61,14 @@ def main() -> int:
         specs = conda_layer.conda_specs(spec, plat)
         records = conda_layer.solve(root, specs, plat, stack.cuda)
         solves[plat] = {"specs": specs, "records": len(records),
-                        "seconds": timed(lambda s=specs, p=plat: conda_layer.solve(root, s, p, stack.cuda), args.repeat)}
+                        "seconds": timed(lambda s=specs, p=plat: conda_layer.solve(root, s, p, stack.cuda),
+                                         args.repeat)}
     lockfile = root / folder / lock.CONDA_LOCK_FILE
     with_extras = {(p.platform, c) for p in parse_conda_lock_file(lockfile).package for c in p.categories}
     renders = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for plat, extras in [(p, e) for p in spec.platforms for e in ([], ["megatron"]) if not e or (p, e[0]) in with_extras]:
+        for plat, extras in [(p, e) for p in spec.platforms for e in ([], ["megatron"])
+                             if not e or (p, e[0]) in with_extras]:
             cmd = [sys.executable, "-m", "conda_lock", "render", "--kind", "explicit", "-p", plat,
                    *(a for e in extras for a in ("-e", e)), str(lockfile), "--filename-template", f"{tmp}/{{platform}}"]
             renders["+".join([plat, "main", *extras])] = timed(
@@ -81,8 +83,10 @@ def main() -> int:
         "rattler_solve": solves,
         "conda_lock_yml": {"bytes": lockfile.stat().st_size,
                            "lines": len(lockfile.read_text().splitlines()),
-                           "conda_entries": sum(1 for line in lockfile.read_text().splitlines() if line == "  manager: conda"),
-                           "pip_entries": sum(1 for line in lockfile.read_text().splitlines() if line == "  manager: pip")},
+                           "conda_entries": sum(1 for line in lockfile.read_text().splitlines()
+                                                if line == "  manager: conda"),
+                           "pip_entries": sum(1 for line in lockfile.read_text().splitlines()
+                                              if line == "  manager: pip")},
         "conda_lock_render_seconds": renders,
         "lock_check_seconds": timed(lambda: subprocess.run(check_cmd, cwd=root, check=True, capture_output=True), 3),
     }

@@ -113,8 +113,8 @@ def live(src: Path, runs: int, work: Path) -> dict:
         writer.stop.set()
         writer.join()
     aborted = [r for r in results if r["exit"] == 2]
-    return {"runs": runs, "aborted": len(aborted), "exit_1_with_stable_finding": sum(r["exit"] == 1 and r["stable_found"]
-                                                                                   for r in results),
+    return {"runs": runs, "aborted": len(aborted),
+            "exit_1_with_stable_finding": sum(r["exit"] == 1 and r["stable_found"] for r in results),
             "abort_messages": sorted({r["error"] for r in aborted if r["error"]})[:5],
             "seconds_median": round(statistics.median(r["seconds"] for r in results), 3),
             "seconds_max": max(r["seconds"] for r in results),

@@ -51,7 +51,8 @@ def timed(cmd: list[str]) -> dict:
     wall = time.perf_counter() - started
     p.returncode = os.waitstatus_to_exitcode(status)
     # CPU time as well: on a shared machine the wall time says as much about the neighbours as about the command.
-    return {"command": " ".join(cmd), "seconds": round(wall, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+    return {"command": " ".join(cmd), "seconds": round(wall, 2),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
             "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
             "exit": p.returncode, "output_head": out.decode(errors="replace").splitlines()[:4]}
 
@@ -96,8 +97,8 @@ def main() -> int:
                 runs["load_average"] = os.getloadavg()[0]
                 repetitions.append(runs)
                 found &= runs["doctor"]["exit"] == 1 and any("[F10]" in line for line in runs["doctor"]["output_head"])
-                print(kind, " ".join(f"{name} {r['seconds']:.2f} s ({r['mb_per_s']} MB/s, {r['mb_per_cpu_s']} MB/cpu-s, "
-                                     f"{r['peak_rss_mib']} MiB)"
+                print(kind, " ".join(f"{name} {r['seconds']:.2f} s ({r['mb_per_s']} MB/s, "
+                                     f"{r['mb_per_cpu_s']} MB/cpu-s, {r['peak_rss_mib']} MiB)"
                                      for name, r in runs.items() if isinstance(r, dict)),
                       f"doctor/grep {runs['doctor_over_grep']} load {runs['load_average']:.1f}")
             report["logs"][kind] = {"bytes": size, "lines": sum(1 for _ in open(log, "rb")), "repetitions": repetitions}

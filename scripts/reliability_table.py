@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["tests/test_reliability.py", "tests/test_reliability_faults.py", "tests/test_reliability_properties.py"]
 SECTIONS = {
-    "bad input": ("Bad input", "Each runs the `verlenv` entry point; every one must exit 2 with one line naming the input."),
+    "bad input": ("Bad input", "Each runs the `verlenv` entry point; every one must exit 2 with one line naming the "
+                  "input."),
     "fault": ("Faults", "Over an offline wheelhouse of tiny real wheels (`tests/tiny_project.py`); the env is compared "
               "with the wheels file by file, not by verlenv's own check."),
     "property": ("Parsers under property tests (hypothesis)", "Any input gives a result or one UserError line."),
@@ -30,7 +31,8 @@ SECTIONS = {
 
 def run_tests(log: Path) -> int:
     env = {**os.environ, "VERLENV_RELIABILITY_LOG": str(log)}
-    return subprocess.run([sys.executable, "-m", "pytest", *TESTS, "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=env).returncode
+    return subprocess.run([sys.executable, "-m", "pytest", *TESTS, "-q", "-p", "no:cacheprovider"], cwd=ROOT,
+                          env=env).returncode
 
 
 def integrity_cost(prefix: Path, stack: str | None, variant: str) -> dict:
@@ -77,12 +79,14 @@ def render(rows: list[dict], cost: dict | None, command: str, rc: int) -> str:
     out += ["## Cost of install's full file check", ""]
     if cost:
         gb = cost["bytes"] / 1e9
-        out += ["Every `verlenv install` (and `verlenv verify`'s `intact/locked-files`) checks every file of every locked "
-                "distribution against its RECORD: size, then sha256. On the default env (verl-0.9, fsdp):", "",
-                "| distributions | files | GB | check (s) | GB/s | `sha256sum` of the same files (s) | cores | load (1 min) |",
+        out += ["Every `verlenv install` (and `verlenv verify`'s `intact/locked-files`) checks every file of every "
+                "locked distribution against its RECORD: size, then sha256. On the default env (verl-0.9, fsdp):", "",
+                "| distributions | files | GB | check (s) | GB/s | `sha256sum` of the same files (s) | cores "
+                "| load (1 min) |",
                 "|---|---|---|---|---|---|---|---|",
-                f"| {cost['distributions']} | {cost['files']} | {gb:.2f} | {cost['seconds']} | {gb / cost['seconds']:.2f} | "
-                f"{cost['sha256sum_seconds']} | {cost['cores']} | {cost['load_average_1min']} |", "",
+                f"| {cost['distributions']} | {cost['files']} | {gb:.2f} | {cost['seconds']} "
+                f"| {gb / cost['seconds']:.2f} | {cost['sha256sum_seconds']} | {cost['cores']} "
+                f"| {cost['load_average_1min']} |", "",
                 "The check hashes with one thread per core (hashlib releases the GIL), each file once, after a size "
                 "comparison; `sha256sum` is one process over the same file list, run right after it. A load above the "
                 "core count means other work shared the machine: both figures are slower than on an idle one.", ""]

@@ -18,6 +18,7 @@ import tempfile
 kernels, rows_file, overrides_file, out_file = sys.argv[1:5]
 sys.path.insert(0, kernels)  # the trainer check's own model builder
 import _models
+
 import torch
 import verl.models.mcore.bridge as verl_bridge  # verl's own `from megatron.bridge import AutoBridge`
 from megatron.core.transformer.enums import AttnBackend

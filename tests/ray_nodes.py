@@ -141,7 +141,8 @@ def _base() -> dict:
             "RAY_worker_register_timeout_seconds": "600",
             # A test cluster is healthy whatever this machine's disk holds: Ray's local_fs_capacity_threshold (95%
             # used) would otherwise print its "over 95% full" warning into the session logs that doctor --ray reads
-            # (F36) on a nearly full disk. The diagnosis itself is tested on given usage figures (test_doctor_node_probes).
+            # (F36) on a nearly full disk. The diagnosis itself is tested on given usage figures
+            # (test_doctor_node_probes).
             "RAY_local_fs_capacity_threshold": "1.0"}
 
 
@@ -158,7 +159,8 @@ def start(head_python: str, workers: list[tuple], head_env: dict | None = None) 
         # One at a time: a raylet has 30 s to register, which parallel starts on a small machine exceed.
         for i, (python, extra, *args) in enumerate(workers, start=2):
             _start(str(Path(python).parent / "ray"),
-                   ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON, *(args[0] if args else ())],
+                   ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON,
+                    *(args[0] if args else ())],
                    {**_base(), **extra}, cluster, f"127.0.0.{i}")
         cluster.workers += [f"127.0.0.{i}" for i in range(2, 2 + len(workers))]
         cluster.ever = len(workers)

@@ -45,7 +45,8 @@ def base_python() -> str:
     """A Python 3.12 to make the env from: $VERLENV_TEST_PYTHON, python3.12 on PATH, or pyenv's."""
     if chosen := os.environ.get("VERLENV_TEST_PYTHON"):
         return chosen
-    for candidate in (shutil.which("python3.12"), *sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.12*/bin/python3.12")))):
+    for candidate in (shutil.which("python3.12"),
+                      *sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.12*/bin/python3.12")))):
         check = "import sys; assert sys.version_info[:2] == (3, 12)"
         if candidate and subprocess.run([candidate, "-c", check], capture_output=True).returncode == 0:
             return candidate

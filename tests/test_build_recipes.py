@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from test_build_env import build_until
 from verlenv import build as builder, catalog, recipes, sources
 from verlenv.errors import UserError
-from test_build_env import build_until
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "ext"
@@ -109,7 +109,8 @@ def probe_root(tmp_path) -> Path:
 
 def test_an_unknown_package_is_refused(probe_root, tmp_path):
     wheelhouse = tmp_path / "wheelhouse"
-    r = verlenv_build(probe_root, "nosuch", "--python", sys.executable, "--archs", "9.0", "--wheelhouse", str(wheelhouse))
+    r = verlenv_build(probe_root, "nosuch", "--python", sys.executable, "--archs", "9.0", "--wheelhouse",
+                      str(wheelhouse))
     assert refused(r) == "no recipe for 'nosuch'; recipes: cuda-ext-probe, sleepy-probe"
     assert not wheelhouse.exists() and not (probe_root / ".verlenv").exists()
 

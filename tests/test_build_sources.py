@@ -224,11 +224,6 @@ def test_a_git_pin_without_its_commit_or_with_a_number_for_a_string_is_refused_a
     assert str(e.value).startswith(f"{path}: malformed (TypeError: source.version is 0.1, not a string)")
 
 
-def export(recipe, repo, dest):
-    """What a build does with a git source: the clone checked, the pinned commit placed and its digest checked."""
-    return recipe.source.place(recipe.source.fetch("0.1", dest.parent / "cache", repo), dest)
-
-
 def test_only_the_named_paths_of_a_commit_are_exported_and_digested(git_repo, tmp_path):
     repo, commit, _ = git_repo
     subset = tmp_path / "subset"

@@ -121,7 +121,8 @@ def test_bundle_holds_exactly_the_lock(project, bundle):
     antlr = env_files["antlr4-python3-runtime"]
     assert antlr["built_from"]["file"].endswith(".tar.gz") and antlr["file"].endswith("-py3-none-any.whl")
     assert {e["distribution"] for e in manifest["files"] if e["origin"] == "tool"} == set(make.TOOL_DISTS)
-    assert manifest["variants"]["fsdp"]["lock"]["sha256"] == make.sha256_file(project / "locks" / "tiny-fsdp.linux-64.txt")
+    assert manifest["variants"]["fsdp"]["lock"]["sha256"] == make.sha256_file(project / "locks"
+                                                                              / "tiny-fsdp.linux-64.txt")
     assert all(e["variants"] == ["fsdp"] for e in manifest["files"])
     assert (bundle / "tiny-fsdp.linux-64.txt").read_text() == (project / "locks" / "tiny-fsdp.linux-64.txt").read_text()
 
@@ -129,11 +130,13 @@ def test_bundle_holds_exactly_the_lock(project, bundle):
 @pytest.mark.network
 def test_install_from_bundle_uses_no_network(project, cache, bundle, tmp_path):
     prefix = tmp_path / "env"
-    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix), env=_no_network_env(tmp_path))
+    r = _verlenv(project, cache, "install", "--bundle", str(bundle), "--prefix", str(prefix),
+                 env=_no_network_env(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "drift check lock/match: pass" in r.stderr
     assert list(prefix.glob("lib/python*/site-packages/yaml/__pycache__/*.pyc"))  # compiled at install, offline
-    out = _run([str(prefix / "bin" / "python"), "-c", "import yaml, six, antlr4; print(yaml.__version__, six.__version__)"])
+    out = _run([str(prefix / "bin" / "python"), "-c",
+                "import yaml, six, antlr4; print(yaml.__version__, six.__version__)"])
     assert out.stdout.split() == ["6.0.2", "1.16.0"]
     assert not any((tmp_path / "uv-cache").rglob("*.whl"))  # nothing came through an index into uv's cache
 
@@ -146,7 +149,8 @@ def test_tampered_file_changes_nothing(project, cache, bundle, tmp_path):
     data[len(data) // 2] ^= 0xFF
     wheel.write_bytes(bytes(data))
     prefix = tmp_path / "env"
-    r = _verlenv(project, cache, "install", "--bundle", str(copy), "--prefix", str(prefix), env=_no_network_env(tmp_path))
+    r = _verlenv(project, cache, "install", "--bundle", str(copy), "--prefix", str(prefix),
+                 env=_no_network_env(tmp_path))
     assert r.returncode == 1
     assert "six-1.16.0-py2.py3-none-any.whl: sha256 differs from the manifest" in r.stderr
     assert not prefix.exists()
@@ -295,7 +299,8 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
 @pytest.mark.network
 def test_one_bundle_of_two_variants_carries_shared_files_once(project, cache, tmp_path):
     out = tmp_path / "both"
-    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--variant", "fsdp", "--variant", "megatron", "--out", str(out))
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--variant", "fsdp", "--variant", "megatron", "--out",
+                 str(out))
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert sorted(manifest["variants"]) == ["fsdp", "megatron"]
@@ -303,9 +308,11 @@ def test_one_bundle_of_two_variants_carries_shared_files_once(project, cache, tm
     assert serves["six"] == ["fsdp", "megatron"] and serves["packaging"] == ["megatron"]
     assert len(list((out / "wheels").glob("six-*.whl"))) == 1
     for variant in ("fsdp", "megatron"):
-        assert (out / f"tiny-{variant}.linux-64.txt").read_bytes() == (project / "locks" / f"tiny-{variant}.linux-64.txt").read_bytes()
+        assert ((out / f"tiny-{variant}.linux-64.txt").read_bytes()
+                == (project / "locks" / f"tiny-{variant}.linux-64.txt").read_bytes())
 
-    r = _verlenv(project, cache, "install", "--bundle", str(out), "--prefix", str(tmp_path / "none"), env=_no_network_env(tmp_path))
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--prefix", str(tmp_path / "none"),
+                 env=_no_network_env(tmp_path))
     assert r.returncode == 2 and "holds the variants fsdp, megatron; choose one with --variant" in r.stderr
     assert not (tmp_path / "none").exists()
     for variant, has_packaging in (("fsdp", False), ("megatron", True)):
@@ -343,7 +350,8 @@ def _stand_in_wheel(dest: Path) -> Path:
     """A real, minimal wheel standing in for a compiled flash-attn (the cache only hashes and carries it)."""
     wheel = dest / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr("flash_attn-2.8.3.post2.dist-info/METADATA", "Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3.post2\n")
+        z.writestr("flash_attn-2.8.3.post2.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3.post2\n")
     return wheel
 
 
@@ -356,7 +364,8 @@ def test_find_built_matches_torch_python_cuda_and_archs(tmp_path):
     both = {**inputs, "archs": ["8.0", "9.0"]}
     wheelcache.store(wheelhouse, "flash-attn", wheelcache.fingerprint(both), wheel, {"inputs": both})
     find = lambda **kw: make.find_built(wheelhouse, "flash-attn", **{"version": "2.8.3.post2", "torch": "2.11.0",  # noqa: E731
-                                                                   "cuda": "13.0", "python_tag": "cp312", "archs": None, **kw})
+                                                                   "cuda": "13.0", "python_tag": "cp312", "archs": None,
+                                                                   **kw})
     assert find(archs=["9.0"]).inputs["archs"] == ["9.0"]  # the exact arch set wins over a superset
     assert find(archs=["8.0"]).inputs["archs"] == ["8.0", "9.0"]
     assert find(archs=["10.0"]) is None
@@ -383,7 +392,8 @@ def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
     from verlenv.pins import LockedPin
 
     def files(name, names):
-        return [fetch.RemoteFile(name, "1", n, f"https://x/{n}", f"{i:064x}", 1, "sdist" if n.endswith(".tar.gz") else "wheel")
+        return [fetch.RemoteFile(name, "1", n, f"https://x/{n}", f"{i:064x}", 1,
+                                 "sdist" if n.endswith(".tar.gz") else "wheel")
                 for i, n in enumerate(names)]
 
     llguidance = files("llguidance", ["llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl",
@@ -394,8 +404,10 @@ def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
     pick = lambda pin, fs, glibc: fetch.choose(pin, fs, fetch.target_tags("linux-64", "3.12", glibc)).filename  # noqa: E731
     assert pick(pin, llguidance, "2.34") == "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl"
     assert pick(pin, llguidance, "2.28") == "llguidance-1.7.6.tar.gz"
-    unlocked = LockedPin("llguidance", "1.7.6", tuple(f"sha256:{f.sha256}" for f in llguidance if "2_31_x86" not in f.filename))
-    assert pick(unlocked, llguidance, "2.34") == "llguidance-1.7.6.tar.gz"  # a wheel whose hash the lock lacks is never taken
+    unlocked = LockedPin("llguidance", "1.7.6",
+                         tuple(f"sha256:{f.sha256}" for f in llguidance if "2_31_x86" not in f.filename))
+    # A wheel whose hash the lock lacks is never taken.
+    assert pick(unlocked, llguidance, "2.34") == "llguidance-1.7.6.tar.gz"
 
     crypto = files("cryptography", ["cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl",
                                     "cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl"])
@@ -414,11 +426,13 @@ def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_pat
     with zipfile.ZipFile(wheel, "w") as z:  # a real, minimal wheel standing in for a compiled package
         z.writestr("tinyext.py", "VALUE = 1\n")
         z.writestr("tinyext-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinyext\nVersion: 0.1\n")
-        z.writestr("tinyext-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("tinyext-0.1.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         z.writestr("tinyext-0.1.dist-info/RECORD", "")
     built = make.Built("tinyext", wheel, make.sha256_file(wheel), "f" * 24, {"archs": ["9.0"]})
     out = tmp_path / "b"
-    manifest = make.make(project / "locks" / "tiny-fsdp.linux-64.txt", out, "linux-64", "3.12", built=[built], tools=False)
+    manifest = make.make(project / "locks" / "tiny-fsdp.linux-64.txt", out, "linux-64", "3.12", built=[built],
+                         tools=False)
     entry = next(e for e in manifest["files"] if e["origin"] == "built")
     assert entry["fingerprint"] == "f" * 24 and entry["file"] == "wheels/tinyext-0.1-py3-none-any.whl"
     python, _, _ = offline.install(out, prefix=tmp_path / "env", python=_python312())

@@ -129,8 +129,8 @@ def test_the_bootstrap_checks_them_and_unpacks_the_toolkit_offline(project, bund
     env = {**_no_network_env(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"),
            "VERLENV_ROOT": str(project), "PYTHONNOUSERSITE": "1"}
     env.pop("VIRTUAL_ENV", None)
-    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix", str(tmp_path / "env"),
-              "--python", python], env=env, cwd=tmp_path)
+    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix",
+              str(tmp_path / "env"), "--python", python], env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     home = tmp_path / "parts" / "bundle" / build_inputs.TOOLKIT_DIR
     assert f"toolkit: nvcc 12.5.40 unpacked into {home}" in r.stderr
@@ -140,8 +140,8 @@ def test_the_bootstrap_checks_them_and_unpacks_the_toolkit_offline(project, bund
     # The sources stay packed in the bundle; the parts carried them like any other file.
     assert sorted(p.name for p in (tmp_path / "parts" / "bundle" / "sources").iterdir()) == sorted(
         p.name for p in (bundle / "sources").iterdir())
-    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix", str(tmp_path / "env"),
-              "--python", python], env=env, cwd=tmp_path)
+    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix",
+              str(tmp_path / "env"), "--python", python], env=env, cwd=tmp_path)
     assert r.returncode == 0 and "unpacked into" not in r.stderr  # once: the second bootstrap finds it made
 
 
@@ -157,7 +157,8 @@ def test_a_tampered_carried_source_or_toolkit_is_refused_in_one_line(project, ca
              "--wheelhouse", str(tmp_path / "wheelhouse"))
     r = _verlenv(project, cache, *build, env=_no_network_env(tmp_path))
     assert r.returncode == 1
-    assert one_line(r, "build") == f"verlenv build: {sdist}: sha256 differs from the manifest; the file was altered or truncated"
+    assert one_line(r, "build") == (f"verlenv build: {sdist}: sha256 differs from the manifest; the file was altered "
+                                    "or truncated")
     with pytest.raises(UserError, match="docopt-0.6.2.tar.gz: sha256 differs from the manifest"):
         offline.check(copy)  # and the bootstrap's install refuses it as it refuses a changed wheel
     assert not (tmp_path / "wheelhouse").exists()
@@ -207,10 +208,12 @@ def test_what_is_carried_is_what_the_bundle_leaves_out(tmp_path, repo):
     everything = {"fsdp": {"cuda-ext-probe", "docopt", "git-probe"}}
     assert build_inputs.wanted(root, [variant], everything, {}) == []
     wanted = build_inputs.wanted(root, [variant], {"fsdp": {"cuda-ext-probe", "git-probe"}}, {})
-    assert [(w.recipe.package, w.version, w.variants, w.given) for w in wanted] == [("docopt", "0.6.2", ("fsdp",), None)]
+    assert ([(w.recipe.package, w.version, w.variants, w.given) for w in wanted]
+            == [("docopt", "0.6.2", ("fsdp",), None)])
     with pytest.raises(UserError) as e:
         build_inputs.wanted(root, [variant], everything, {"git-probe": repo})
-    assert str(e.value) == "--source git-probe=...: not a source build the bundle leaves out; valid: none (every wheel is carried)"
+    assert str(e.value) == ("--source git-probe=...: not a source build the bundle leaves out; valid: none (every "
+                            "wheel is carried)")
     assert build_inputs.parse_given([f"Git_Probe={repo}"]) == {"git-probe": repo}
     for bad in ("git-probe", "=x", "git-probe="):
         with pytest.raises(UserError, match="not NAME=PATH"):

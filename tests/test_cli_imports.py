@@ -58,7 +58,8 @@ def test_a_doctor_run_imports_only_the_doctor():
     proc = subprocess.run([sys.executable, "-c", "import sys\nfrom verlenv import cli\ncli.parser(['doctor', '-'])\n"
                            "print(sorted(m for m in ('conda_lock', 'rattler', 'verlenv.lock', 'verlenv.verify.runner',"
                            " 'verlenv.commands.bundle', 'verlenv.cluster.launch') if m in sys.modules))\n"],
-                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 

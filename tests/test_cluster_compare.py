@@ -3,9 +3,9 @@ differences between nodes, the exit code and the table, and `verify --ray`'s bad
 
 import hashlib
 import json
-from fnmatch import fnmatchcase
 import subprocess
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -61,7 +61,8 @@ def test_abi_fingerprint_is_the_wheel_cache_folder(tmp_path):
 
 def test_env_vars_as_workers_see_them():
     facts = fingerprint.env_vars({"NCCL_SOCKET_IFNAME": "ib0", "VLLM_HOST_IP": "10.0.0.1", "HOME": "/root",
-                                  "PYTHONPATH": "/opt/x:/tmp/ray/session_1/runtime_resources/py_modules_files/_ray_pkg"})
+                                  "PYTHONPATH": "/opt/x:/tmp/ray/session_1/runtime_resources/py_modules_files/"
+                                                "_ray_pkg"})
     assert facts["env:NCCL_SOCKET_IFNAME"] == "ib0" and facts["env:VLLM_HOST_IP"] == "10.0.0.1"
     assert facts["env:NCCL_CUMEM_ENABLE"] is None and facts["env:CUDA_VISIBLE_DEVICES"] is None  # unset is a value
     assert facts["env:PYTHONPATH"] == "/opt/x"  # Ray's own per-node folder is not the node's setting
@@ -207,7 +208,8 @@ def test_allreduce_line_reports_bus_bandwidth_only_across_ranks(world, shown):
     (["--node-timeout", "0"], "--node-timeout 0: must be a positive number of seconds"),
     (["--markdown", "{tmp}/x.md"], "--markdown: not with --ray (its report is the JSON and the tables)"),
     (["--runtime-env", "{tmp}/none.json"], "none.json: No such file or directory"),
-    (["--runtime-env", "{tmp}/list.json"], 'list.json: must be a JSON object (a Ray runtime_env, e.g. {"env_vars": {...}})'),
+    (["--runtime-env", "{tmp}/list.json"],
+     'list.json: must be a JSON object (a Ray runtime_env, e.g. {"env_vars": {...}})'),
     (["--runtime-env", "{tmp}/bad.json"], "bad.json: not JSON (Expecting value: line 1 column 1 (char 0))"),
 ])
 def test_bad_input_is_one_line_and_exit_2(extra, message, tmp_path):
@@ -227,7 +229,8 @@ def test_doctor_bad_probe_is_one_line_and_exit_2():
     assert proc.returncode == 2 and "unknown probe nope; valid: " in proc.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.skipif(bool(__import__("verlenv.gpus", fromlist=["x"]).gpu_details()), reason="needs a machine without GPU")
+@pytest.mark.skipif(bool(__import__("verlenv.gpus", fromlist=["x"]).gpu_details()),
+                    reason="needs a machine without GPU")
 def test_node_check_without_gpu_runs_the_static_checks_even_for_a_named_profile():
     """What each Ray task runs, here in this interpreter: a GPU-less node (a CPU head) is not an error."""
     from verlenv import catalog

@@ -7,11 +7,11 @@
 - The inputs every node writes (the same bytes from the same seed, one folder when nodes share a filesystem), the
   checkpoint lookup and the cleanup: in the default env.
 - The whole flow on a real 3-node Ray cluster (conftest's gpu_cluster: a CPU head, two workers with one GPU each in
-  Ray's view, shared with the placement tests): inputs written by a Ray task per node, verl's own run_ppo joining the running cluster through
-  RAY_ADDRESS with the workers' variables in its runtime_env, the checkpoint found where rank 0 wrote it, the
-  judging, the log, the cleanup on every node. GPU training cannot run here, so a stand-in TaskRunner (a test
-  double, named so) takes verl's place inside run_ppo: it places one worker per GPU, checks what each sees, writes
-  an hf checkpoint from rank 0 and prints its metrics with verl's own console logger.
+  Ray's view, shared with the placement tests): inputs written by a Ray task per node, verl's own run_ppo joining
+  the running cluster through RAY_ADDRESS with the workers' variables in its runtime_env, the checkpoint found where
+  rank 0 wrote it, the judging, the log, the cleanup on every node. GPU training cannot run here, so a stand-in
+  TaskRunner (a test double, named so) takes verl's place inside run_ppo: it places one worker per GPU, checks what
+  each sees, writes an hf checkpoint from rank 0 and prints its metrics with verl's own console logger.
 Needs the default env (VERLENV_CLUSTER_ENV=<its python>) for all but the first part.
 """
 
@@ -54,9 +54,10 @@ def test_no_gpu_node_skips_and_uneven_gpu_counts_refuse_with_one_line():
     answered = {"h": seen(0), "a": seen(8), "b": seen(4)}
     nodes = {"h": node(0), "a": node(8), "b": node(4)}
     result = trainer.run(answered, nodes, NAMES, {}, None, None)
-    assert result == {"status": "refused", "reason": "the GPU nodes hold different GPU counts (10.0.0.2: 8, 10.0.0.3: 4); "
-                      "verl's trainer.n_gpus_per_node is one number for every node (--skip-cluster-trainer leaves "
-                      "this job out)"}
+    assert result == {"status": "refused",
+                      "reason": "the GPU nodes hold different GPU counts (10.0.0.2: 8, 10.0.0.3: 4); "
+                                "verl's trainer.n_gpus_per_node is one number for every node (--skip-cluster-trainer "
+                                "leaves this job out)"}
     assert trainer.run({"h": seen(0)}, {"h": node(0)}, NAMES, {}, None, None) == {
         "status": "skipped", "reason": "no GPU node in the cluster: verl's trainer needs GPUs"}
 
@@ -103,7 +104,6 @@ def test_the_trainer_runs_only_on_a_cluster_whose_nodes_all_pass(change):
 
 def test_skip_cluster_trainer_reaches_the_cluster_run(monkeypatch):
     from verlenv.cli import main
-
     from verlenv.cluster import address
 
     seen = {}
@@ -112,7 +112,8 @@ def test_skip_cluster_trainer_reaches_the_cluster_run(monkeypatch):
     monkeypatch.setattr(launch, "verify_cluster",
                         lambda cat, variant, python, lock, options, families, *rest: seen.update(
                             options=options, families=families, variant=variant.name) or 0)
-    assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock", "--skip-cluster-trainer"]) == 0
+    assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock",
+                 "--skip-cluster-trainer"]) == 0
     assert seen["options"].skip_cluster_trainer is True
     assert main(["verify", "--ray", "127.0.0.1:1", "--python", sys.executable, "--no-lock"]) == 0
     o = seen["options"]
@@ -129,8 +130,9 @@ def test_the_report_shows_the_trainer_run():
     ran = {"status": "fail", "nnodes": 2, "n_gpus_per_node": 1, "nodes": ["127.0.0.1", "127.0.0.2"], "seconds": 128.4,
            "metrics": {"step1_step_s": 55.0, "step2_step_s": 3.2, "step1_pearson": 0.99997, "step2_pearson": 0.9,
                        "step1_grad_norm": 12.2, "step2_grad_norm": 11.0, "weights_rel_change": 0.0031},
-           "phases": {"phase/ray_init_s": 12.04, "phase/rollout_server_s": 50.0, "phase/rollout_server/model_load_s": 3.0,
-                      "phase/step1_s": 55.0, "phase/step2_s": 3.2, "phase/total_s": 128.4},
+           "phases": {"phase/ray_init_s": 12.04, "phase/rollout_server_s": 50.0,
+                      "phase/rollout_server/model_load_s": 3.0, "phase/step1_s": 55.0, "phase/step2_s": 3.2,
+                      "phase/total_s": 128.4},
            "checkpoint_node": "127.0.0.1",
            "problems": ["step 2: rollout/actor probability correlation 0.90000 below 0.99"], "log": "/r/x.trainer.log"}
     console = Console(record=True, width=250)
@@ -180,8 +182,9 @@ def test_every_node_writes_the_same_inputs_and_the_checkpoint_is_measured_where_
     out = in_env(env_python, STAGE, tmp_path)
     digests = {r["digest"] for r in out["results"]}
     assert len(digests) == 1, out["results"]
-    assert out["results"][0]["layout"] == {"model": "model", "data": "train.parquet", "reward": "verlenv_check_reward.py",
-                                           "checkpoints": "checkpoints", "run": "run"}
+    assert out["results"][0]["layout"] == {"model": "model", "data": "train.parquet",
+                                           "reward": "verlenv_check_reward.py", "checkpoints": "checkpoints",
+                                           "run": "run"}
     assert out["before"] is None  # no checkpoint on this node
     assert out["after"]["tensors_changed"] == 0 and out["after"]["weights_rel_change"] == 0.0
     assert out["after"]["checkpoint"].endswith("global_step_2/actor/huggingface")
@@ -200,7 +203,8 @@ DRIVE = PROGRAMS / "cluster_trainer_drive.py"
 def cluster_jobs(gpu_cluster, env_python, tmp_path_factory) -> tuple[dict, dict, dict]:
     """Two cluster jobs, one driver, one after the other: the stand-in trains ("on"), then it raises ("fail").
     Returns (results by setting, node names, log paths by setting)."""
-    logs = {setting: tmp_path_factory.mktemp(f"cluster-job-{setting}") / "report.trainer.log" for setting in ("on", "fail")}
+    logs = {setting: tmp_path_factory.mktemp(f"cluster-job-{setting}") / "report.trainer.log"
+            for setting in ("on", "fail")}
     out = in_env(env_python, DRIVE, gpu_cluster.address, STANDIN, *(f"{s}={log}" for s, log in logs.items()),
                  timeout=JOBS_GUARD_S)
     return out["results"], out["names"], logs

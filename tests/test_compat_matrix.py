@@ -8,6 +8,7 @@ from test_verify_profiles import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import compat_matrix  # noqa: E402
+
 from verlenv import catalog, families  # noqa: E402
 
 

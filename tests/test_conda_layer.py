@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from project_files import copy_tree
 from verlenv import catalog, cli, conda_layer, lock, pins, render
 from verlenv.errors import UserError
-from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
@@ -145,21 +145,24 @@ def test_a_record_the_lock_lacks_is_named(tmp_path, capsys):
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
     assert len(err) == 2
-    assert err[0].startswith("conda-lock.yml: linux-64's conda records depend on packages the lock does not hold (libffi-")
+    assert err[0].startswith("conda-lock.yml: linux-64's conda records depend on packages the lock does not hold "
+                             "(libffi-")
 
 
 @pytest.mark.parametrize("field", ["version", "sha256"])
 def test_pip_entry_that_differs_from_the_uv_lock_is_one_line(tmp_path, capsys, field):
     path = project_copy(tmp_path)
     doc = yaml.safe_load((tmp_path / lock.CONDA_LOCK_FILE).read_text())
-    entry = next(p for p in doc["package"] if p["manager"] == "pip" and p["name"] == "torch" and p["platform"] == "linux-64")
+    entry = next(p for p in doc["package"]
+                 if p["manager"] == "pip" and p["name"] == "torch" and p["platform"] == "linux-64")
     pin = pins.read_lock(pins.lock_path(ROOT, STACK.variant("fsdp")))["torch"]
     if field == "version":
         entry["version"] = "2.10.0"
         want = f"conda-lock.yml: linux-64 pip torch is 2.10.0, the uv lock pins {pin.version}"
     else:
         entry["hash"]["sha256"] = "2" * 64
-        want = f"conda-lock.yml: linux-64 pip torch=={pin.version}: sha256 {'2' * 64} is not one of its uv lock line's hashes"
+        want = (f"conda-lock.yml: linux-64 pip torch=={pin.version}: sha256 {'2' * 64} is not one of its uv lock "
+                "line's hashes")
     (tmp_path / lock.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
@@ -174,7 +177,8 @@ def test_a_pin_the_lock_lacks_is_named(tmp_path, capsys):
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
     pin = pins.read_lock(pins.lock_path(ROOT, STACK.variant("megatron")))["megatron-core"]
-    assert err[:-1] == [f"conda-lock.yml: linux-64 pip megatron-core=={pin.version} (megatron) is in the uv lock, not here"]
+    assert err[:-1] == [f"conda-lock.yml: linux-64 pip megatron-core=={pin.version} (megatron) is in the uv lock, "
+                        "not here"]
 
 
 def test_unsatisfiable_spec_names_the_missing_package():
@@ -182,7 +186,8 @@ def test_unsatisfiable_spec_names_the_missing_package():
         conda_layer.solve(ROOT, ["python 3.12.*", "no-such-package-in-the-snapshot"], "linux-64", STACK.cuda)
     assert str(e.value).splitlines() == [
         "cannot solve the conda layer for linux-64: no record of no-such-package-in-the-snapshot in locks/conda-forge "
-        "for linux-64; add a public lock file that has it to locks/conda-forge/sources.toml and run `verlenv conda-snapshot`"]
+        "for linux-64; add a public lock file that has it to locks/conda-forge/sources.toml and run "
+        "`verlenv conda-snapshot`"]
     # Present but not at that version: the solver's own reason, on one line.
     with pytest.raises(UserError) as e:
         conda_layer.solve(ROOT, ["python 2.7.*"], "linux-64", STACK.cuda)
@@ -244,13 +249,16 @@ def test_lock_without_a_channel_rewrites_the_committed_file(tmp_path, monkeypatc
 
 def test_pip_takes_the_best_wheel_pip_would_install_for_the_platform():
     # File names as PyPI lists them; the hashes are test values, the same in the pin and the files.
-    names = ["demo-1.0-cp312-cp312-manylinux_2_34_x86_64.whl", "demo-1.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    names = ["demo-1.0-cp312-cp312-manylinux_2_34_x86_64.whl",
+             "demo-1.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
              "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", "demo-1.0-cp312-cp312-manylinux_2_28_aarch64.whl",
              "demo-1.0-py3-none-any.whl", "demo-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "demo-1.0.tar.gz"]
-    files = [{"filename": n, "url": f"https://files.example/{n}", "hashes": {"sha256": f"{i:064x}"}} for i, n in enumerate(names)]
+    files = [{"filename": n, "url": f"https://files.example/{n}", "hashes": {"sha256": f"{i:064x}"}}
+             for i, n in enumerate(names)]
     pin = pins.LockedPin(name="demo", version="1.0", hashes=tuple(f"sha256:{i:064x}" for i in range(len(names))))
     assert conda_layer.pick_file(files, pin, "linux-64")["filename"] == "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
-    assert conda_layer.pick_file(files, pin, "linux-aarch64")["filename"] == "demo-1.0-cp312-cp312-manylinux_2_28_aarch64.whl"
+    assert (conda_layer.pick_file(files, pin, "linux-aarch64")["filename"]
+            == "demo-1.0-cp312-cp312-manylinux_2_28_aarch64.whl")
     # a file whose sha256 the lock line does not list is never taken
     only_some = pins.LockedPin(name="demo", version="1.0", hashes=(f"sha256:{1:064x}", f"sha256:{6:064x}"))
     assert conda_layer.pick_file(files, only_some, "linux-64")["filename"].endswith("manylinux2014_x86_64.whl")

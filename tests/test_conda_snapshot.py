@@ -18,7 +18,8 @@ def real_records(names: set[str], subdir: str = "linux-64") -> list:
     """rattler records of the committed snapshot (its newest of each name), as a channel client reads them."""
     import rattler
 
-    sparse = rattler.SparseRepoData(rattler.Channel("conda-forge"), subdir, ROOT / SNAPSHOT_DIR / subdir / "repodata.json")
+    sparse = rattler.SparseRepoData(rattler.Channel("conda-forge"), subdir,
+                                    ROOT / SNAPSHOT_DIR / subdir / "repodata.json")
     newest = {}
     for record in sparse.load_all_records():
         name = record.name.normalized

@@ -142,7 +142,8 @@ def test_context_signatures_need_their_context():
     assert ids(runtime) == []
     assert ids(excerpt(LOGS / "F2-flash-attention-1920-pip.log")) == ["F2"]
     # torch replaced without any inference engine in sight is a normal upgrade, not F7.
-    upgrade = "  Attempting uninstall: torch\n    Uninstalling torch-2.5.1:\n      Successfully uninstalled torch-2.5.1\n"
+    upgrade = ("  Attempting uninstall: torch\n    Uninstalling torch-2.5.1:\n"
+               "      Successfully uninstalled torch-2.5.1\n")
     assert ids(upgrade) == []
     assert ids(upgrade + "Collecting vllm==0.15.1\n") == ["F7"]
 
@@ -219,8 +220,8 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
 
 def test_cli_reads_stdin():
     failing = LOGS / "F10-Seg-Zero-63.log"
-    p = subprocess.run([sys.executable, "-m", "verlenv", "doctor", "-"], input=failing.read_bytes(), capture_output=True,
-                       cwd=Path(__file__).parent.parent, check=False)
+    p = subprocess.run([sys.executable, "-m", "verlenv", "doctor", "-"], input=failing.read_bytes(),
+                       capture_output=True, cwd=Path(__file__).parent.parent, check=False)
     assert p.returncode == 1 and b"[F10]" in p.stdout and b"in stdin" in p.stdout
 
 

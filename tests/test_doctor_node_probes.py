@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from verlenv.cli import main
-from verlenv.doctor import diagnose_text, node_probes, probes, symbols
-from verlenv.doctor import facts as facts_mod
+from verlenv.doctor import diagnose_text, facts as facts_mod, node_probes, probes, symbols
 from verlenv.doctor.facts import Dist, EnvFacts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +45,8 @@ def objects(tmp_path_factory):
     threads = build(site / "ext" / "_threads.so", "#include <pthread.h>\n"
                     "static void *run(void *a) { return a; }\n"
                     "int start(void) { pthread_t t; return pthread_create(&t, 0, run, 0); }\n")
-    cxx = build(site / "ext" / "_cxx.so", "#include <string>\nstd::string greet(const char *w) { return std::string(w) + '!'; }\n",
-                "g++")
+    cxx = build(site / "ext" / "_cxx.so",
+                "#include <string>\nstd::string greet(const char *w) { return std::string(w) + '!'; }\n", "g++")
     return {"site": site, "threads": threads, "cxx": cxx}
 
 
@@ -71,9 +70,11 @@ def test_a_wheel_tagged_for_a_newer_glibc(tmp_path):
     other = tmp_path / "numpy-2.2.6.dist-info"
     other.mkdir()
     (other / "WHEEL").write_text("Tag: cp312-cp312-manylinux_2_17_x86_64\nTag: cp312-cp312-manylinux2014_x86_64\n")
-    assert node_probes.wheel_glibc([str(tmp_path)]) == {"vllm-0.20.0.dist-info": "2.31", "numpy-2.2.6.dist-info": "2.17"}
+    assert node_probes.wheel_glibc([str(tmp_path)]) == {"vllm-0.20.0.dist-info": "2.31",
+                                                        "numpy-2.2.6.dist-info": "2.17"}
     r = node_probes.probe_glibc(env_facts(tmp_path, glibc="2.28"), needs={})
-    assert (r.status, r.failure_id) == ("problem", "F39") and r.details["wheel_tags"] == {"vllm-0.20.0.dist-info": "2.31"}
+    assert ((r.status, r.failure_id) == ("problem", "F39")
+            and r.details["wheel_tags"] == {"vllm-0.20.0.dist-info": "2.31"})
     assert node_probes.probe_glibc(env_facts(tmp_path, glibc="2.31"), needs={}).status == "ok"
 
 
@@ -106,7 +107,8 @@ def test_a_second_libnccl_first_on_ld_library_path(tmp_path):
     build(system / "libnccl.so.2", "int ncclGetVersion(int *v) { *v = 21805; return 0; }\n")  # a system NCCL
     env = {"NCCL_NVLS_ENABLE": "0", "PATH": "/usr/bin"}
     r = node_probes.probe_nccl_env(env, [str(tmp_path / "site")])
-    assert r.status == "ok" and r.summary.endswith("NCCL_NVLS_ENABLE=0, VLLM_ALLREDUCE_USE_SYMM_MEM unset, NCCL_DEBUG unset")
+    assert r.status == "ok" and r.summary.endswith("NCCL_NVLS_ENABLE=0, VLLM_ALLREDUCE_USE_SYMM_MEM unset, "
+                                                   "NCCL_DEBUG unset")
     r = node_probes.probe_nccl_env({**env, "LD_LIBRARY_PATH": f"{system}:/nowhere"}, [str(tmp_path / "site")])
     assert (r.status, r.failure_id) == ("problem", "F17") and str(system / "libnccl.so.2") in r.summary
 
@@ -141,7 +143,8 @@ def test_which_bridge_the_megatron_actor_can_use(tmp_path):
 
     fsdp = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("mbridge", "0.15.1"))))
     assert fsdp.status == "skipped"
-    mb = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("megatron-core", "0.16.1"), ("mbridge", "0.15.1"))))
+    mb = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("megatron-core", "0.16.1"),
+                                                                          ("mbridge", "0.15.1"))))
     assert (mb.status, mb.failure_id) == ("warning", "F44") and "vanilla_mbridge=True" in mb.summary
     full = node_probes.probe_megatron(env_facts(tmp_path, distributions=dists(("megatron-core", "0.18.2"),
                                                                             ("megatron-bridge", "0.5.2"))))
@@ -160,7 +163,8 @@ def test_every_check_a_family_names_is_a_probe():
 
 def test_a_logs_findings_are_checked_against_an_env():
     facts = facts_mod.gather(sys.executable)
-    checks = probes.check_findings(diagnose_text(excerpt("F41-pytorch-177472.log") + excerpt("F44-verl-6931.log")), facts)
+    checks = probes.check_findings(diagnose_text(excerpt("F41-pytorch-177472.log") + excerpt("F44-verl-6931.log")),
+                                   facts)
     assert [r.name for r in checks["F41"]] == ["nccl-env"]
     assert [r.name for r in checks["F44"]] == ["megatron", "packages"]
     assert "F17" not in checks  # a family without checks adds nothing

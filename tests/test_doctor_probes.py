@@ -17,8 +17,7 @@ import pytest
 
 from verlenv import catalog
 from verlenv.cli import main
-from verlenv.doctor import facts as facts_mod
-from verlenv.doctor import probes, symbols
+from verlenv.doctor import facts as facts_mod, probes, symbols
 
 ROOT = Path(__file__).parent.parent
 PY311 = shutil.which("python3.11") or "/root/.pyenv/versions/3.11.7/bin/python3.11"
@@ -72,7 +71,8 @@ def gxx(out: Path, source: str, *flags: str) -> Path:
 
 
 def system_lib(name: str) -> Path:
-    return Path(subprocess.run(["g++", f"-print-file-name={name}"], capture_output=True, text=True, check=True).stdout.strip())
+    return Path(subprocess.run(["g++", f"-print-file-name={name}"], capture_output=True, text=True,
+                               check=True).stdout.strip())
 
 
 @needs_gxx
@@ -87,7 +87,8 @@ def test_unresolved_symbols_of_a_real_shared_object(tmp_path):
         "_ZN3c104cuda9SetDeviceEi",
         "_ZN3c105ErrorC1ENS_14SourceLocationESs",
     ])
-    # Without the provider, what it defines becomes unresolved too; printf and std::string stay resolved by libc/libstdc++.
+    # Without the provider, what it defines becomes unresolved too; printf and std::string stay resolved by
+    # libc/libstdc++.
     assert "_ZN3c107presentEi" in symbols.unresolved(ext, real_libs)
     # Restricted to torch's namespaces, the C library is not even consulted.
     assert symbols.unresolved(ext, [provider], only=symbols.TORCH_SYMBOL) == missing
@@ -95,7 +96,8 @@ def test_unresolved_symbols_of_a_real_shared_object(tmp_path):
     readable = symbols.demangle(missing)
     if shutil.which("c++filt"):
         assert readable["_ZN3c104cuda9SetDeviceEi"] == "c10::cuda::SetDevice(int)"
-    assert "pre-C++11" in symbols.abi_hint("_ZN3c105ErrorC1ENS_14SourceLocationESs", readable["_ZN3c105ErrorC1ENS_14SourceLocationESs"])
+    assert "pre-C++11" in symbols.abi_hint("_ZN3c105ErrorC1ENS_14SourceLocationESs",
+                                           readable["_ZN3c105ErrorC1ENS_14SourceLocationESs"])
 
 
 TORCH_VERSION_PY = """\
@@ -112,7 +114,8 @@ xpu: Optional[str] = None
 
 
 def make_venv(path: Path) -> Path:
-    subprocess.run(["uv", "venv", "-q", "-p", PY311, str(path)], check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    subprocess.run(["uv", "venv", "-q", "-p", PY311, str(path)], check=True,
+                   env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
     return path / "bin" / "python"
 
 
@@ -218,7 +221,8 @@ def test_driver_version_from_proc_formats():
         "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
         "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n") == "535.183.01"
     assert probes.parse_proc_driver(
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder@U22-I3-AF03-09-1)\n"
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  "
+        "(dvs-builder@U22-I3-AF03-09-1)\n"
     ) == "580.65.06"
     assert probes.parse_proc_driver("no driver here") is None
 
@@ -258,7 +262,8 @@ def test_libcuda_for_triton(tmp_path):
     assert probe({"TRITON_LIBCUDA_PATH": str(stubs)}, cache).status == "ok"
     (driver / "libcuda.so").symlink_to("libcuda.so.1")
     ok = probe({}, cache)
-    assert ok.status == "ok" and ok.details == {"loaded": str(driver / "libcuda.so.1"), "link": str(driver / "libcuda.so")}
+    assert ok.status == "ok" and ok.details == {"loaded": str(driver / "libcuda.so.1"),
+                                                "link": str(driver / "libcuda.so")}
     assert probes.probe_triton_libcuda({}, cache, driver_present=False).status == "skipped"
 
 
@@ -270,7 +275,8 @@ def test_libcuda_lookup_on_a_real_gpu_host_cache():
              "\tlibcuda.so (libc6,x86-64) => /lib/libcuda.so\n")
     assert probes.loaded_libcuda({}, cache) == Path("/usr/local/nvidia/lib64/libcuda.so.1")
     assert probes.triton_link_dirs({}, cache, [])[:2] == [Path("/usr/local/nvidia/lib64"), Path("/lib")]
-    assert probes.triton_link_dirs({"TRITON_LIBCUDA_PATH": "/opt/x"}, cache, ["/usr/lib"]) == [Path("/opt/x"), Path("/usr/lib")]
+    assert (probes.triton_link_dirs({"TRITON_LIBCUDA_PATH": "/opt/x"}, cache, ["/usr/lib"])
+            == [Path("/opt/x"), Path("/usr/lib")])
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
@@ -304,7 +310,8 @@ def test_real_nproc_limit_reaches_the_probe_through_the_cli(tmp_path):
 
 def cli(args, python=None, env=None, **kw) -> dict:
     cmd = [sys.executable, "-m", "verlenv", "doctor", *args] + (["--python", str(python)] if python else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, check=False, **kw)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, check=False,
+                       **kw)
     assert p.returncode in (0, 1), p.stderr
     report = json.loads(p.stdout)
     report["returncode"] = p.returncode
@@ -404,7 +411,8 @@ def test_a_core_needing_a_newer_cuda_library_is_found(tmp_path):
     lib_dir = sp / "nvidia" / "cu13" / "lib"
     newer = versioned_cuda_library(lib_dir, ("cublasLtCreate", "cublasLtGroupedMatrixLayoutInit_internal"))
     (sp / "transformer_engine").mkdir()
-    core = core_library(sp / "transformer_engine", newer, ("cublasLtCreate", "cublasLtGroupedMatrixLayoutInit_internal"))
+    core = core_library(sp / "transformer_engine", newer,
+                        ("cublasLtCreate", "cublasLtGroupedMatrixLayoutInit_internal"))
     facts = facts_mod.gather(python)
     assert probes.cuda_library_users(facts.site_packages) == [core]
     good = probes.probe_cuda_libraries(facts)
@@ -492,7 +500,8 @@ def test_lock_parser_on_a_real_uv_lock(tmp_path):
     assert probes.read_lock(tmp_path / "lock.txt") == {"packaging": "24.2"}
 
 
-@pytest.mark.skipif(not os.environ.get("VERLENV_DOCTOR_ENV"), reason="set VERLENV_DOCTOR_ENV to the python of an installed stack env")
+@pytest.mark.skipif(not os.environ.get("VERLENV_DOCTOR_ENV"),
+                    reason="set VERLENV_DOCTOR_ENV to the python of an installed stack env")
 def test_an_installed_stack_env():
     # e.g. VERLENV_DOCTOR_ENV=.venv-verl-0.9-fsdp/bin/python after `verlenv install --stack verl-0.9 --variant fsdp`
     report = cli(["--json", "--stack", "verl-0.9", "--variant", "fsdp",

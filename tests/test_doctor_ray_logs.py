@@ -13,15 +13,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ray_nodes
-
 from verlenv.cluster.verdict import node_problems
 from verlenv.doctor import diagnose_path, ray_session
 
 ROOT = Path(__file__).resolve().parents[1]
 VERLENV = Path(sys.executable).with_name("verlenv")
 # FAILURES.md F1: a flash-attn wheel built for another torch, as the worker's import prints it.
-FLASH_ATTN_ABI = ("ImportError: /envs/verl/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: "
-                  "undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE")
+FLASH_ATTN_ABI = ("ImportError: /envs/verl/lib/python3.12/site-packages/"
+                  "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: "
+                  "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE")
 RUN_TIMEOUT_S = 600
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]

@@ -65,7 +65,8 @@ def test_only_the_lines_around_keywords_reach_the_matcher():
 
 def test_contexts_anywhere_in_the_log_count(tmp_path):
     # The context (`Collecting vllm`) is 100k lines before the evidence, far outside any fed neighbourhood.
-    upgrade = b"  Attempting uninstall: torch\n    Uninstalling torch-2.5.1:\n      Successfully uninstalled torch-2.5.1\n"
+    upgrade = (b"  Attempting uninstall: torch\n    Uninstalling torch-2.5.1:\n"
+               b"      Successfully uninstalled torch-2.5.1\n")
     log = b"Collecting vllm==0.15.1\n" + b"compiling\n" * 100_000 + upgrade
     assert [d.id for d in logs.diagnose_stream(io.BytesIO(log))] == ["F7"]
     assert logs.diagnose_stream(io.BytesIO(log[len(b"Collecting vllm==0.15.1\n"):])) == []

@@ -74,7 +74,8 @@ def test_the_byte_bound_stops_after_the_file_that_crossed_it(tmp_path):
     reading = diagnose_path(str(tmp_path), max_bytes=len(HEALTHY))
     assert reading.diagnoses == []
     (left,) = reading.notes
-    assert left.file == "b.log" and "1 file(s) left unread (1 with a log's name)" in left.text and "--max-gb" in left.text
+    assert (left.file == "b.log" and "1 file(s) left unread (1 with a log's name)" in left.text
+            and "--max-gb" in left.text)
 
 
 def test_progress_is_reported_after_each_file_in_reading_order(tmp_path):

@@ -38,7 +38,8 @@ def base_prefix(folder: Path) -> Path:
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True).stdout.strip()
     if purelib != str(folder / "lib" / VERSION / "site-packages"):
-        pytest.skip(f"this Python's layout puts packages in {purelib or 'an unknown folder'}, not the prefix's site-packages")
+        pytest.skip(f"this Python's layout puts packages in {purelib or 'an unknown folder'}, not the prefix's "
+                    "site-packages")
     return python
 
 

@@ -8,7 +8,6 @@ import copy
 import json
 import subprocess
 import tomllib
-from pathlib import Path
 
 import pytest
 
@@ -65,7 +64,8 @@ def test_a_broken_table_is_one_line(change, complaint):
 def test_a_real_vl_config_is_shrunk_keeping_its_features():
     f = families.shrink(REAL["vl"])
     config = f.config
-    assert f.model_class == "Qwen2_5_VLForConditionalGeneration" and f.inputs == "images" and f.model_type == "qwen2_5_vl"
+    assert (f.model_class == "Qwen2_5_VLForConditionalGeneration" and f.inputs == "images"
+            and f.model_type == "qwen2_5_vl")
     assert config["tie_word_embeddings"] is True  # the 3B ties its head: kept
     # 4 heads of the original's 128: the hidden size follows the head kept (2048 / 16 = 128).
     assert (config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]) == (2, 512, 4)

@@ -73,8 +73,10 @@ def shell() -> dict:
 
 def run_bash(script: str, env: dict[str, str], cwd: Path) -> tuple[dict[str, str], str]:
     """Run `script` in bash, then return the environment it leaves and what it printed."""
-    dump = f"export VERLENV_DRIVER_NOTE VERLENV_CUDA_NOTE; {sys.executable} -c 'import json, os; print(json.dumps(dict(os.environ)))'"
-    r = subprocess.run(["bash", "-c", f"{script}\n{dump}"], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    dump = (f"export VERLENV_DRIVER_NOTE VERLENV_CUDA_NOTE; {sys.executable} -c "
+            "'import json, os; print(json.dumps(dict(os.environ)))'")
+    r = subprocess.run(["bash", "-c", f"{script}\n{dump}"], env=env, cwd=cwd, capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr
     *printed, last = r.stdout.rstrip("\n").split("\n")
     return json.loads(last), "\n".join(printed) + r.stderr
@@ -208,7 +210,8 @@ def test_driver_libs_link_only_the_real_driver(tmp_path, driver_tree):
     search = ":".join(str(driver_tree / d) for d in ("usr/local/cuda/lib64/stubs", "container/lib", "usr/lib64"))
     project = tmp_path / "project"
     project.mkdir()
-    env, _ = run_bash(f'source {NIX}/driver-libs.sh\nverlenv_use_driver "$PWD"', base_env(VERLENV_DRIVER_SEARCH=search), project)
+    env, _ = run_bash(f'source {NIX}/driver-libs.sh\nverlenv_use_driver "$PWD"', base_env(VERLENV_DRIVER_SEARCH=search),
+                      project)
 
     private = project / ".verlenv/driver-libs"
     assert env["TRITON_LIBCUDA_PATH"] == str(private)
@@ -216,7 +219,8 @@ def test_driver_libs_link_only_the_real_driver(tmp_path, driver_tree):
     assert str(driver_tree) not in env["LD_LIBRARY_PATH"]
     assert env["VERLENV_DRIVER_NOTE"].startswith(str(driver_tree / "usr/lib64"))
     names = sorted(p.name for p in private.iterdir())
-    assert names == ["libcuda.so", "libcuda.so.1", "libcuda.so.580.65.06", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1"]
+    assert names == ["libcuda.so", "libcuda.so.1", "libcuda.so.580.65.06", "libnvidia-ml.so.1",
+                     "libnvidia-ptxjitcompiler.so.1"]
     for link in private.iterdir():
         target = link.resolve()
         assert "stubs" not in target.parts, f"{link.name} -> {target}"
@@ -231,7 +235,8 @@ def test_driver_libs_never_fall_back_to_stubs(tmp_path, driver_tree):
     search = ":".join(str(driver_tree / d) for d in ("usr/local/cuda/lib64/stubs", "container/lib"))
     project = tmp_path / "project"
     stale = touch(project / ".verlenv/driver-libs/libcuda.so.1", "left from an earlier shell")
-    env, _ = run_bash(f'source {NIX}/driver-libs.sh\nverlenv_use_driver "$PWD"', base_env(VERLENV_DRIVER_SEARCH=search), project)
+    env, _ = run_bash(f'source {NIX}/driver-libs.sh\nverlenv_use_driver "$PWD"', base_env(VERLENV_DRIVER_SEARCH=search),
+                      project)
 
     assert "TRITON_LIBCUDA_PATH" not in env
     assert env["LD_LIBRARY_PATH"] == "/prior/lib"
@@ -255,7 +260,8 @@ def test_driver_search_defaults_cover_nixos_and_distros():
 
 def fake_nvcc(prefix: Path, release: str = "13.0") -> Path:
     """Test double of nvcc: prints the version banner the real one prints."""
-    return touch(prefix / "bin/nvcc", f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.88'\n", 0o755)
+    return touch(prefix / "bin/nvcc", f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.88'\n",
+                 0o755)
 
 
 def cuda_home(project: Path, **env: str) -> dict[str, str]:

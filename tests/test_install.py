@@ -60,7 +60,8 @@ def _tiny_wheel(dest: Path) -> Path:
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("tinyext.py", "VALUE = 1\n")
         z.writestr("tinyext-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinyext\nVersion: 0.1\n")
-        z.writestr("tinyext-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("tinyext-0.1.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         z.writestr("tinyext-0.1.dist-info/RECORD", "")
     return wheel
 
@@ -132,8 +133,8 @@ def test_resync_keeps_locally_built_wheels(project: Path, tmp_path: Path):
     wheels = tmp_path / "wheelhouse"
     wheels.mkdir()
     python = prefix / "bin" / "python"
-    subprocess.run(["uv", "pip", "install", "--python", str(python), "--no-config", "--no-deps", str(_tiny_wheel(wheels))],
-                   check=True, capture_output=True)
+    subprocess.run(["uv", "pip", "install", "--python", str(python), "--no-config", "--no-deps",
+                    str(_tiny_wheel(wheels))], check=True, capture_output=True)
     r = _verlenv(project, "install", "--prefix", str(prefix))
     assert r.returncode == 0, r.stderr
     assert subprocess.run([str(python), "-c", "import tinyext"]).returncode == 0, "sync removed the built package"

@@ -509,7 +509,8 @@ def test_flash_attn_and_sdpa_are_timed_in_turn_so_a_load_beside_slows_both_alike
     # A trainer beside it slowed the first round's calls: the second round's best calls meet the floors.
     ([{"fa": [9.0, 8.0], "sdpa": [2.0, 9.0]}, {"fa": [1.5, 1.6], "sdpa": [1.7, 1.8]}], 2, None),
     # A bad build is slow in every round: all rounds run, and both floors are missed.
-    ([{"fa": [4.0, 4.1], "sdpa": [1.7, 1.8]}] * 3, 3, "137 TFLOP/s is below the floor of 190; 0.42x torch's flash SDPA"),
+    ([{"fa": [4.0, 4.1], "sdpa": [1.7, 1.8]}] * 3, 3,
+     "137 TFLOP/s is below the floor of 190; 0.42x torch's flash SDPA"),
     # Clean: one round.
     ([{"fa": [1.5, 1.6], "sdpa": [1.7, 1.8]}], 1, None),
 ])
@@ -543,7 +544,8 @@ def test_the_nccl_floor_is_judged_on_the_best_all_reduce_when_the_trainer_runs_b
     else:
         with pytest.raises(common.Failed) as failed:
             nccl.check_bandwidth(profile, state)
-        assert str(failed.value).startswith("150 GB/s bus bandwidth at 512 MiB (median of 20) is below the floor of 190")
+        assert str(failed.value).startswith("150 GB/s bus bandwidth at 512 MiB (median of 20) is below the floor of "
+                                            "190")
         numbers = failed.value.numbers
     assert numbers["512MiB_best_busbw_gbps"] == 300.0 and numbers["512MiB_busbw_gbps"] == 150.0
 

@@ -14,9 +14,9 @@ PACKAGE = ROOT / "src" / "verlenv"
 # Bottom to top; a path ending in / is a folder (the longest path that holds a file places it). README's Layout
 # shows the same table, and a test below holds the two equal.
 LAYERS = (
-    ("ground", ("__init__.py", "catalog.py", "pins.py", "validate.py", "fsutil.py", "errors.py", "gpus.py", "recipes.py",
-                "sources.py", "wheelcache.py", "parallelism.py", "cubins.py", "mcore_refs.py", "installed_files.py",
-                "packages.py", "backends.py", "families.py")),
+    ("ground", ("__init__.py", "catalog.py", "pins.py", "validate.py", "fsutil.py", "errors.py", "gpus.py",
+                "recipes.py", "sources.py", "wheelcache.py", "parallelism.py", "cubins.py", "mcore_refs.py",
+                "installed_files.py", "packages.py", "backends.py", "families.py")),
     ("doctor", ("doctor/",)),
     ("lock", ("render.py", "conda_snapshot.py", "conda_layer.py", "lock.py")),
     ("env", ("runtime_env.py", "toolchain.py", "build.py", "ninja_stats.py", "proctree.py", "install.py")),
@@ -189,5 +189,6 @@ def test_the_checks_see_an_upward_import_a_loop_and_the_command_line():
     assert upward(edges) == ["catalog.py:1 imports install.py: ground -> env",
                              "install.py:2 imports commands/install.py: env -> commands"]
     assert cycles(edges) == [["commands/install.py", "install.py"]]
-    assert command_line_code(fake) == ["verify/runner.py:1 imports argparse", "verify/runner.py:2 registers a subcommand",
+    assert command_line_code(fake) == ["verify/runner.py:1 imports argparse",
+                                       "verify/runner.py:2 registers a subcommand",
                                        "verify/runner.py:4 handle takes the parsed args"]

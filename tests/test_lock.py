@@ -11,9 +11,9 @@ from packaging.markers import default_environment
 from packaging.metadata import Metadata
 from packaging.utils import canonicalize_name
 
+from project_files import copy_tree
 from verlenv import catalog, cli, lock, pins
 from verlenv.errors import UserError
-from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
@@ -46,7 +46,8 @@ def test_resolver_input_has_source_builds_but_no_git_urls():
 def test_each_variant_is_resolved_for_its_own_glibc():
     """sglang 0.5.12 ships manylinux_2_34 wheels only: its variant names glibc 2.34; the others keep 2.28, so their
     recorded inputs (and locks) stay as they were."""
-    platform = {v.key: lock.uv_flags(v)[lock.uv_flags(v).index("--python-platform") + 1] for v in CATALOG.all_variants()}
+    platform = {v.key: lock.uv_flags(v)[lock.uv_flags(v).index("--python-platform") + 1]
+                for v in CATALOG.all_variants()}
     assert platform.pop("verl-0.9-sglang") == "x86_64-manylinux_2_34"
     assert set(platform.values()) == {"x86_64-manylinux_2_28"}
     for variant in CATALOG.all_variants():
@@ -76,7 +77,8 @@ def test_overrides_are_inherited_recorded_and_validated(tmp_path):
     assert lock.lock_inputs(fsdp, None)["overrides"] == ["flash-attn==2.8.3.post2", "mbridge ; sys_platform == 'never'"]
     assert megatron.overrides == ("transformer-engine-cu12 ; sys_platform == 'never'",)
     assert lock.lock_inputs(megatron, "")["overrides"] == [*megatron.overrides, "apex ; sys_platform == 'never'",
-                                                           "flash-attn==2.8.3.post2", "mbridge ; sys_platform == 'never'",
+                                                           "flash-attn==2.8.3.post2",
+                                                           "mbridge ; sys_platform == 'never'",
                                                            "megatron-bridge ; sys_platform == 'never'"]
     path = copy_tree(tmp_path)
     edit(path, "overrides = [\"transformer-engine-cu12 ; sys_platform == 'never'\"]", 'overrides = ["cu12 >>> 1"]')
@@ -96,7 +98,8 @@ def test_not_taken_is_inherited_and_validated(tmp_path):
     with pytest.raises(UserError) as e:
         catalog.load(path)
     assert "stacks.verl-0.9.variants.megatron.not_taken: megatron-core is also in its requirements" in str(e.value)
-    path.write_text(re.sub(r'^megatron-core = "verl.*$', 'megatron-bridge = " "', path.read_text(), count=1, flags=re.MULTILINE))
+    path.write_text(re.sub(r'^megatron-core = "verl.*$', 'megatron-bridge = " "', path.read_text(), count=1,
+                           flags=re.MULTILINE))
     with pytest.raises(UserError, match=r"megatron.not_taken.megatron-bridge must be a reason \(a non-empty string\)"):
         catalog.load(path)
 
@@ -105,8 +108,8 @@ def test_megatron_api_gaps_are_per_variant_and_validated(tmp_path):
     assert CATALOG.variant("verl-0.9", "fsdp").megatron_api_gaps == {}
     assert all(": megatron.core." in ref for ref in CATALOG.variant("verl-0.9", "megatron").megatron_api_gaps)
     path = copy_tree(tmp_path)
-    edit(path, '"verl/utils/checkpoint/megatron_checkpoint_manager.py: megatron.core.dist_checkpointing.strategies.base.'
-               'async_calls" =', '"verl/a.py async_calls" =')
+    edit(path, '"verl/utils/checkpoint/megatron_checkpoint_manager.py: '
+               'megatron.core.dist_checkpointing.strategies.base.async_calls" =', '"verl/a.py async_calls" =')
     with pytest.raises(UserError, match=r"megatron_api_gaps: 'verl/a.py async_calls' must be "
                                         r"'<file>: megatron.core.<name>'"):
         catalog.load(path)
@@ -160,7 +163,8 @@ def test_check_fails_after_a_catalog_edit_without_relock(tmp_path, capsys):
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
     for key in ("verl-0.9-fsdp", "verl-0.9-megatron"):
-        assert f"locks/{key}.linux-64.txt: stale, stacks.toml's requirements changed (+tensordict==0.9.1, -tensordict==0.10.0)" in err
+        assert (f"locks/{key}.linux-64.txt: stale, stacks.toml's requirements changed "
+                "(+tensordict==0.9.1, -tensordict==0.10.0)") in err
     assert "verl-0.7" not in err
 
 
@@ -185,7 +189,8 @@ def test_check_fails_when_the_base_lock_moved_but_the_extension_did_not(tmp_path
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
     assert "verl-0.9-fsdp" not in err.replace("another locks/verl-0.9-fsdp", "")
-    assert "locks/verl-0.9-megatron.linux-64.txt: stale, it was resolved against another locks/verl-0.9-fsdp.linux-64.txt" in err
+    assert ("locks/verl-0.9-megatron.linux-64.txt: stale, it was resolved against another "
+            "locks/verl-0.9-fsdp.linux-64.txt") in err
 
 
 def test_check_fails_without_the_inputs_record(tmp_path, capsys):
@@ -206,7 +211,8 @@ def test_unknown_stack_or_variant_is_exit_2_listing_the_valid_names(capsys):
 
 def test_malformed_catalog_names_file_and_key(tmp_path, capsys):
     path = copy_tree(tmp_path)
-    edit(path, 'exclude_newer_package = { flash-attn = "2026-10-15T00:00:00Z" }', "exclude_newer_package = { flash-attn = 20261015 }")
+    edit(path, 'exclude_newer_package = { flash-attn = "2026-10-15T00:00:00Z" }',
+         "exclude_newer_package = { flash-attn = 20261015 }")
     assert cli.main(["lock", "--check", "--catalog", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: stacks.verl-0.7.exclude_newer_package.flash-attn must be a date string, got int" in err
@@ -232,8 +238,8 @@ def fixture_conda_lock_file(folder: Path, sources: list[Path], cuda: str) -> Pat
     hashes = compute_content_hashes(spec, default_virtual_package_repodata(cuda_version=cuda))
     mapping.unlink()
     packages = parse_conda_lock_file(ROOT / lock.CONDA_LOCK_FILE).package
-    lockfile = Lockfile(package=packages, metadata=LockMeta(content_hash=hashes, channels=spec.channels, platforms=spec.platforms,
-                                                       sources=[s.name for s in sources]))
+    lockfile = Lockfile(package=packages, metadata=LockMeta(content_hash=hashes, channels=spec.channels,
+                                                       platforms=spec.platforms, sources=[s.name for s in sources]))
     path = folder / lock.CONDA_LOCK_FILE
     write_conda_lock_file(lockfile, path, metadata_choices=set())
     return path
@@ -255,7 +261,8 @@ def test_check_rejects_a_conda_lock_of_other_specs(tmp_path, capsys):
     for name in ("environment.yml", "environment.megatron.yml"):
         shutil.copy(tmp_path / name, other / name)
     edit(other / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.15.3")
-    fixture = fixture_conda_lock_file(other, [other / "environment.yml", other / "environment.megatron.yml"], stack.cuda)
+    fixture = fixture_conda_lock_file(other, [other / "environment.yml", other / "environment.megatron.yml"],
+                                      stack.cuda)
     shutil.copy(fixture, tmp_path / lock.CONDA_LOCK_FILE)
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
@@ -303,7 +310,8 @@ def test_cuda_runtime_pins_are_the_ones_torch_declares(stack):
         if (req.marker is None or req.marker.evaluate(env | {"extra": ""})) and str(req.specifier).startswith("=="):
             declared[canonicalize_name(req.name)] = str(req.specifier)[2:]
     cuda_libs = {n: v for n, v in declared.items() if n.startswith(("nvidia-", "cuda-"))}
-    assert any(n.startswith("nvidia-cudnn-") for n in cuda_libs) and any(n.startswith("nvidia-nccl-") for n in cuda_libs)
+    assert (any(n.startswith("nvidia-cudnn-") for n in cuda_libs)
+            and any(n.startswith("nvidia-nccl-") for n in cuda_libs))
     for name, version in {**cuda_libs, "triton": declared["triton"]}.items():
         assert locked[name].version == version, f"{name}: torch declares =={version}, lock has {locked[name].version}"
 

@@ -17,13 +17,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_verl_requirements import CATALOG, ROOT, cache_dir
 
-from verlenv import catalog, pins, recipes, sources
-from verlenv import mcore_refs as refs
+from test_verl_requirements import CATALOG, ROOT, cache_dir
+from verlenv import catalog, mcore_refs as refs, pins, recipes, sources
 from verlenv.fsutil import write_atomic
 from verlenv.verify import static
-
 
 PROGRAMS = Path(__file__).parent / "data" / "programs"
 
@@ -48,7 +46,8 @@ def locked_sources(lock_text: str, name: str, prefix: str) -> dict[str, str]:
         assert hashlib.sha256(data).hexdigest() == f["hashes"]["sha256"], f"{f['filename']}: sha256 differs from PyPI's"
         write_atomic(cached, data)
     with zipfile.ZipFile(io.BytesIO(cached.read_bytes())) as z:
-        return {n: z.read(n).decode("utf-8", "replace") for n in z.namelist() if n.startswith(prefix) and n.endswith(".py")}
+        return {n: z.read(n).decode("utf-8", "replace") for n in z.namelist()
+                if n.startswith(prefix) and n.endswith(".py")}
 
 
 MEGATRON = [v for v in CATALOG.all_variants() if v.name == "megatron"]
@@ -126,10 +125,12 @@ def test_verify_reads_an_installed_env_and_fails_only_on_unreviewed_gaps(tmp_pat
 
     site = tmp_path / "site-packages"
     for path, text in {**MCORE, "mbridge/core/util.py": "from megatron.core.models.gpt.gpt_model import ModelType\n"
-                       "x = ModelType.encoder_and_decoder\n", "verl/a.py": "from megatron.core import parallel_state\n"}.items():
+                       "x = ModelType.encoder_and_decoder\n",
+                       "verl/a.py": "from megatron.core import parallel_state\n"}.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)
         (site / path).write_text(text)
-    dists = [Dist(n, v, [], str(site)) for n, v in (("megatron-core", "0.18.2"), ("mbridge", "0.15.1"), ("verl", "0.9.1"))]
+    dists = [Dist(n, v, [], str(site))
+             for n, v in (("megatron-core", "0.18.2"), ("mbridge", "0.15.1"), ("verl", "0.9.1"))]
     facts = EnvFacts("python", "/p", "/p", "3.12.3", [str(site)], None, dists, {})
     scope = Scope(frozenset({"megatron-core"}), frozenset(), None)
     r = static.check_megatron_api(facts, {}, scope)
@@ -138,4 +139,5 @@ def test_verify_reads_an_installed_env_and_fails_only_on_unreviewed_gaps(tmp_pat
     reviewed = {"mbridge/core/util.py: megatron.core.models.gpt.gpt_model.ModelType.encoder_and_decoder": "why"}
     r = static.check_megatron_api(facts, reviewed, scope)
     assert r.status == "pass" and r.numbers["reviewed_gaps"] == list(reviewed), r.reason
-    assert static.check_megatron_api(EnvFacts("python", "/p", "/p", "3.12.3", [], None, dists[1:], {}), {}, scope) is None
+    assert static.check_megatron_api(EnvFacts("python", "/p", "/p", "3.12.3", [], None, dists[1:], {}), {},
+                                     scope) is None

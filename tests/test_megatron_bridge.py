@@ -26,11 +26,13 @@ OVERRIDE_PREFIX = "actor_rollout_ref.actor.megatron.override_transformer_config.
 
 @pytest.fixture(scope="module")
 def python() -> str:
-    candidates = [os.environ.get("VERLENV_TEST_MEGATRON_PYTHON", ""), str(ROOT / f".venv-{VARIANT.key}" / "bin" / "python")]
+    candidates = [os.environ.get("VERLENV_TEST_MEGATRON_PYTHON", ""),
+                  str(ROOT / f".venv-{VARIANT.key}" / "bin" / "python")]
     for candidate in filter(None, candidates):
         if not Path(candidate).is_file():
             continue
-        code = "import importlib.util as u, sys; sys.exit(u.find_spec('megatron.bridge') is None or u.find_spec('verl') is None)"
+        code = ("import importlib.util as u, sys; "
+                "sys.exit(u.find_spec('megatron.bridge') is None or u.find_spec('verl') is None)")
         probe = subprocess.run([candidate, "-c", code], capture_output=True, check=False)
         if probe.returncode == 0:
             return candidate
@@ -47,8 +49,9 @@ def providers(python, tmp_path_factory) -> dict:
     env = {k.removeprefix(OVERRIDE_PREFIX): v for k, v in (o.split("=", 1) for o in VARIANT.trainer_overrides)
            if k.startswith(OVERRIDE_PREFIX)}
     (folder / "overrides.json").write_text(json.dumps(env))
-    proc = subprocess.run([python, str(PROGRAM), str(KERNELS), str(folder / "rows.json"), str(folder / "overrides.json"),
-                           str(folder / "out.json")], capture_output=True, text=True, timeout=900,
+    proc = subprocess.run([python, str(PROGRAM), str(KERNELS), str(folder / "rows.json"),
+                           str(folder / "overrides.json"), str(folder / "out.json")], capture_output=True, text=True,
+                          timeout=900,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((folder / "out.json").read_text())
@@ -84,7 +87,8 @@ def test_the_families_providers_carry_their_configs(providers):
         assert got["attention_backend"] == "auto", name
         assert got["vocab_size"] == 512, name  # the check tokenizer's
     moe = providers["families"]["qwen3-moe"]
-    assert (moe["num_moe_experts"], moe["moe_router_topk"], moe["moe_ffn_hidden_size"], moe["qk_layernorm"]) == (8, 2, 128, True)
+    assert ((moe["num_moe_experts"], moe["moe_router_topk"], moe["moe_ffn_hidden_size"], moe["qk_layernorm"])
+            == (8, 2, 128, True))
     assert moe["moe_grouped_gemm"]  # TE's grouped GEMM for the experts, as Megatron-Bridge's Qwen3-MoE bridge sets it
     vl = providers["families"]["qwen2.5-vl"]
     assert vl["position_embedding_type"] == "mrope" and vl["add_qkv_bias"] and vl["rotary_base"] == 1e6
@@ -128,7 +132,6 @@ def test_megatron_core_names_used_by_megatron_bridge_and_verl_are_defined_or_rev
 def test_the_doctor_finds_verls_bridge_in_the_megatron_env(python):
     """The log of an env without Megatron-Bridge (F44), checked against this env: its fix is in place here."""
     from test_doctor_node_probes import excerpt
-
     from verlenv.doctor import diagnose_text, facts, probes
 
     checks = probes.check_findings(diagnose_text(excerpt("F44-verl-6931.log")), facts.gather(python))

@@ -18,7 +18,8 @@ VARIANTS = CATALOG.all_variants()
 def test_lock_parses_into_hash_pinned_exact_pins(variant):
     path = pins.lock_path(ROOT, variant)
     locked = pins.read_lock(path)
-    top_level = [line for line in path.read_text().splitlines() if line and not line[0].isspace() and not line.startswith("#")]
+    top_level = [line for line in path.read_text().splitlines()
+                 if line and not line[0].isspace() and not line.startswith("#")]
     assert len(locked) == len(top_level) > 100
     for pin in locked.values():
         assert pin.hashes and all(h.startswith("sha256:") and len(h) == 7 + 64 for h in pin.hashes), pin.name
@@ -55,7 +56,8 @@ def test_parse_joins_continuations_and_drops_comments():
     )
     locked = pins.parse_lock(text)
     assert list(locked) == ["foo-bar", "qux"]
-    assert locked["foo-bar"] == pins.LockedPin("foo-bar", "1.0", ("sha256:" + "a" * 64, "sha256:" + "b" * 64), ("extra1", "extra2"))
+    assert locked["foo-bar"] == pins.LockedPin("foo-bar", "1.0", ("sha256:" + "a" * 64, "sha256:" + "b" * 64),
+                                               ("extra1", "extra2"))
     assert locked["qux"].version == "2.0.post1"
     assert locked["qux"].requirement == "qux==2.0.post1"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from project_files import copy_tree
 from verlenv import catalog, cli, install, lock, pins
 from verlenv.errors import UserError
-from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
@@ -91,8 +91,8 @@ def test_check_wants_a_lock_for_a_newly_listed_platform(tmp_path, capsys):
     old = '[stacks."verl-0.7"]\n'
     assert old in text
     path.write_text(text.replace(old, old + 'platforms = ["linux-64", "linux-aarch64"]\n', 1)
-                    .replace('# torch 2.8.0\'s manylinux aarch64 wheel on PyPI is CPU-only: no coherent CUDA env on aarch64.\n'
-                             'platforms = ["linux-64"]\n', ""))
+                    .replace('# torch 2.8.0\'s manylinux aarch64 wheel on PyPI is CPU-only: no coherent CUDA env on '
+                             'aarch64.\nplatforms = ["linux-64"]\n', ""))
     assert catalog.load(path).variant("verl-0.7", "fsdp").platforms == ("linux-64", "linux-aarch64")
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE

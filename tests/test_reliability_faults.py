@@ -31,8 +31,9 @@ def project(tmp_path_factory) -> Path:
 
 
 def install(project: Path, prefix: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(tiny_project.verlenv_cmd("install", "--prefix", str(prefix), *extra), env=tiny_project.env(project),
-                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(tiny_project.verlenv_cmd("install", "--prefix", str(prefix), *extra),
+                            env=tiny_project.env(project), cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
 
 
 def finish(p: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
@@ -139,8 +140,8 @@ def test_two_installs_into_one_prefix_wait_for_each_other(project: Path, tmp_pat
     problems = tiny_project.differences(project, prefix)
     ok = rc1 == rc2 == 0 and not problems
     record("fault", "two `verlenv install` into one new prefix at once",
-           f"both exit 0, {len(waited)} waited with a message, env equals the lock" if ok else f"exits {rc1}, {rc2}: {problems}",
-           ok)
+           f"both exit 0, {len(waited)} waited with a message, env equals the lock" if ok
+           else f"exits {rc1}, {rc2}: {problems}", ok)
     assert rc1 == 0 and rc2 == 0, err1 + err2
     assert not problems
     # Unless one finished before the other started, the second one said it waited, and for whom.
@@ -208,7 +209,8 @@ def test_verify_names_every_damaged_locked_distribution(project: Path, tmp_path:
     with open(site_packages(prefix) / "tiny3" / "data.bin", "r+b") as f:
         f.write(b"x")  # one byte, same size: only a hash tells
     report = tmp_path / "report.json"
-    r = subprocess.run(tiny_project.verlenv_cmd("verify", "--python", str(prefix / "bin" / "python"), "--report", str(report)),
+    r = subprocess.run(tiny_project.verlenv_cmd("verify", "--python", str(prefix / "bin" / "python"), "--report",
+                                                str(report)),
                        env=tiny_project.env(project), cwd=project, capture_output=True, text=True, timeout=300)
     import json
 
@@ -216,12 +218,14 @@ def test_verify_names_every_damaged_locked_distribution(project: Path, tmp_path:
     files = checks["intact/locked-files"]
     ok = r.returncode == 1 and files["status"] == "fail" and "tiny3" in files["reason"]
     record("fault", "one byte of an installed data file changed (same size), then `verlenv verify`",
-           f"exit {r.returncode}, intact/locked-files: {files['status']}: {files['reason'][:90].replace(str(prefix), '<env>')}…", ok)
+           f"exit {r.returncode}, intact/locked-files: {files['status']}: "
+           f"{files['reason'][:90].replace(str(prefix), '<env>')}…", ok)
     assert ok, files
     assert list(files["numbers"]["damaged"]) == ["tiny3"]
 
 
-def test_verify_report_goes_to_a_printed_fallback_when_its_folder_fails(project: Path, tmp_path: Path, monkeypatch, capsys):
+def test_verify_report_goes_to_a_printed_fallback_when_its_folder_fails(project: Path, tmp_path: Path, monkeypatch,
+                                                                        capsys):
     """The report's folder passes the check before the run, then is replaced by a file while the checks run
     (as when a job's scratch folder goes away): the results land in the temp folder, which is printed."""
     from verlenv import cli
@@ -259,14 +263,14 @@ def test_install_refuses_an_edited_lock_before_touching_the_env(project: Path, t
     lock = edited / "locks" / "tiny-fsdp.linux-64.txt"
     lock.write_text(lock.read_text().replace("tiny5==1.0", "tiny5==1.0 ; sys_platform == 'win32'"))
     marker = (prefix / "verlenv-env.json").read_text()
-    p = subprocess.run(tiny_project.verlenv_cmd("install", "--prefix", str(prefix)), env=tiny_project.env(edited), cwd=edited,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(tiny_project.verlenv_cmd("install", "--prefix", str(prefix)), env=tiny_project.env(edited),
+                       cwd=edited, capture_output=True, text=True, timeout=120)
     line = p.stderr.strip()
     ok = (p.returncode == 2 and "\n" not in line and "edited after `verlenv lock` wrote it" in line
           and (prefix / "verlenv-env.json").read_text() == marker and not tiny_project.differences(project, prefix))
     record("fault", "`verlenv install` over an existing env with a lock edited after `verlenv lock` wrote it",
-           f"exit {p.returncode}: {line.replace(str(edited), '<project>')}; the env untouched" if ok else f"exit {p.returncode}: {line}",
-           ok)
+           f"exit {p.returncode}: {line.replace(str(edited), '<project>')}; the env untouched" if ok
+           else f"exit {p.returncode}: {line}", ok)
     assert ok, p.stderr
 
 
@@ -276,7 +280,8 @@ def test_pip_installer_repairs_damaged_files_too(project: Path, tmp_path: Path):
     env |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(project / "wheelhouse")}
     prefix = tmp_path / "env"
     cmd = tiny_project.verlenv_cmd("install", "--prefix", str(prefix), "--installer", "pip")
-    first = subprocess.run([*cmd, "--python", sys.executable], env=env, cwd=project, capture_output=True, text=True, timeout=300)
+    first = subprocess.run([*cmd, "--python", sys.executable], env=env, cwd=project, capture_output=True, text=True,
+                           timeout=300)
     assert "with pip in" in first.stderr, first.stderr
     (site_packages(prefix) / "tiny1" / "data.bin").write_bytes(b"short")
     r = subprocess.run(cmd, env=env, cwd=project, capture_output=True, text=True, timeout=300)
@@ -285,9 +290,10 @@ def test_pip_installer_repairs_damaged_files_too(project: Path, tmp_path: Path):
     seeded_only = all("not in the lock" in line and "tiny" not in line for line in drift)
     problems = [p for p in tiny_project.differences(project, prefix) if "installed [" not in p]
     ok = "repaired tiny1" in r.stderr and seeded_only and not problems
-    record("fault", "env installed with `--installer pip`, a data file overwritten, then `verlenv install --installer pip`",
-           "tiny1 reinstalled from its locked line; every locked file equals its wheel" if ok else f"exit {r.returncode}: {problems}",
-           ok)
+    record("fault", "env installed with `--installer pip`, a data file overwritten, then "
+           "`verlenv install --installer pip`",
+           "tiny1 reinstalled from its locked line; every locked file equals its wheel" if ok
+           else f"exit {r.returncode}: {problems}", ok)
     assert ok, r.stderr
 
 

@@ -11,21 +11,22 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
+from reliability_log import record
 from verlenv import catalog, lock, pins, recipes, validate
 from verlenv.doctor import diagnose_lines, knowledge
 from verlenv.errors import UserError
-from reliability_log import record
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # Any TOML value: what a hand-edited file can hold where the parser expects something else.
 toml_values = st.recursive(
-    st.one_of(st.text(max_size=12), st.integers(-5, 10**6), st.booleans(), st.floats(allow_nan=False, allow_infinity=False)),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3)),
+    st.one_of(st.text(max_size=12), st.integers(-5, 10**6), st.booleans(),
+              st.floats(allow_nan=False, allow_infinity=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3)),
     max_leaves=6,
 )
 
@@ -67,7 +68,8 @@ def recorded(parser: str):
             try:
                 test(*args, **kwargs)
             except BaseException as e:
-                record("property", parser, f"counterexample: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}", False)
+                record("property", parser,
+                       f"counterexample: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}", False)
                 raise
             record("property", parser, f"{SETTINGS.max_examples} examples: a result, or one UserError line", True)
         return run
@@ -164,9 +166,11 @@ def fresh_project(tmp_path_factory) -> Path:
 
 @recorded('`lock --check` / install: any lock bytes and inputs record')
 @SETTINGS
-@given(lock_bytes=st.one_of(st.none(), st.binary(max_size=200)), record_bytes=st.one_of(st.none(), st.binary(max_size=200),
-       st.dictionaries(st.sampled_from(["lock_sha256", "inputs_sha256", "inputs"]), toml_values, max_size=3)
-       .map(lambda d: json.dumps(d).encode())))
+@given(lock_bytes=st.one_of(st.none(), st.binary(max_size=200)),
+       record_bytes=st.one_of(st.none(), st.binary(max_size=200),
+                              st.dictionaries(st.sampled_from(["lock_sha256", "inputs_sha256", "inputs"]), toml_values,
+                                              max_size=3)
+                              .map(lambda d: json.dumps(d).encode())))
 def test_lock_check_of_any_lock_and_record(fresh_project, lock_bytes, record_bytes):
     """`lock --check` and install's check read whatever lies in locks/: each problem is one line, never a crash."""
     cat = catalog.load(fresh_project / "stacks.toml")

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from project_files import copy_tree
 from verlenv import catalog, cli, pins, render
 from verlenv.errors import UserError
-from project_files import copy_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")

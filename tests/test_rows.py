@@ -46,7 +46,8 @@ exercises = "a sliding attention window"
 config_class = "MistralConfig"
 model_class = "MistralForCausalLM"
 inputs = "text"
-config = { hidden_size = 256, intermediate_size = 512, num_hidden_layers = 2, num_attention_heads = 4, num_key_value_heads = 2, sliding_window = 32, max_position_embeddings = 512 }
+config = { hidden_size = 256, intermediate_size = 512, num_hidden_layers = 2, num_attention_heads = 4,\
+ num_key_value_heads = 2, sliding_window = 32, max_position_embeddings = 512 }
 """
 VARIANT = """
 [stacks."verl-0.9".variants.tiny]
@@ -119,7 +120,8 @@ def test_a_new_family_is_a_row_alone(tmp_path):
 
 
 def test_the_sglang_variant_is_rows_alone():
-    """verl-0.9's sglang variant: its rollout row, its package row and check script, no code of its own in the runner."""
+    """verl-0.9's sglang variant: its rollout row, its package row and check script, no code of its own in the
+    runner."""
     cat = catalog.load(REPO / "stacks.toml")
     variant = cat.variant("verl-0.9", "sglang")
     required = packages.table().required(variant.actor, variant.rollout)

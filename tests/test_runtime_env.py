@@ -14,8 +14,8 @@ import pytest
 
 from test_verify_profiles import REPO
 from verlenv import catalog, runtime_env
-from verlenv.verify import static
 from verlenv.errors import UserError
+from verlenv.verify import static
 
 CHILD = Path(__file__).parent / "data" / "programs" / "spawned_child_env.py"
 

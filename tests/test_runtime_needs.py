@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_toolchain import NVCC_12_8, NVCC_13_0, fake_compiler, toolkit
 
+from test_toolchain import NVCC_12_8, NVCC_13_0, fake_compiler, toolkit
 from verlenv import packages
 from verlenv.errors import UserError
 from verlenv.packages import Jit, Package

@@ -141,7 +141,8 @@ def test_junk_empty_and_killed_runs_give_what_they_can_without_a_crash():
     p = phases()
     assert p.phases([], None, exit_s=None, steps={}) == {}
     junk = [p.Line(None, "\x1b[1m"), p.Line(1.0, "step:x - nothing"), p.Line(2.0, "INFO 13-45 99:99:99 [x.py:1] y"),
-            p.Line(None, "(WorkerDict pid=1) 2026-02-30 10:00:00,000\tINFO worker.py:1 -- Started a local Ray instance.")]
+            p.Line(None, "(WorkerDict pid=1) 2026-02-30 10:00:00,000\tINFO worker.py:1 -- Started a local Ray "
+                         "instance.")]
     with pytest.raises((ValueError, OverflowError)):
         time.strptime("2026-02-30", "%Y-%m-%d")  # the stamp above is not a date: it must not be trusted
     out = p.phases(junk, local(2026, 2, 1, 0, 0, 0), exit_s=None, steps={1: {"timing_s/step": "x"}}, wall_s=540.0)

@@ -161,7 +161,8 @@ def test_verify_a100_on_an_h100_exits_2_with_one_line(machine, capsys, empty_env
 def test_bad_input_is_one_line_and_exit_2(machine, capsys, empty_env, tmp_path):
     machine()
     one_line_exit_2(capsys, ["verify", "--gpu", "v100"], "unknown GPU 'v100'; valid: a100, h100, h200")
-    one_line_exit_2(capsys, ["verify", "--stack", "verl-0.1", "--python", empty_env], "unknown stack 'verl-0.1'; valid: ")
+    one_line_exit_2(capsys, ["verify", "--stack", "verl-0.1", "--python", empty_env],
+                    "unknown stack 'verl-0.1'; valid: ")
     one_line_exit_2(capsys, ["verify", "--variant", "deepspeed", "--python", empty_env],
                     "unknown variant 'deepspeed' of stack verl-0.9; valid: fsdp, megatron")
     one_line_exit_2(capsys, ["verify", "--python", str(tmp_path / "nope" / "python")], "no such file")
@@ -181,7 +182,8 @@ def kernels_echoing_profile(folder: Path) -> Path:
         "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile')\n"
         "a = p.parse_args(); prof = json.loads(a.profile)\n"
         "json.dump([{'check': 'torch/profile-echo', 'package': 'torch', 'status': 'pass', 'reason': 'echo',\n"
-        "            'numbers': {'key': prof['key'], 'arch': prof['arch'], 'fp8': prof['fp8'], 'gpus': prof['gpu_count'],\n"
+        "            'numbers': {'key': prof['key'], 'arch': prof['arch'], 'fp8': prof['fp8'], "
+        "'gpus': prof['gpu_count'],\n"
         "                        'floor': prof['thresholds']['flash_attn_min_tflops']}, 'seconds': 0.0}],\n"
         "          open(a.out, 'w'))\n")
     return folder
@@ -214,7 +216,8 @@ def test_default_env_is_the_active_one_unless_it_is_verlenvs_own(tmp_path, monke
     root = tmp_path / "checkout"
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         monkeypatch.delenv(var, raising=False)
-    with pytest.raises(UserError, match=r"no env to verify: activate one, pass --python, or create .*\.venv-verl-0\.9-fsdp"):
+    with pytest.raises(UserError,
+                       match=r"no env to verify: activate one, pass --python, or create .*\.venv-verl-0\.9-fsdp"):
         default_python(variant, root, "verify")
     monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)  # verlenv's own env, e.g. a nox session's
     assert default_python(variant, root, "verify") == f"{sys.prefix}/bin/python"  # nothing better exists

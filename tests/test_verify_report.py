@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import backends
-
 from test_verify_profiles import H100, empty_env, machine  # noqa: F401  (fixtures)
+from verlenv import backends
 from verlenv.cli import main
 from verlenv.verify import report, runner
 from verlenv.verify.results import SKIPPED_BY_REQUEST
@@ -24,7 +23,8 @@ jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (test dependen
 def cpu_run(machine, empty_env, tmp_path, capsys):  # noqa: F811
     machine()  # nvidia-smi answers with no GPU
     out = {"json": tmp_path / "reports" / "r.json", "md": tmp_path / "r.md"}
-    code = main(["verify", "--python", empty_env, "--no-lock", "--report", str(out["json"]), "--markdown", str(out["md"])])
+    code = main(["verify", "--python", empty_env, "--no-lock", "--report", str(out["json"]), "--markdown",
+                 str(out["md"])])
     printed = capsys.readouterr()
     return code, json.loads(out["json"].read_text()), out, printed
 
@@ -93,8 +93,8 @@ def kernels_dir(folder: Path, name: str, status: str) -> Path:
         "p = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--profile'); a = p.parse_args()\n"
         f"pathlib.Path(a.out).with_name('ran').touch()\n"
         f"pathlib.Path({str(folder / 'ran')!r}).touch()\n"
-        f"json.dump([{{'check': '{package}/kernel', 'package': '{package}', 'status': '{status}', 'reason': 'test double'}}],"
-        " open(a.out, 'w'))\n")
+        f"json.dump([{{'check': '{package}/kernel', 'package': '{package}', 'status': '{status}', "
+        "'reason': 'test double'}], open(a.out, 'w'))\n")
     return folder
 
 
@@ -136,7 +136,8 @@ def test_verify_imports_without_uv_or_conda_lock():
     code = ("import sys\n"
             "for blocked in ('conda_lock', 'uv', 'yaml'):\n"
             "    sys.modules[blocked] = None\n"
-            "import argparse, verlenv.commands.verify, verlenv.verify.runner, verlenv.verify.static, verlenv.verify.report\n"
+            "import argparse, verlenv.commands.verify, verlenv.verify.runner, verlenv.verify.static, "
+            "verlenv.verify.report\n"
             "verlenv.commands.verify.register(argparse.ArgumentParser().add_subparsers())\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -190,7 +191,8 @@ def test_thorough_and_the_tp_sizes_reach_the_scripts_and_the_report(machine, emp
         "{k: profile[k] for k in ('thorough', 'rollout_tp', 'actor_tp')}}], open(a.out, 'w'))\n")
     r = tmp_path / "r.json"
     code = main(["verify", "--variant", "megatron", "--only", "verl", "--python", empty_env, "--no-lock",
-                 "--kernels-dir", str(folder), "--report", str(r), "--thorough", "--rollout-tp", "2", "--actor-tp", "2"])
+                 "--kernels-dir", str(folder), "--report", str(r), "--thorough", "--rollout-tp", "2", "--actor-tp",
+                 "2"])
     data = json.loads(r.read_text())
     told = next(c for c in data["checks"] if c["name"] == "verl/trainer/told")
     assert told["numbers"] == {"thorough": True, "rollout_tp": 2, "actor_tp": 2}
@@ -240,7 +242,8 @@ def test_without_a_gpu_the_verdict_says_what_was_proven_and_the_counts_add_up(cp
     not_run = [c["name"] for c in checks if c["required"] and c["status"] == "skip"
                and not c["reason"].startswith("skipped by request")]
     # One skipped result per packaged kernel check script: there is no GPU to run them on.
-    assert static + kernel == len(checks) == data["totals"]["checks"] and kernel == len(runner.scripts(runner.KERNELS_DIR))
+    assert (static + kernel == len(checks) == data["totals"]["checks"]
+            and kernel == len(runner.scripts(runner.KERNELS_DIR)))
     assert {"verl/verl_trainer/kernels", "flash-attn/kernels", "driver"} <= set(not_run)
     head, rest = report.verdict(data)
     assert (head, rest.split("; ")[1]) == ("FAIL", f"{len(not_run)} required GPU checks not run (no GPU here)")
@@ -248,8 +251,9 @@ def test_without_a_gpu_the_verdict_says_what_was_proven_and_the_counts_add_up(cp
 
     passed = passed_without_a_gpu(data)
     head, rest = report.verdict(passed)
-    assert head == "static checks passed" and rest.startswith(f"{len(not_run)} required GPU checks not run (no GPU here); "
-                                                                f"{len(checks)} checks ({static} static, {kernel} kernel)")
+    assert head == "static checks passed" and rest.startswith(f"{len(not_run)} required GPU checks not run (no GPU "
+                                                                f"here); {len(checks)} checks ({static} static, "
+                                                                f"{kernel} kernel)")
     assert passed["totals"]["required_not_run"] == len(not_run)
     md = report.markdown(passed)
     assert "**static checks passed**: " in md and "**PASS**" not in md and f"Not run: {', '.join(not_run)}." in md

@@ -15,10 +15,10 @@ import pytest
 
 import tables
 from test_verify_profiles import REPO
-from waiting import exited, until
 from verlenv import catalog, gpus, packages
 from verlenv.verify import runner
 from verlenv.verify.results import SKIPPED_BY_REQUEST
+from waiting import exited, until
 
 H100 = [gpus.Gpu("NVIDIA H100 80GB HBM3", "9.0", 81559, "580.95.05")]
 DATA = Path(__file__).parent / "data"
@@ -218,7 +218,8 @@ def test_the_fast_proof_runs_the_trainer_from_the_start_beside_the_others_one_at
     assert spans["torch"]["profile"]["beside"] == ["verl_trainer"] and trainer["profile"]["beside"] == []
     assert all(overlap(trainer, s) for s in spans.values()) and trainer["start"] < spans["torch"]["start"]
     assert one_at_a_time(spans.values())  # the rest: one at a time, in ORDER
-    assert [k for k, _ in sorted(spans.items(), key=lambda kv: kv[1]["start"])] == ["torch", "flash_attn", "vllm", "verl"]
+    assert ([k for k, _ in sorted(spans.items(), key=lambda kv: kv[1]["start"])]
+            == ["torch", "flash_attn", "vllm", "verl"])
     assert {s["profile"]["thorough"] for s in [trainer, *spans.values()]} == {False}
 
 

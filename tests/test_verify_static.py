@@ -34,7 +34,8 @@ FSDP = Scope(frozenset({"torch", "triton", "flash-attn", "vllm", "verl", "nccl"}
 
 
 def venv(path: Path, *requirements: str, seed: bool = False, no_deps: bool = False) -> str:
-    subprocess.run(["uv", "venv", "-q", *(["--seed"] if seed else []), "--python", sys.executable, str(path)], check=True)
+    subprocess.run(["uv", "venv", "-q", *(["--seed"] if seed else []), "--python", sys.executable, str(path)],
+                   check=True)
     python = str(path / "bin" / "python")
     if requirements:
         install(python, *requirements, no_deps=no_deps)
@@ -89,7 +90,8 @@ def test_unlocked_packages_are_flagged_unless_they_are_source_builds(tmp_path, s
     assert r.status == "fail" and r.numbers["unlocked"] == ["packaging"] and "1 not in the lock (packaging)" in r.reason
     assert static.check_lock(installed(python), pins, {"packaging": "24.2"}, str(six_lock)).status == "pass"
     wrong = static.check_lock(installed(python), pins, {"packaging": "25.0"}, str(six_lock))
-    assert wrong.status == "fail" and wrong.numbers["differ"] == {"packaging": {"installed": "24.2", "source build": "25.0"}}
+    assert wrong.status == "fail" and wrong.numbers["differ"] == {"packaging": {"installed": "24.2",
+                                                                                "source build": "25.0"}}
 
 
 @pytest.mark.network
@@ -112,11 +114,13 @@ def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], tag: s
     the same) is what its WHEEL file says; `requires` its Requires-Dist lines."""
     dist_info = f"{name}-{version}.dist-info"
     purelib = str(tag.endswith("-any")).lower()
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    metadata = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                + "".join(f"Requires-Dist: {r}\n" for r in requires))
     files = {**files, f"{dist_info}/METADATA": metadata.encode(),
              f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {purelib}\n"
                                     f"Tag: {wheel_tag or tag}\n").encode()}
-    record = [f"{p},sha256={urlsafe_b64encode(sha256(d).digest()).rstrip(b'=').decode()},{len(d)}" for p, d in files.items()]
+    record = [f"{p},sha256={urlsafe_b64encode(sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+              for p, d in files.items()]
     files[f"{dist_info}/RECORD"] = ("\n".join(record + [f"{dist_info}/RECORD,,"]) + "\n").encode()
     path = folder / f"{name}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w") as z:
@@ -172,7 +176,8 @@ def test_verify_megatron_fails_on_the_pypi_apex(tmp_path, monkeypatch):
     checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
     assert code == 1
     assert checks["apex/distribution"]["status"] == "fail"
-    assert checks["objects/apex"]["status"] == "fail" and "without its compiled extensions" in checks["objects/apex"]["reason"]
+    assert (checks["objects/apex"]["status"] == "fail"
+            and "without its compiled extensions" in checks["objects/apex"]["reason"])
 
 
 def test_apex_absent_on_fsdp_is_a_skip(tmp_path):
@@ -209,7 +214,8 @@ def extension(folder: Path, lib_dir: Path, name: str = "ext_probe", extra: tuple
 
 def loader_says(so: Path, python: str = sys.executable, preload: str = "") -> str:
     """What the dynamic loader says when the object is loaded (the ground truth the preflight predicts)."""
-    code = f"{preload}import ctypes\ntry:\n    ctypes.CDLL({str(so)!r})\n    print('loaded')\nexcept OSError as e:\n    print(e)\n"
+    code = (f"{preload}import ctypes\ntry:\n    ctypes.CDLL({str(so)!r})\n    print('loaded')\n"
+            "except OSError as e:\n    print(e)\n")
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -246,7 +252,8 @@ def test_a_cuda_major_other_than_torchs_fails(tmp_path):
     cudart = tmp_path / "cudart"
     cudart.mkdir()
     (cudart / "rt.cpp").write_text("extern \"C\" int cudaRuntimeGetVersion(int* v) { *v = 12080; return 0; }\n")
-    gxx("-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o", str(cudart / "libcudart.so.12"), str(cudart / "rt.cpp"))
+    gxx("-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o", str(cudart / "libcudart.so.12"),
+        str(cudart / "rt.cpp"))
     so = extension(tmp_path, lib, extra=(str(cudart / "libcudart.so.12"),), uses_cudart=True)
     r = static.check_symbols(so, "flash-attn", lib, "13.0", FSDP)
     assert r.status == "fail" and "needs libcudart.so.12, torch is built for CUDA 13.0" in r.reason
@@ -360,7 +367,8 @@ def te_core(version: str, folder: Path) -> Path:
                                      headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(request, timeout=60) as r:
         files = json.load(r)["files"]
-    entry = next(f for f in files if f["filename"] == f"transformer_engine_cu13-{version}-py3-none-manylinux_2_28_x86_64.whl")
+    entry = next(f for f in files
+                 if f["filename"] == f"transformer_engine_cu13-{version}-py3-none-manylinux_2_28_x86_64.whl")
     wheel = folder / entry["filename"]
     digest = sha256()
     with urllib.request.urlopen(entry["url"], timeout=300) as r, open(wheel, "wb") as f:
@@ -422,7 +430,6 @@ def test_arch_support_follows_cuda_compatibility_rules():
 @pytest.fixture(scope="module")
 def nvcc(tmp_path_factory) -> Path:
     from test_build_env import torch_python
-
     from verlenv import toolchain
 
     python = torch_python()
@@ -671,8 +678,10 @@ def test_pip_check_tolerates_a_mislabeled_interpreter_tag_only_without_extension
     install(python, str(core), no_deps=True)
     r = static.check_pip(python, has_pip=seed)
     assert r.status == "warn" and r.required and "corelib: WHEEL says cp310-cp310" in r.reason, r.reason
-    ext = _mislabeled_wheel(tmp_path, "extmod", {"extmod/__init__.py": b"", "extmod/_c.cpython-310-x86_64-linux-gnu.so": b"x"})
+    ext = _mislabeled_wheel(tmp_path, "extmod", {"extmod/__init__.py": b"",
+                                                 "extmod/_c.cpython-310-x86_64-linux-gnu.so": b"x"})
     install(python, str(ext), no_deps=True)
     r = static.check_pip(python, has_pip=seed)
     assert r.status == "fail" and r.numbers["problems"] and all("extmod" in p for p in r.numbers["problems"]), r.reason
-    assert list(r.numbers["mislabeled"].values()) == ["corelib: WHEEL says cp310-cp310-manylinux_2_28_x86_64, no extension module"]
+    assert list(r.numbers["mislabeled"].values()) == ["corelib: WHEEL says cp310-cp310-manylinux_2_28_x86_64, no "
+                                                      "extension module"]

@@ -101,7 +101,8 @@ def unmet(requirements: list[Requirement], locked: dict[str, pins.LockedPin], va
     return problems
 
 
-def variant_requirements(variant: catalog.Variant, platform: str) -> tuple[list[Requirement], dict[str, pins.LockedPin]]:
+def variant_requirements(variant: catalog.Variant,
+                         platform: str) -> tuple[list[Requirement], dict[str, pins.LockedPin]]:
     locked = pins.read_lock(pins.lock_path(ROOT, variant, platform))
     metadata = wheel_metadata("verl", verl_pin(variant), locked["verl"].hashes)
     return declared(metadata, variant.extras("verl"), marker_env(variant, platform)), locked
@@ -140,7 +141,8 @@ def test_without_its_reason_the_left_out_flash_attn_pin_fails():
                            source_builds=fsdp.source_builds, platforms=fsdp.platforms,
                            not_taken={n: why for n, why in fsdp.not_taken.items() if n != "flash-attn"})
     assert unmet(requirements, locked, bare) == [
-        'flash-attn==2.8.3; extra == "flash-attn-cu130torch211": the source build is 2.8.3.post2; take it or list it as not taken']
+        'flash-attn==2.8.3; extra == "flash-attn-cu130torch211": the source build is 2.8.3.post2; take it or list it '
+        'as not taken']
 
 
 @pytest.mark.network

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from test_kernel_scripts import KERNELS, load, torch_python
-from waiting import exited, until
 from test_verify_profiles import REPO
 from verlenv import catalog, families
 from verlenv.cluster.trainer import trainer_spec
+from waiting import exited, until
 
 PROGRAMS = Path(__file__).parent / "data" / "programs"
 GOOD_STEP = {"actor/pg_loss": -0.0123, "actor/grad_norm": 0.87, "training/rollout_actor_probs_pearson_corr": 0.99994,
@@ -115,7 +115,8 @@ def test_the_overrides_size_the_batch_by_the_gpus_of_all_nodes():
     assert not any("attn_implementation" in key for key in two)  # verl's default (flash-attn) stays
     eight = dict(o.split("=", 1) for o in t.overrides(PATHS, SPECS["megatron"], LLAMA, nnodes=2, n_gpus_per_node=4,
                                                       rollout_tp=2, actor_tp=2))
-    assert (eight["trainer.nnodes"], eight["trainer.n_gpus_per_node"], eight["data.train_batch_size"]) == ("2", "4", "64")
+    assert ((eight["trainer.nnodes"], eight["trainer.n_gpus_per_node"], eight["data.train_batch_size"])
+            == ("2", "4", "64"))
     assert eight["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
     assert eight["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == "2"
     # verl's epoch is len(dataset) // train_batch_size steps: the parquet holds both steps' prompts.
@@ -333,17 +334,21 @@ def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
 
 
 def test_the_failure_named_is_the_innermost_exception_not_hydras_hint():
-    # The end of verl's main_ppo output on the H100, 2026-11-25 (docs/verification/2026-11-25-h100-verl-0.9-megatron-trainer.log).
+    # The end of verl's main_ppo output on the H100, 2026-11-25
+    # (docs/verification/2026-11-25-h100-verl-0.9-megatron-trainer.log).
     real = [
-        "ray.exceptions.RayTaskError(AttributeError): \x1b[36mray::WorkerDict.actor_rollout_init_model()\x1b[39m (pid=10132)",
+        "ray.exceptions.RayTaskError(AttributeError): \x1b[36mray::WorkerDict.actor_rollout_init_model()\x1b[39m "
+        "(pid=10132)",
         '  File "/root/verl-env/lib/python3.12/site-packages/mbridge/core/util.py", line 83, in build_model',
         "    if model_type == ModelType.encoder_and_decoder:",
-        "AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'. Did you mean: 'encoder_or_decoder'?",
+        "AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'. Did you mean: "
+        "'encoder_or_decoder'?",
         "",
         "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.",
     ]
     t = trainer()
-    assert t.failure_line(real).startswith("AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'")
+    assert t.failure_line(real).startswith("AttributeError: type object 'ModelType' has no attribute "
+                                           "'encoder_and_decoder'")
     assert t.failure_line(real[:1]).startswith("ray.exceptions.RayTaskError(AttributeError): ")
     assert t.failure_line(["starting", "killed by a signal", ""]) == "killed by a signal"
     assert t.failure_line([]) == "no output"

@@ -1,9 +1,9 @@
 """The wheel cache: a changed input is a new fingerprint; a killed store or build leaves no entry; corruption shows."""
 
 import dataclasses
-import os
 import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -27,10 +27,11 @@ TORCH = toolchain.TorchInfo(python="/env/bin/python", python_tag="cp312", torch=
 
 
 def inputs(recipe: recipes.Recipe, **change) -> dict:
-    info = dataclasses.replace(TORCH, **{k: v for k, v in change.items() if k in ("torch", "cuda", "python_tag", "cxx11_abi")})
+    info = dataclasses.replace(TORCH, **{k: v for k, v in change.items()
+                                         if k in ("torch", "cuda", "python_tag", "cxx11_abi")})
     return build.fingerprint_inputs(recipe, change.get("version", "2.8.3.post2"),
-                                    change.get("source", "sha256:" + "0" * 64), info, change.get("archs", ["8.0", "9.0"]),
-                                    change.get("nvcc"))
+                                    change.get("source", "sha256:" + "0" * 64), info,
+                                    change.get("archs", ["8.0", "9.0"]), change.get("nvcc"))
 
 
 @pytest.fixture
@@ -65,7 +66,8 @@ def test_an_nvcc_equal_to_torchs_cuda_leaves_the_fingerprint_as_it_was(recipe):
 def committed_builds() -> list[dict]:
     """The records of the builds this project committed (docs/builds, docs/verification), each with its inputs."""
     out = []
-    for path in sorted([*(ROOT / "docs" / "builds").glob("*.json"), *(ROOT / "docs" / "verification").glob("*-build-*.json")]):
+    for path in sorted([*(ROOT / "docs" / "builds").glob("*.json"),
+                        *(ROOT / "docs" / "verification").glob("*-build-*.json")]):
         data = json.loads(path.read_text())
         out += [entry.get("record", entry) for entry in (data if isinstance(data, list) else [data])]
     return out
@@ -197,7 +199,8 @@ def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch
         from verlenv import build, catalog
         root = Path({str(probe_root)!r})
         variant = catalog.load(root / "stacks.toml").variant(None, "fsdp")
-        build.build_one(root, variant, "sleepy-probe", {python!r}, ["9.0"], Path({str(wheelhouse)!r}), Path({str(work)!r}))
+        build.build_one(root, variant, "sleepy-probe", {python!r}, ["9.0"], Path({str(wheelhouse)!r}),
+                        Path({str(work)!r}))
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                             env={**os.environ, "VERLENV_TEST_BUILD_STARTED": str(started)})
@@ -304,7 +307,8 @@ def resume_probe(root: Path, tmp_path: Path) -> Path:
         mem_per_job_gib = 0.5
         """))
     catalog_file = root / "stacks.toml"
-    catalog_file.write_text(catalog_file.read_text().replace('"sleepy-probe==0.1",', '"sleepy-probe==0.1", "resume-probe==0.1",'))
+    catalog_file.write_text(catalog_file.read_text().replace('"sleepy-probe==0.1",',
+                                                             '"sleepy-probe==0.1", "resume-probe==0.1",'))
     return sdist
 
 
@@ -348,7 +352,8 @@ def test_a_stopped_sdist_build_is_resumed_only_while_its_sources_are_intact(prob
     assert f"resuming the stopped build in {intact}" in err
     assert not intact.exists() and not result.cached and result.record["resumed"] is True
     assert "resume-probe: failing on request" in before
-    assert wheelcache.lookup(wheelhouse, "resume-probe", result.fingerprint).path.joinpath("build.log").read_text().startswith(before)
+    assert wheelcache.lookup(wheelhouse, "resume-probe",
+                             result.fingerprint).path.joinpath("build.log").read_text().startswith(before)
 
 
 def test_ninja_stats_add_up_the_runs_of_a_resumed_build(tmp_path):

@@ -45,7 +45,8 @@ def build_wheel(dest: Path, name: str, version: str = "1.0", data_mib: int = 2, 
         f"{name}/__init__.py": f"VERSION = {version!r}\ndef main():\n    print({name!r})\n".encode(),
         f"{name}/data.bin": rng.randbytes(data_mib << 20),
         f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tiny_project\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tiny_project\nRoot-Is-Purelib: true\n"
+                                             b"Tag: py3-none-any\n",
         f"{name}-{version}.dist-info/entry_points.txt": f"[console_scripts]\n{name}-cli = {name}:main\n".encode(),
     }
     files |= extra or {}
@@ -96,7 +97,8 @@ def differences(root: Path, prefix: Path) -> list[str]:
     if not python.exists():
         return [f"{python}: missing"]
     listed = subprocess.run([str(python), "-c", "from importlib import metadata\n"
-                             "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" for d in metadata.distributions())))"],
+                             "print('\\n'.join(sorted(f\"{d.metadata['Name']}=={d.version}\" "
+                             "for d in metadata.distributions())))"],
                             capture_output=True, text=True, check=True).stdout.split()
     problems = [] if listed == sorted(f"{n}==1.0" for n in PACKAGES) else [f"installed {listed}"]
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

@@ -20,7 +20,6 @@ from verlenv.ninja_stats import ninja_logs, ninja_stats
 from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
 from verlenv.proctree import run_logged
 
-
 # Run in the env: which of the named distributions it lacks.
 _MISSING = """
 import importlib.metadata as m, json, sys
@@ -140,7 +139,8 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     given_threads = threads or (_env_int(recipe.threads_variable) if recipe.threads_variable else None)
     threads = given_threads or par.threads
     decided = "given by the user" if given_jobs or given_threads else par.reason
-    print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})", file=sys.stderr)
+    print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})",
+          file=sys.stderr)
 
     work.mkdir(parents=True, exist_ok=True)
     origin = recipe.source.fetch(version, work, source)  # the verified sdist, the clone holding the commit, the folder
@@ -284,7 +284,8 @@ def _check_cubins(recipe: recipes.Recipe, objects: list[Path], archs: list[str],
         if not hits:
             raise UserError(f"{recipe.package}: the wheel has no {module} extension; log: {log_path}", exit_code=1)
         if recipe.gpu_code and not any(cubins.shared_object_archs(o) for o in hits):
-            raise UserError(f"{recipe.package}: {module} carries no GPU code (.nv_fatbin); log: {log_path}", exit_code=1)
+            raise UserError(f"{recipe.package}: {module} carries no GPU code (.nv_fatbin); log: {log_path}",
+                            exit_code=1)
     if missing:
         detail = "; ".join(f"{Path(k).name} lacks sm_{','.join(map(str, v))}" for k, v in missing.items())
         raise UserError(f"{recipe.package}: requested archs missing after the build: {detail}", exit_code=1)

@@ -199,7 +199,8 @@ def _platforms(table: dict, where: str, path: Path, default: tuple[str, ...]) ->
         if p not in PLATFORMS:
             raise UserError(f"{path}: {where}.platforms: unknown platform {p!r}; valid: {', '.join(PLATFORMS)}")
     if PLATFORMS[0] not in platforms:
-        raise UserError(f"{path}: {where}.platforms must include {PLATFORMS[0]} (the env files are rendered from its locks)")
+        raise UserError(f"{path}: {where}.platforms must include {PLATFORMS[0]} (the env files are rendered from its "
+                        "locks)")
     return tuple(p for p in PLATFORMS if p in platforms)
 
 

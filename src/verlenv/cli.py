@@ -47,7 +47,8 @@ class _Version(argparse.Action):
 
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="verlenv", description="Reproducible, GPU-verified environments for verl.")
-    p.add_argument("--version", action=_Version, nargs=0, help="print verlenv's version and the catalog's default stack")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print verlenv's version and the catalog's default stack")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     args = sys.argv[1:] if argv is None else argv
     first = args[0] if args else None
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser(argv).parse_args(argv)
     _drop_tool_paths(os.environ)
     # SIGTERM unwinds like Ctrl-C: a build stops its compilers, temp folders are removed, nothing half-written stays.
-    handler = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
+    handler = (signal.signal(signal.SIGTERM, _terminate)
+               if threading.current_thread() is threading.main_thread() else None)
     try:
         return int(args.func(args) or 0)
     except UserError as e:

@@ -79,7 +79,8 @@ def snapshot_records(root: Path, platform: str) -> dict[str, dict]:
         try:
             repodata = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise UserError(f"{path}: cannot read the conda-forge snapshot ({e}); run `verlenv conda-snapshot`") from None
+            raise UserError(f"{path}: cannot read the conda-forge snapshot ({e}); run "
+                            "`verlenv conda-snapshot`") from None
         for key in ("packages", "packages.conda"):
             for fn, record in repodata.get(key, {}).items():
                 records[f"{CHANNEL_URL}{subdir}/{fn}"] = record
@@ -209,8 +210,7 @@ def category_locks(root: Path, group: render.Group, platform: str) -> dict[str, 
 def lockfile(root: Path, group: render.Group, sources: list[Path], fetch=pypi_files):
     """The whole content of one group's conda-lock file (conda-lock.yml for the stack's first base variant)."""
     from conda_lock.content_hash import compute_content_hashes
-    from conda_lock.lockfile.v2prelim.models import Lockfile
-    from conda_lock.lockfile.v2prelim.models import LockMeta
+    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
     stack = group.stack
     spec = lock_spec(sources)
@@ -309,11 +309,13 @@ def _pip_problems(root: Path, group: render.Group, pip: list, platform: str, sho
     for key in sorted(set(want) | set(have)):
         category, name = key
         if key not in have:
-            problems.append(f"{shown}: {platform} pip {name}=={want[key].version} ({category}) is in the uv lock, not here")
+            problems.append(f"{shown}: {platform} pip {name}=={want[key].version} ({category}) is in the uv lock, "
+                            "not here")
         elif key not in want:
             problems.append(f"{shown}: {platform} pip {name} ({category}) is not in the uv lock")
         elif have[key].version != want[key].version:
-            problems.append(f"{shown}: {platform} pip {name} is {have[key].version}, the uv lock pins {want[key].version}")
+            problems.append(f"{shown}: {platform} pip {name} is {have[key].version}, the uv lock pins "
+                            f"{want[key].version}")
         elif f"sha256:{have[key].hash.sha256}" not in want[key].hashes:
             problems.append(f"{shown}: {platform} pip {name}=={want[key].version}: sha256 {have[key].hash.sha256} "
                             f"is not one of its uv lock line's hashes")

@@ -98,7 +98,8 @@ def _content(record: dict) -> str:
 
 
 def agree(sightings: dict[str, list[tuple[Source, dict]]], min_sources: int = MIN_SOURCES,
-          single_source: frozenset[str] = frozenset()) -> tuple[dict[str, dict], dict[str, list[Source]], list[tuple[str, str]]]:
+          single_source: frozenset[str] = frozenset(),
+          ) -> tuple[dict[str, dict], dict[str, list[Source]], list[tuple[str, str]]]:
     """Records that at least min_sources repositories carry identically, their sources, and why others were refused.
 
     A url whose sha256 or md5 differs between sources is refused outright. Where sources agree on the hashes but
@@ -191,7 +192,8 @@ def build(root: Path, clones: dict[str, Path]) -> tuple[dict[str, dict], dict[st
             raise UserError(f"no clone given for {entry['repo']}; pass --clone {entry['repo']}=PATH")
         for commit, text in lock_versions(git_dir, entry["path"], entry["head"]):
             files.append((Source(entry["repo"], entry["path"], commit), text))
-    records, provenance, refused = agree(harvest(files), single_source=frozenset(read_config(root).get("single_source", [])))
+    records, provenance, refused = agree(harvest(files),
+                                         single_source=frozenset(read_config(root).get("single_source", [])))
     wanted = closure(records, roots_of(root))
     keep = {url for url, r in records.items() if r["name"] in wanted}
     return ({u: records[u] for u in keep}, {u: provenance[u] for u in keep},

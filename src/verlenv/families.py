@@ -110,8 +110,8 @@ def parse(path: Path, data: dict) -> Table:
             raise UserError(f"{path}: {where} must be a table")
         if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", name) or name == ALL:
             raise UserError(f"{path}: {where}: a family's name is lowercase letters, digits, '.' and '-', not {ALL!r}")
-        known = {"description", "exercises", "config_class", "model_class", "inputs", "config", "token_ids", "overrides",
-                 "known_issue"}
+        known = {"description", "exercises", "config_class", "model_class", "inputs", "config", "token_ids",
+                 "overrides", "known_issue"}
         if unknown := sorted(set(row) - known):
             raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(known))}")
         inputs = _text(row, "inputs", where, path, "text")

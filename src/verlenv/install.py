@@ -71,7 +71,8 @@ def _runs(python: str) -> bool:
 def find_python(version: str) -> str:
     """An interpreter of the stack's Python (pyenv shims that cannot run it are skipped)."""
     candidates = [shutil.which(f"python{version}")]
-    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python{version}")), reverse=True)
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python{version}")),
+                         reverse=True)
     candidates += [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
     for c in filter(None, candidates):
         if _runs(c):
@@ -96,7 +97,8 @@ def default_python(variant: catalog.Variant, root: Path, purpose: str) -> str:
         return str(venv)
     if active:
         return str(Path(active[0]) / "bin" / "python")
-    raise UserError(f"no env to {purpose}: activate one, pass --python, or create {venv.parent.parent} (verlenv install)")
+    raise UserError(f"no env to {purpose}: activate one, pass --python, or create {venv.parent.parent} "
+                    "(verlenv install)")
 
 
 def installer_env() -> dict[str, str]:
@@ -149,7 +151,8 @@ def refuse_unfresh_lock(root: Path, variant: catalog.Variant) -> None:
     cat = catalog.Catalog(Path(root) / catalog.CATALOG_NAME, variant.stack.name, {variant.stack.name: variant.stack})
     problems = lock_mod.lock_problems(cat, variant, pins.machine_platform())
     if problems:
-        raise UserError(f"refusing to install: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise UserError(f"refusing to install: {problems[0]}"
+                        + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 
 
 def locked_lines(pins_: dict, names: list[str]) -> str:
@@ -161,7 +164,8 @@ def _clean_uv_cache(names: list[str]) -> None:
     """uv hard-links installed files to its cache, so a file changed in place is changed there too: drop
     those packages from the cache (the reinstall then reads the locked wheels afresh)."""
     try:
-        r = subprocess.run(["uv", "cache", "clean", *names], env=installer_env(), capture_output=True, text=True, timeout=60)
+        r = subprocess.run(["uv", "cache", "clean", *names], env=installer_env(), capture_output=True, text=True,
+                           timeout=60)
         ok = r.returncode == 0
     except subprocess.TimeoutExpired:
         ok = False
@@ -251,20 +255,22 @@ def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = (), 
             cmd = ["uv", "pip", "sync", "--python", str(python), "--require-hashes", "--strict", "--compile-bytecode",
                    str(requirements)]
             # The cache may hold the damaged files themselves (hard links): reinstall from the wheels, not from it.
-            cmd += [arg for name in reinstall for arg in ("--reinstall-package", name)] + (["--no-cache"] if reinstall else [])
+            cmd += ([arg for name in reinstall for arg in ("--reinstall-package", name)]
+                    + (["--no-cache"] if reinstall else []))
         elif reinstall:
             # pip reinstalls only what it is given: the damaged distributions' locked lines, hashes included.
             requirements = Path(tmp) / "reinstall.txt"
             requirements.write_text(locked_lines(pins_ or pins.read_lock(lock), reinstall))
-            cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input", "--force-reinstall",
-                   "--disable-pip-version-check", "-r", str(requirements)]
+            cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
+                   "--force-reinstall", "--disable-pip-version-check", "-r", str(requirements)]
         else:
             # The same lock through plain pip: --no-deps keeps pip from resolving anything itself.
             cmd = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
                    "--disable-pip-version-check", "-r", str(requirements)]
         r = subprocess.run(cmd, env=installer_env())
     if r.returncode != 0:
-        raise UserError(f"installing {lock.name} failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
+        raise UserError(f"installing {lock.name} failed (exit {r.returncode}); nothing was marked installed",
+                        exit_code=1)
 
 
 def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bool, python: str | None,
@@ -277,7 +283,8 @@ def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bo
             raise UserError("--conda given but no conda env is active; `conda activate` one or drop --conda")
         prefix = Path(os.environ["CONDA_PREFIX"])
         if not env_python(prefix).exists():
-            raise UserError(f"CONDA_PREFIX={prefix}: no conda env there (no bin/python); `conda activate` an env or drop --conda")
+            raise UserError(f"CONDA_PREFIX={prefix}: no conda env there (no bin/python); `conda activate` an env or "
+                            "drop --conda")
     else:
         prefix = validate.new_or_dir(prefix or root / f".venv-{variant.key}", "--prefix").absolute()
         python = validate.python(python, variant.stack.python) if python else None
@@ -357,8 +364,9 @@ def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Pa
     write_atomic(prefix / MARKER, json.dumps({"stack": variant.stack.name, "variant": variant.name,
                                               "lock": str(lock.relative_to(root)), "installer": installer,
                                               "install_seconds": round(seconds, 1),
-                                              "files_check": {"distributions": len(files["dists"]), "files": files["files"],
-                                                              "bytes": files["bytes"], "seconds": files["seconds"],
+                                              "files_check": {"distributions": len(files["dists"]),
+                                                              "files": files["files"], "bytes": files["bytes"],
+                                                              "seconds": files["seconds"],
                                                               "repaired": files["repaired"]}}, indent=2) + "\n")
     creating.unlink(missing_ok=True)
     print(f"installed {lock.name} into {prefix} with {installer} in {seconds:.1f} s", file=sys.stderr)

@@ -162,7 +162,8 @@ def damaged(entry: dict) -> str | None:
     """Why a distribution's files are not as installed, or None."""
     if entry["no_record"]:
         return "its RECORD is gone"
-    parts = [f"{entry[f'{kind}_count']} {kind}, e.g. {entry[kind][0]}" for kind in ("missing", "changed") if entry[f"{kind}_count"]]
+    parts = [f"{entry[f'{kind}_count']} {kind}, e.g. {entry[kind][0]}" for kind in ("missing", "changed")
+             if entry[f"{kind}_count"]]
     return "; ".join(parts) or None
 
 

@@ -178,7 +178,8 @@ def platform_problems(cat: catalog.Catalog, variant: catalog.Variant) -> list[st
         if diffs:
             problems.append(f"{_rel(cat, path)}: pins other versions than {reference.name} ({'; '.join(diffs[:5])}"
                             f"{f'; {len(diffs) - 5} more' if len(diffs) > 5 else ''}); one pip list in the env files "
-                            f"cannot serve both: change stacks.toml's pins or drop {platform} from the variant's platforms")
+                            f"cannot serve both: change stacks.toml's pins or drop {platform} from the variant's "
+                            "platforms")
     return problems
 
 
@@ -224,7 +225,8 @@ def _what_changed(old: dict, new: dict) -> str:
     added = [r for r in new_reqs if r not in old_reqs]
     removed = [r for r in old_reqs if r not in new_reqs]
     if added or removed:
-        return "stacks.toml's requirements changed (" + ", ".join([*(f"+{r}" for r in added), *(f"-{r}" for r in removed)]) + ")"
+        return ("stacks.toml's requirements changed ("
+                + ", ".join([*(f"+{r}" for r in added), *(f"-{r}" for r in removed)]) + ")")
     if old.get("uv_flags") != new["uv_flags"]:
         return f"its resolver flags changed (now: {' '.join(new['uv_flags'])})"
     if old.get("constraints") != new.get("constraints"):
@@ -267,12 +269,14 @@ def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.
     plan = _plan(cat, wanted)
     uv = uv_bin()
     # "uv 0.13.9": the build triple after it would differ between machines for the same lock.
-    uv_version = " ".join(subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout.split()[:2])
+    uv_version = " ".join(subprocess.run([uv, "--version"], capture_output=True, text=True,
+                                         check=True).stdout.split()[:2])
     texts: dict[tuple[str, str], str] = {}
 
     def base_text(v: catalog.Variant, platform: str) -> str | None:
         base = base_of(v)
-        return (texts.get((base.key, platform)) or pins.lock_path(cat.root, base, platform).read_text()) if base else None
+        return ((texts.get((base.key, platform)) or pins.lock_path(cat.root, base, platform).read_text())
+                if base else None)
 
     with tempfile.TemporaryDirectory(prefix="verlenv-lock-") as tmp:
         for v in plan:
@@ -385,7 +389,8 @@ def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, sho
 
     try:
         locked = parse_conda_lock_file(lockfile)
-    # pydantic's ValidationError and conda-lock's version errors are ValueErrors; a non-mapping is a Type/AttributeError.
+    # pydantic's ValidationError and conda-lock's version errors are ValueErrors; a non-mapping is a
+    # Type/AttributeError.
     except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
         return [f"{shown}: not a conda-lock file ({type(e).__name__}: {str(e).splitlines()[0]})"]
     spec = conda_layer.lock_spec(sources)

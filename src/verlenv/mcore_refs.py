@@ -199,7 +199,8 @@ def check_source(path: str, text: str, index: Index) -> list[Missing]:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in enums:
             mod, cls, members = enums[node.value.id]
             if node.attr not in members:
-                missing.append(Missing(path, node.lineno, f"{mod}.{cls}.{node.attr}", f"{cls} has no member {node.attr}"))
+                missing.append(Missing(path, node.lineno, f"{mod}.{cls}.{node.attr}",
+                                       f"{cls} has no member {node.attr}"))
     return missing
 
 

@@ -167,7 +167,8 @@ def parse(path: Path, data: dict) -> Table:
         packages[name] = Package(
             name=name,
             dists=_strings(row.get("dists"), f"{where}.dists", path) if "dists" in row else (name,),
-            objects=tuple((canonicalize_name(d), _strings(m, f"{where}.objects.{d}", path)) for d, m in objects.items()),
+            objects=tuple((canonicalize_name(d), _strings(m, f"{where}.objects.{d}", path))
+                          for d, m in objects.items()),
             required_by=required_by,
             intact=_strings(row.get("intact", []), f"{where}.intact", path),
             recorded=_strings(row.get("recorded", []), f"{where}.recorded", path),

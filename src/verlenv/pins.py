@@ -60,14 +60,16 @@ def parse_lock(text: str, source: str = "<lock>") -> dict[str, LockedPin]:
         try:
             req = Requirement(req_text.strip())
         except InvalidRequirement as e:
-            raise UserError(f"{source}:{lineno}: not a requirement: {req_text.strip()!r} ({str(e).splitlines()[0]})") from None
+            raise UserError(f"{source}:{lineno}: not a requirement: {req_text.strip()!r} "
+                            f"({str(e).splitlines()[0]})") from None
         specs = list(req.specifier)
         if req.url or len(specs) != 1 or specs[0].operator not in ("==", "==="):
             raise UserError(f"{source}:{lineno}: {req_text.strip()!r} is not an exact '==' pin")
         hashes = tuple(f"{m['algo']}:{m['digest']}" for m in _HASH.finditer(options))
         leftover = _HASH.sub("", options).strip()
         if leftover:
-            raise UserError(f"{source}:{lineno}: unexpected option {leftover.split()[0]!r}; only --hash=... may follow a pin")
+            raise UserError(f"{source}:{lineno}: unexpected option {leftover.split()[0]!r}; only --hash=... may "
+                            "follow a pin")
         name = canonicalize_name(req.name)
         if name in pins:
             raise UserError(f"{source}:{lineno}: {name} is pinned twice")

@@ -104,10 +104,12 @@ def pip_pins(variant: catalog.Variant, locks: dict[str, dict[str, pins.LockedPin
     if variant.extends is None:
         return [p.requirement for _, p in sorted(own.items())]
     base = locks[variant.extends]
-    clash = [f"{n} {base[n].version} vs {own[n].version}" for n in sorted(own) if n in base and base[n].version != own[n].version]
+    clash = [f"{n} {base[n].version} vs {own[n].version}" for n in sorted(own)
+             if n in base and base[n].version != own[n].version]
     if clash:
         raise UserError(f"{variant.key} and {variant.stack.name}-{variant.extends} lock different versions "
-                        f"({'; '.join(clash[:3])}); one conda-lock.yml cannot hold both: relock both with `verlenv lock`")
+                        f"({'; '.join(clash[:3])}); one conda-lock.yml cannot hold both: relock both with "
+                        "`verlenv lock`")
     return [p.requirement for n, p in sorted(own.items()) if n not in base]
 
 

@@ -48,7 +48,8 @@ def _table(data: dict, keys: tuple[str, ...], where: str) -> dict[str, Value]:
             try:
                 fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
             except ValueError as e:
-                raise UserError(f"{where}.{name}: {text!r} is not a template ({e}); write a literal brace as {{{{") from None
+                raise UserError(f"{where}.{name}: {text!r} is not a template ({e}); write a literal brace as "
+                                "{{") from None
             if unknown := [f for f in fields if f not in FIELDS]:
                 raise UserError(f"{where}.{name}: {{{unknown[0]}}} in {text!r}; fields: "
                                 + ", ".join(f"{{{f}}}" for f in FIELDS))

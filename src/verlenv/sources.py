@@ -50,7 +50,8 @@ def _sdist_url(package: str, version: str) -> tuple[str, str]:
         with urllib.request.urlopen(req, timeout=60) as r:
             index = json.load(r)
     except OSError as e:
-        raise UserError(f"cannot reach the package index for {package} ({e}); pass --source FILE to build offline") from None
+        raise UserError(f"cannot reach the package index for {package} ({e}); pass --source FILE to build "
+                        "offline") from None
     for f in index["files"]:
         if f["filename"].endswith((".tar.gz", ".zip")):
             try:

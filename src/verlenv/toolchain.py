@@ -230,7 +230,8 @@ def _prepend(value: str, existing: str | None) -> str:
 def host_compiler(env: dict[str, str]) -> tuple[str, str]:
     cxx = env.get("CUDAHOSTCXX") or env.get("CXX") or shutil.which("g++") or "g++"
     try:
-        version = subprocess.run([cxx, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True).stdout.strip()
+        version = subprocess.run([cxx, "-dumpfullversion", "-dumpversion"], capture_output=True,
+                                 text=True).stdout.strip()
     except OSError:
         raise UserError(f"no host C++ compiler ({cxx} not found); install gcc/g++ (conda: gxx, Debian: g++)") from None
     return cxx, version
@@ -361,7 +362,8 @@ def _explicit(root: Path, info: TorchInfo, want: str, cache_dir: Path, env: dict
         return _toolchain(given, root, reason, found, info, cache_dir, env, None)
     if exact_minor_for:
         raise UserError(f"{name} has nvcc {found[0]} but {exact_minor_for} needs nvcc {want} exactly, torch "
-                        f"{info.torch}'s CUDA (its build refuses another minor); {fix.format(toolkit=f'a {want} toolkit')}")
+                        f"{info.torch}'s CUDA (its build refuses another minor); "
+                        f"{fix.format(toolkit=f'a {want} toolkit')}")
     warning = minor_mismatch_warning(found[0], info.torch, want, why)
     return _toolchain(given, root, reason, found, info, cache_dir, env, warning)
 

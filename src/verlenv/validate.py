@@ -84,7 +84,8 @@ def python(path: str, version: str, option: str = "--python") -> str:
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     if not re.fullmatch(r"\d+\.\d+", out):
-        raise UserError(f"{option} {path}: not a Python interpreter (it does not run `python -c`); give Python {version}")
+        raise UserError(f"{option} {path}: not a Python interpreter (it does not run `python -c`); give Python "
+                        f"{version}")
     if out != version:
         raise UserError(f"{option} {path}: Python {out}; the stack needs Python {version}")
     return path
@@ -123,7 +124,8 @@ def writable_file(path: Path, option: str) -> Path:
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
             pass
     except OSError as e:
-        raise UserError(f"{option} {path}: cannot write there ({e.strerror}); give a path in a writable folder") from None
+        raise UserError(f"{option} {path}: cannot write there ({e.strerror}); give a path in a writable "
+                        "folder") from None
     return path
 
 
@@ -131,14 +133,16 @@ def new_or_dir(path: Path, option: str) -> Path:
     """A folder to create or reuse (an env prefix): never a file, and its first existing parent is a folder."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise UserError(f"{option} {path}: exists and is not a directory (a {_kind(path)}); give a new or existing folder")
+        raise UserError(f"{option} {path}: exists and is not a directory (a {_kind(path)}); give a new or "
+                        "existing folder")
     folder = _first_existing(path)
     if not folder.is_dir():
         raise UserError(f"{option} {path}: {folder} is not a directory; give a new or existing folder")
     try:
         tempfile.TemporaryDirectory(dir=folder, prefix=".verlenv-probe-").cleanup()
     except OSError as e:
-        raise UserError(f"{option} {path}: cannot create anything in {folder} ({e.strerror}); give a writable place") from None
+        raise UserError(f"{option} {path}: cannot create anything in {folder} ({e.strerror}); give a writable "
+                        "place") from None
     return path
 
 

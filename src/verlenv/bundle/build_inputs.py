@@ -77,8 +77,8 @@ def wanted(root: Path, variants: list[catalog.Variant], carried: dict[str, set[s
         if copy is not None:
             recipe.source.check_given(copy, f"--source {name}:")
         elif recipe.source.copy_needed:
-            raise UserError(f"--build-inputs: {name} is built from {recipe.source.describe(version)}, which a bundle takes "
-                            f"from a local copy; pass --source {name}=<{recipe.source.copy_needed}>")
+            raise UserError(f"--build-inputs: {name} is built from {recipe.source.describe(version)}, which a bundle "
+                            f"takes from a local copy; pass --source {name}=<{recipe.source.copy_needed}>")
         out.append(Wanted(recipe, version, tuple(serves), copy))
     return out
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging import tags
-from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename,
-                             parse_wheel_filename)
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from verlenv.errors import UserError
@@ -153,7 +152,8 @@ def needs_glibc(filename: str) -> str | None:
     return f"2.{min(found)}" if found else None
 
 
-def resolve(pins: list[LockedPin], platform: str, python: str, glibc: str = GLIBC, workers: int = 8) -> list[RemoteFile]:
+def resolve(pins: list[LockedPin], platform: str, python: str, glibc: str = GLIBC,
+            workers: int = 8) -> list[RemoteFile]:
     wanted = target_tags(platform, python, glibc)
     with ThreadPoolExecutor(workers) as pool:
         listed = list(pool.map(release_files, pins))
@@ -186,7 +186,8 @@ def _download(f: RemoteFile, advance) -> Path:
                     done += len(chunk)
                     advance(len(chunk))
             if h.hexdigest() != f.sha256:
-                raise UserError(f"{f.filename}: downloaded sha256 {h.hexdigest()} is not the lock's {f.sha256}", exit_code=1)
+                raise UserError(f"{f.filename}: downloaded sha256 {h.hexdigest()} is not the lock's {f.sha256}",
+                                exit_code=1)
             final = folder / f.sha256
             os.replace(tmp, final)
             return final
@@ -203,9 +204,8 @@ def _download(f: RemoteFile, advance) -> Path:
 
 def fetch_all(files: list[RemoteFile], workers: int = 8) -> dict[str, Path]:
     """{sha256: cached path} for every file; only missing or corrupt ones are downloaded, in parallel."""
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
     from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     have = {f.sha256: p for f in files if (p := cached(f.sha256))}
     todo = [f for f in files if f.sha256 not in have]

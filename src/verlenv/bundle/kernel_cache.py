@@ -29,7 +29,8 @@ def files(folder: Path) -> list[Path]:
     # A link may point outside the folder: only real files travel.
     found = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
     if not found:
-        raise UserError(f"--kernel-cache {folder}: holds no files; run the workload once to fill it, or drop the option")
+        raise UserError(f"--kernel-cache {folder}: holds no files; run the workload once to fill it, or drop the "
+                        "option")
     return found
 
 
@@ -47,7 +48,8 @@ def unpack(tar_path: Path, into: Path) -> int:
     """Extract the cache into `into` (made if missing; files already there with the same name are replaced).
     Extracted beside it first, so a failure leaves `into` as it was. The number of files placed."""
     if not hasattr(tarfile, "data_filter"):
-        raise UserError("--kernel-cache-into needs Python >= 3.11.4 (tarfile's safe extraction); run it with the stack's Python")
+        raise UserError("--kernel-cache-into needs Python >= 3.11.4 (tarfile's safe extraction); run it with the "
+                        "stack's Python")
     into = Path(into).absolute()
     if into.exists() and not into.is_dir():
         raise UserError(f"--kernel-cache-into {into}: exists and is not a folder")

@@ -63,7 +63,8 @@ def read_freeze(path: Path) -> dict[str, str]:
     return out
 
 
-def subtract_base(pins: dict[str, LockedPin], base: dict[str, str]) -> tuple[list[LockedPin], list[LockedPin], list[str]]:
+def subtract_base(pins: dict[str, LockedPin],
+                  base: dict[str, str]) -> tuple[list[LockedPin], list[LockedPin], list[str]]:
     """(pins to bundle, pins the base has at the same version, notes on same-named pins it has otherwise).
 
     A local version is a different build (torch 2.11.0+cu130 from the PyTorch index is not PyPI's 2.11.0),
@@ -94,7 +95,8 @@ def tool_pins() -> list[LockedPin]:
         try:
             out.append(LockedPin(canonicalize_name(name), metadata.version(name), hashes=()))
         except metadata.PackageNotFoundError:
-            raise UserError(f"{name} is not installed next to verlenv; reinstall verlenv (`pip install -e .`)") from None
+            raise UserError(f"{name} is not installed next to verlenv; reinstall verlenv "
+                            "(`pip install -e .`)") from None
     return out
 
 
@@ -123,8 +125,8 @@ def find_built(wheelhouse: Path, name: str, version: str | None, torch: str, cud
             continue
         if commit is not None and not str(inputs.get("source", "")).startswith(f"git:{commit}:"):
             continue
-        if not ((version is None or inputs.get("version") == version) and same_torch and inputs.get("python_tag") == python_tag
-                and str(inputs.get("cuda", "")).startswith(cuda)):
+        if not ((version is None or inputs.get("version") == version) and same_torch
+                and inputs.get("python_tag") == python_tag and str(inputs.get("cuda", "")).startswith(cuda)):
             continue
         have = set(inputs.get("archs", []))
         if archs is not None and have and not set(archs) <= have:
@@ -158,10 +160,10 @@ def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: 
         commit = build.url.rpartition("@")[2] if build.url else None
         hit = find_built(wheelhouse, build.name, build.version, torch, variant.stack.cuda, tag, archs, commit=commit)
         if hit is None:
-            raise UserError(f"no cached {build.name} {build.version or commit} wheel for torch {torch}, CUDA {variant.stack.cuda}, "
-                            f"{tag}, archs {';'.join(archs)} in {wheelhouse}; make it with "
-                            f"`verlenv build {build.name} --stack {variant.stack.name} --variant {variant.name} --archs '{';'.join(archs)}' "
-                            f"--wheelhouse {wheelhouse}`, or pass --no-built")
+            raise UserError(f"no cached {build.name} {build.version or commit} wheel for torch {torch}, "
+                            f"CUDA {variant.stack.cuda}, {tag}, archs {';'.join(archs)} in {wheelhouse}; make it with "
+                            f"`verlenv build {build.name} --stack {variant.stack.name} --variant {variant.name} "
+                            f"--archs '{';'.join(archs)}' --wheelhouse {wheelhouse}`, or pass --no-built")
         out.append(hit)
     return out
 
@@ -179,15 +181,16 @@ def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:
         if python.replace(".", "").isdigit():
             python = find_python(python)  # a version: a runnable interpreter of it (pyenv shims may not run)
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
-        r = subprocess.run(["uv", "build", "--wheel", "--python", python, "--out-dir", str(Path(tmp) / "out"), str(src)],
-                           env=env, capture_output=True, text=True)
+        r = subprocess.run(["uv", "build", "--wheel", "--python", python, "--out-dir", str(Path(tmp) / "out"),
+                            str(src)], env=env, capture_output=True, text=True)
         built = sorted((Path(tmp) / "out").glob("*.whl"))
         if r.returncode != 0 or len(built) != 1:
             raise UserError(f"building a wheel from {f.filename} failed (exit {r.returncode}): "
                             f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}", exit_code=1)
         wheel_tags = parse_wheel_filename(built[0].name)[3]
         if not all(t.abi == "none" and t.platform == "any" for t in wheel_tags):
-            raise UserError(f"{f.filename} builds a platform wheel ({built[0].name}); it must be built on the target", exit_code=1)
+            raise UserError(f"{f.filename} builds a platform wheel ({built[0].name}); it must be built on the target",
+                            exit_code=1)
         (Path(tmp) / "out").rename(folder)
     return sorted(folder.glob("*.whl"))[0]
 
@@ -258,7 +261,8 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
         dry_run(remote, tool_files, dropped)
         if kernel_cache:
             found = kcache.files(kernel_cache)
-            print(f"kernel cache {kernel_cache}: {len(found)} files, {sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
+            print(f"kernel cache {kernel_cache}: {len(found)} files, "
+                  f"{sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
         for w in sources:
             print(f"build input: {w.recipe.package} {w.version} ({w.recipe.source.describe(w.version)})")
         if toolkit:

@@ -86,12 +86,14 @@ def check(bundle: Path, variant: str | None = None, expected_lock: Path | None =
     if not lock.is_file() or sha256_file(lock) != locked["sha256"]:
         raise UserError(f"{lock}: missing or not the lock the manifest names (sha256 differs)", exit_code=1)
     if expected_lock is not None and sha256_file(expected_lock) != locked["sha256"]:
-        raise UserError(f"the bundle was made from another lock than {expected_lock}; rebundle from this checkout", exit_code=1)
+        raise UserError(f"the bundle was made from another lock than {expected_lock}; rebundle from this checkout",
+                        exit_code=1)
     pins = read_lock(lock)
     listed = {e["file"] for e in manifest["files"] if e["file"]}
     present = {str(p.relative_to(bundle)) for d in _FOLDERS if (bundle / d).is_dir() for p in (bundle / d).iterdir()}
     if extra := sorted(present - listed):
-        raise UserError(f"{bundle / extra[0]}: not in the manifest ({len(extra)} such files); the bundle was altered", exit_code=1)
+        raise UserError(f"{bundle / extra[0]}: not in the manifest ({len(extra)} such files); the bundle was altered",
+                        exit_code=1)
     covered = {}
     for e in manifest["files"]:
         name, version, origin = e["distribution"], e["version"], e["origin"]
@@ -107,8 +109,8 @@ def check(bundle: Path, variant: str | None = None, expected_lock: Path | None =
                 raise UserError(f"{e['file']}: sha256 {sha} is not among {lock.name}'s hashes for {name}", exit_code=1)
             covered[name] = origin
     if missing := sorted(set(pins) - set(covered)):
-        raise UserError(f"the bundle lacks {len(missing)} of the lock's pins ({', '.join(missing[:5])}); it is incomplete",
-                        exit_code=1)
+        raise UserError(f"the bundle lacks {len(missing)} of the lock's pins ({', '.join(missing[:5])}); it is "
+                        "incomplete", exit_code=1)
     return manifest
 
 
@@ -117,7 +119,8 @@ def check_glibc(python: str, manifest: dict) -> None:
     needs = (manifest.get("glibc") or {}).get("needs")
     if not needs:
         return
-    out = subprocess.run([python, "-c", "import os; print(os.confstr('CS_GNU_LIBC_VERSION'))"], capture_output=True, text=True)
+    out = subprocess.run([python, "-c", "import os; print(os.confstr('CS_GNU_LIBC_VERSION'))"], capture_output=True,
+                         text=True)
     have = out.stdout.split()[-1] if out.returncode == 0 and out.stdout.split() else "unknown"
     if have == "unknown" or tuple(map(int, have.split("."))) < tuple(map(int, needs.split("."))):
         raise UserError(f"the bundle's wheels need glibc >= {needs}, the target {python} has {have}; "
@@ -135,8 +138,8 @@ def check_base(python: str, manifest: dict, variant: str) -> None:
     found = json.loads(out.stdout)
     bad = [f"{n} {v} (found {found[n] or 'nothing'})" for n, v in base.items() if found[n] != v]
     if bad:
-        raise UserError(f"the target {python} lacks {len(bad)} of the bundle's base distributions: {', '.join(bad[:3])}; "
-                        f"install into the env the --base freeze came from")
+        raise UserError(f"the target {python} lacks {len(bad)} of the bundle's base distributions: "
+                        f"{', '.join(bad[:3])}; install into the env the --base freeze came from")
 
 
 def env_files(manifest: dict, variant: str) -> list[dict]:
@@ -164,8 +167,9 @@ def repair(python: str, manifest: dict, variant: str, install_cmd: list[str]) ->
     names = sorted({e["distribution"] for e in env_files(manifest, variant)})
     scan = installed_files.check(python, names, record=True)  # verify then hashes only what changed
     damaged = {name: why for name, entry in scan["dists"].items() if (why := installed_files.damaged(entry))}
-    print(f"checked {len(scan['dists'])} distributions, {scan['files']} files against their RECORDs in {scan['seconds']:.1f} s"
-          + (f": {len(damaged)} differ" if damaged else ": all as installed"), file=sys.stderr)
+    print(f"checked {len(scan['dists'])} distributions, {scan['files']} files against their RECORDs in "
+          f"{scan['seconds']:.1f} s" + (f": {len(damaged)} differ" if damaged else ": all as installed"),
+          file=sys.stderr)
     if damaged:
         for name, why in sorted(damaged.items()):
             print(f"  {name}: {why}; reinstalling it from the bundle", file=sys.stderr)
@@ -201,7 +205,8 @@ def install(folder: Path, prefix: Path | None = None, conda: bool = False, pytho
     else:
         env_prefix = prefix.absolute()
         if has_base and not plain.env_python(env_prefix).exists():
-            raise UserError("the bundle leaves distributions to a base env; install into that env (--python PY or --conda)")
+            raise UserError("the bundle leaves distributions to a base env; install into that env (--python PY or "
+                            "--conda)")
         created = not plain.env_python(env_prefix).exists()
         if created:
             plain.create_venv(env_prefix, python or plain.find_python(manifest["python"]))
@@ -218,7 +223,8 @@ def install(folder: Path, prefix: Path | None = None, conda: bool = False, pytho
             cmd = installer_command(target, reqs, bundle / "wheels", exact=not has_base, system=bool(into))
             r = subprocess.run(cmd, env=plain.installer_env())
             if r.returncode != 0:
-                raise UserError(f"installing the bundle failed (exit {r.returncode}); nothing was marked installed", exit_code=1)
+                raise UserError(f"installing the bundle failed (exit {r.returncode}); nothing was marked installed",
+                                exit_code=1)
             files = repair(target, manifest, variant, cmd)
     except BaseException:
         if created:

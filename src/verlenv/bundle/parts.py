@@ -131,7 +131,8 @@ def check(folder: Path) -> list[Path]:
     sums = _read_sums(folder)
     expected = [PART.format(i) for i in range(1, index["parts"] + 1)]
     if [name for name, _ in sums] != expected:
-        raise PartsError(f"{folder / SUMS} does not list parts 1..{index['parts']} in order; the parts were renamed or reordered")
+        raise PartsError(f"{folder / SUMS} does not list parts 1..{index['parts']} in order; the parts were renamed "
+                         "or reordered")
     whole = hashlib.sha256()
     paths = []
     for name, digest in sums:

@@ -88,7 +88,8 @@ def abi_fingerprints(source_builds: list[str], path: list[str] | None = None) ->
         text = found[0].read_text("direct_url.json")
         url = json.loads(text).get("url", "") if text else ""
         parts = url.rstrip("/").split("/")
-        out[f"abi:{name}"] = parts[-2] if len(parts) >= 3 and canon(parts[-3]) == name else f"not from the wheel cache: {url or 'no direct_url'}"
+        out[f"abi:{name}"] = (parts[-2] if len(parts) >= 3 and canon(parts[-3]) == name
+                              else f"not from the wheel cache: {url or 'no direct_url'}")
     return out
 
 
@@ -130,12 +131,14 @@ def nccl_net_plugins(environ: dict) -> str:
         ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         ldconfig = ""
-    found |= {line.rsplit("=>", 1)[1].strip() for line in ldconfig.splitlines() if "libnccl-net" in line and "=>" in line}
+    found |= {line.rsplit("=>", 1)[1].strip() for line in ldconfig.splitlines()
+              if "libnccl-net" in line and "=>" in line}
     return ", ".join(sorted(found)) or "none"
 
 
 def jit_caches(environ: dict) -> dict[str, str]:
-    """Where each JIT compiler caches, and whether the worker can write there (a read-only cache recompiles, or fails)."""
+    """Where each JIT compiler caches, and whether the worker can write there (a read-only cache recompiles, or
+    fails)."""
     home = os.path.expanduser("~")
     xdg = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     user = environ.get("USER") or str(os.getuid())

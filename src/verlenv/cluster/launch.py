@@ -131,7 +131,8 @@ def write_or_fallback(path: Path, text: str, option: str, started: datetime) -> 
         write_atomic(path, text)
         return path
     except OSError as e:
-        fallback = Path(tempfile.gettempdir()) / f"verlenv-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}-{Path(path).name}"
+        fallback = (Path(tempfile.gettempdir())
+                    / f"verlenv-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}-{Path(path).name}")
         write_atomic(fallback, text)
         print(f"verlenv verify: {option} {path}: cannot write it ({e.strerror}); the report is at {fallback}",
               file=sys.stderr)

@@ -70,7 +70,8 @@ def uneven(gpus: dict[str, int], names: dict[str, str]) -> str | None:
 
 
 def worker_env(job_env_vars: dict | None) -> dict[str, str]:
-    """What every verl worker gets through verl's runtime_env: the check's settings, then the job's own (--runtime-env)."""
+    """What every verl worker gets through verl's runtime_env: the check's settings, then the job's own
+    (--runtime-env)."""
     return {**check_module().NCCL_DEFAULTS, **WORKER_ENV, **{k: str(v) for k, v in (job_env_vars or {}).items()}}
 
 
@@ -259,7 +260,8 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, options, variant, f
     weights = next((r for r in found.values() if "error" not in r), None)
     steps = check.parse_metrics(texts)
     metrics, problems = check.judge(steps, None if weights is None else
-                                    {k: weights[k] for k in ("weights_rel_change", "tensors_changed", "tensors_compared")})
+                                    {k: weights[k]
+                                     for k in ("weights_rel_change", "tensors_changed", "tensors_compared")})
     if code is None:
         problems.insert(0, f"verl's trainer did not finish in {spec.get('trainer_s', TIMEOUT_S):g} s")
     elif code != 0:

@@ -42,7 +42,8 @@ def _main(args) -> int:
     bundle = offline.open_bundle(Path(args.bundle)) if args.bundle else None
     manifest = offline.read_manifest(bundle) if bundle else None
     variant = _bundle_variant(cat, bundle, manifest, args) if bundle else cat.variant(args.stack, args.variant)
-    python = validate.interpreter(args.python) if args.python else os.path.abspath(default_python(variant, cat.root, "build in"))
+    python = (validate.interpreter(args.python) if args.python
+              else os.path.abspath(default_python(variant, cat.root, "build in")))
     packages = args.packages or [b.name for b in variant.source_builds]
     wanted = [recipes.load(cat.root, package) for package in packages]
     _check_inputs(args, wanted)
@@ -64,7 +65,8 @@ def _main(args) -> int:
         results.append(result)
     if args.json:
         write_atomic(args.json, json.dumps([{"package": r.package, "wheel": str(r.wheel), "fingerprint": r.fingerprint,
-                                             "cached": r.cached, "record": r.record} for r in results], indent=2) + "\n")
+                                             "cached": r.cached, "record": r.record} for r in results],
+                                           indent=2) + "\n")
     return 0
 
 

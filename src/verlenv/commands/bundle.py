@@ -14,23 +14,32 @@ def register(sub) -> None:
     p = sub.add_parser("bundle", help="collect every file a locked variant needs into a folder for offline installs")
     p.add_argument("--stack", help="stack (default: the catalog's default)")
     p.add_argument("--variant", action="append", metavar="VARIANT",
-                   help="a variant of the stack (default: fsdp; stacks.toml names them, e.g. megatron, sglang); repeat for "
-                        "one bundle of several variants (shared files carried once)")
+                   help="a variant of the stack (default: fsdp; stacks.toml names them, e.g. megatron, sglang); "
+                        "repeat for one bundle of several variants (shared files carried once)")
     p.add_argument("--platform", default=pins.LOCK_PLATFORM, help="linux-64 (default) or linux-aarch64")
-    p.add_argument("--glibc", default=fetch.GLIBC, help=f"the target's glibc: wheels needing a newer one are not taken (default {fetch.GLIBC})")
+    p.add_argument("--glibc", default=fetch.GLIBC,
+                   help=f"the target's glibc: wheels needing a newer one are not taken (default {fetch.GLIBC})")
     p.add_argument("--out", type=Path, help="bundle folder (default: bundles/<stack>-<variant>[+<variant>].<platform>)")
-    p.add_argument("--split", metavar="SIZE", help="also write the bundle as parts of SIZE (e.g. 56MiB) into OUT.parts/")
-    p.add_argument("--base", type=Path, metavar="FREEZE", help="pip freeze of the target: leave out what it has at the locked version")
+    p.add_argument("--split", metavar="SIZE",
+                   help="also write the bundle as parts of SIZE (e.g. 56MiB) into OUT.parts/")
+    p.add_argument("--base", type=Path, metavar="FREEZE",
+                   help="pip freeze of the target: leave out what it has at the locked version")
     p.add_argument("--dry-run", action="store_true", help="list what would be fetched, with sizes; download nothing")
-    p.add_argument("--no-built", action="store_true", help="leave out the source-built wheels (flash-attn, apex, TE torch, Megatron-Bridge)")
+    p.add_argument("--no-built", action="store_true",
+                   help="leave out the source-built wheels (flash-attn, apex, TE torch, Megatron-Bridge)")
     p.add_argument("--without", action="append", default=[], metavar="NAME",
-                   help="leave out this one source-built wheel, e.g. apex when the nodes build it themselves (repeatable)")
-    p.add_argument("--gpu", action="append", help="source-built wheels must cover this GPU: a100, h100, h200 (repeatable; default: the stack's gpu_archs)")
+                   help="leave out this one source-built wheel, e.g. apex when the nodes build it themselves "
+                        "(repeatable)")
+    p.add_argument("--gpu", action="append",
+                   help="source-built wheels must cover this GPU: a100, h100, h200 (repeatable; default: the stack's "
+                        "gpu_archs)")
     p.add_argument("--archs", help="source-built wheels must cover these archs, e.g. '8.0;9.0' (overrides --gpu)")
-    p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
+    p.add_argument("--wheelhouse", type=Path,
+                   default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
                    help="the wheel cache `verlenv build` fills")
     p.add_argument("--kernel-cache", type=Path, metavar="DIR",
-                   help="also carry this prebuilt kernel cache folder (Triton's, FlashInfer's); install --kernel-cache-into unpacks it")
+                   help="also carry this prebuilt kernel cache folder (Triton's, FlashInfer's); install "
+                        "--kernel-cache-into unpacks it")
     p.add_argument("--build-inputs", action="store_true",
                    help="also carry the verified source of every source build whose wheel is left out (--no-built, "
                         "--without), for `verlenv build` on nodes that reach no index")
@@ -50,7 +59,8 @@ def _main(args) -> int:
     stack = variants[0].stack
     for variant in variants:
         if args.platform not in variant.platforms:
-            raise UserError(f"{variant.key} is not locked for {args.platform}; it is locked for: {', '.join(variant.platforms)}")
+            raise UserError(f"{variant.key} is not locked for {args.platform}; it is locked for: "
+                            f"{', '.join(variant.platforms)}")
         if fetch.glibc_minor(args.glibc) < fetch.glibc_minor(variant.glibc):
             raise UserError(f"--glibc {args.glibc}: {variant.key} is locked for glibc >= {variant.glibc} (its wheels "
                             f"need it); give --glibc {variant.glibc} or newer, or another variant")
@@ -79,7 +89,8 @@ def _main(args) -> int:
                    for v in variants}
         sources = build_inputs.wanted(cat.root, variants, carried, build_inputs.parse_given(args.source))
         if not sources:
-            print("note: --build-inputs: the bundle carries every source-built wheel; no source to carry", file=sys.stderr)
+            print("note: --build-inputs: the bundle carries every source-built wheel; no source to carry",
+                  file=sys.stderr)
     archs = ([a.strip() for a in args.archs.split(";")] if args.archs
              else gpus.archs_for(args.gpu) if args.gpu else list(stack.gpu_archs))
     built, notes = {}, {}
@@ -91,8 +102,8 @@ def _main(args) -> int:
             built[v.name], notes[v.name] = [], "left out (--no-built)"
         else:
             left = sorted(b.name for b in v.source_builds if b.name in args.without)
-            built[v.name] = [] if args.dry_run else make.built_wheels(v, locks[v.name], args.wheelhouse.absolute(), archs,
-                                                                      only=[b.name for b in wanted])
+            built[v.name] = [] if args.dry_run else make.built_wheels(v, locks[v.name], args.wheelhouse.absolute(),
+                                                                      archs, only=[b.name for b in wanted])
             notes[v.name] = "included" if not left else f"included but {', '.join(left)} (left out: --without)"
     out = args.out or cat.root / "bundles" / f"{stack.name}-{'+'.join(names)}.{args.platform}"
     manifest = make.make(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,

@@ -6,10 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from verlenv.doctor import facts as facts_mod
-from verlenv.doctor import logs, matcher, probes
-from verlenv.commands import add_env_options
 from verlenv.catalog import VARIANT_HELP
+from verlenv.commands import add_env_options
+from verlenv.doctor import facts as facts_mod, logs, matcher, probes
 from verlenv.errors import UserError
 
 
@@ -37,7 +36,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON for tools")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="probe every alive node of a Ray cluster (auto, HOST:PORT or ray://...) and compare them")
-    p.add_argument("--node-timeout", type=float, default=600.0, help="with --ray: seconds before a node is reported as hung")
+    p.add_argument("--node-timeout", type=float, default=600.0,
+                   help="with --ray: seconds before a node is reported as hung")
     p.set_defaults(func=handle)
 
 
@@ -118,7 +118,8 @@ def _default_python(args) -> str:
         cat = catalog.load()
     except UserError:
         return sys.executable
-    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)  # a bad --stack/--variant is the user's error
+    # A bad --stack/--variant is the user's error.
+    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)
     try:
         return default_python(variant, cat.root, "doctor")
     except UserError:

@@ -18,9 +18,11 @@ def register(sub) -> None:
                     variant_help=VARIANT_HELP + "; with --bundle, the bundle's variant (needed when it holds several)")
     p.add_argument("--prefix", type=Path, help="venv to create or update (default: .venv-<stack>-<variant>)")
     p.add_argument("--conda", action="store_true", help="install into the active conda env instead of a venv")
-    p.add_argument("--installer", choices=("uv", "pip"), default="uv", help="uv (default) or plain pip, on the same lock")
+    p.add_argument("--installer", choices=("uv", "pip"), default="uv",
+                   help="uv (default) or plain pip, on the same lock")
     p.add_argument("--bundle", type=Path, metavar="DIR",
-                   help="install offline from a `verlenv bundle` folder (or its parts); with --python alone, into that interpreter's env")
+                   help="install offline from a `verlenv bundle` folder (or its parts); with --python alone, into "
+                        "that interpreter's env")
     p.add_argument("--kernel-cache-into", type=Path, metavar="DIR",
                    help="with --bundle: unpack the bundle's kernel cache into DIR (e.g. ~/.triton/cache)")
     p.set_defaults(func=_main)
@@ -58,7 +60,8 @@ def _install_bundle(args) -> int:
     prefix = args.prefix or cat.root / f".venv-{variant.key}"
     keep = []
     carried = {e["distribution"] for e in offline.env_files(manifest, variant.name) if e["origin"] == "built"}
-    if carried != {b.name for b in variant.source_builds} and not into and install.env_python(prefix.absolute()).exists():
+    if (carried != {b.name for b in variant.source_builds} and not into
+            and install.env_python(prefix.absolute()).exists()):
         # What the bundle leaves out (--no-built, --without) and the env's own builds hold is kept through the sync.
         keep = [line for line in install.kept_source_builds(install.env_python(prefix.absolute()), variant)
                 if line.split(" @ ")[0] not in carried]

@@ -8,7 +8,8 @@ from verlenv.errors import UserError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("lock", help="re-resolve the pip locks, re-render the env files, write conda-lock.yml; or --check them")
+    p = sub.add_parser("lock",
+                       help="re-resolve the pip locks, re-render the env files, write conda-lock.yml; or --check them")
     p.add_argument("--catalog", type=Path, default=None, help="stacks.toml to read (default: the project's)")
     p.add_argument("--stack", help="lock only this stack (default: all)")
     p.add_argument("--variant", help="lock only this variant (default: all); a stale base variant is relocked too")

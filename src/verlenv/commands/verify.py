@@ -150,7 +150,8 @@ def _runtime_env(path: Path | None) -> dict:
     except ValueError as e:
         raise UserError(f"--runtime-env {path}: not JSON ({e})") from None
     if not isinstance(data, dict):
-        raise UserError(f"--runtime-env {path}: must be a JSON object (a Ray runtime_env, e.g. {{\"env_vars\": {{...}}}})")
+        raise UserError(f"--runtime-env {path}: must be a JSON object (a Ray runtime_env, e.g. "
+                        "{\"env_vars\": {...}})")
     return data
 
 

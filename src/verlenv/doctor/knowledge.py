@@ -99,7 +99,8 @@ def parse(data: dict, path: Path) -> tuple[Failure, ...]:
         except KeyError as e:
             raise UserError(f"{path}: {where}: missing key {e.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as e:
-            raise UserError(f"{path}: {where}: malformed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+            raise UserError(f"{path}: {where}: malformed "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
         if fid in seen:
             raise UserError(f"{path}: {where}: duplicate id {fid!r}")
         seen.add(fid)

@@ -189,7 +189,8 @@ def diagnose_file(path: Path, name: str) -> tuple[list[Diagnosis], Note | None]:
     try:
         f = open(path, "rb")
     except OSError as e:
-        why = "vanished before it was read" if isinstance(e, FileNotFoundError) else f"cannot be read ({e.strerror or e})"
+        why = ("vanished before it was read" if isinstance(e, FileNotFoundError)
+               else f"cannot be read ({e.strerror or e})")
         return [], Note(name, "skipped", why)
     matcher = None  # made after the binary test: a tree of libraries needs none
     with f:

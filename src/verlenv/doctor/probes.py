@@ -19,8 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from verlenv import catalog as catalog_mod
-from verlenv import pins
+from verlenv import catalog as catalog_mod, pins
 from verlenv.doctor import node_probes, symbols
 from verlenv.doctor.facts import EnvFacts
 from verlenv.doctor.probe_result import ProbeResult, ok, problem, skipped, warning
@@ -85,21 +84,24 @@ def probe_driver(driver: str | None, gpus: list[str], source: str, stack, cat) -
     have, need = _version(driver), _version(stack.min_driver)
     if have is None:
         return skipped(name, f"cannot read driver version {driver!r} ({source})")
-    details = {"driver": driver, "source": source, "stack": stack.name, "cuda": stack.cuda, "min_driver": stack.min_driver, "gpus": gpus}
+    details = {"driver": driver, "source": source, "stack": stack.name, "cuda": stack.cuda,
+               "min_driver": stack.min_driver, "gpus": gpus}
     if have >= need:
-        return ok(name, f"driver {driver} >= {stack.min_driver} needed by CUDA {stack.cuda} (stack {stack.name})", **details)
+        return ok(name, f"driver {driver} >= {stack.min_driver} needed by CUDA {stack.cuda} (stack {stack.name})",
+                  **details)
     others = [s.name for s in cat.stacks.values() if s is not stack and (_version(s.min_driver) or need) <= have]
     datacenter = any(DATACENTER_GPU.search(g) for g in gpus)
     major, minor = stack.cuda.split(".")[:2]
     fix = [f"install NVIDIA driver >= {stack.min_driver}"]
-    compat = f"apt install cuda-compat-{major}-{minor} and put /usr/local/cuda-{stack.cuda}/compat first on LD_LIBRARY_PATH"
+    compat = (f"apt install cuda-compat-{major}-{minor} and put /usr/local/cuda-{stack.cuda}/compat first on "
+              "LD_LIBRARY_PATH")
     if datacenter:
         fix.append(f"this is a datacenter GPU: CUDA forward compatibility works: {compat}")
     elif not gpus:
         fix.append(f"on datacenter GPUs (A100/H100/H200) CUDA forward compatibility works: {compat}")
     fix += [f"or use stack {o}: verlenv install --stack {o} --variant fsdp" for o in others]
-    return problem(name, f"driver {driver} is older than {stack.min_driver}, which CUDA {stack.cuda} (stack {stack.name}) needs",
-                   "F15", fix, **details)
+    return problem(name, f"driver {driver} is older than {stack.min_driver}, which CUDA {stack.cuda} "
+                         f"(stack {stack.name}) needs", "F15", fix, **details)
 
 
 
@@ -128,15 +130,16 @@ def probe_nvcc_vs_torch(torch_cuda: str | None, nvcc: Path | None, have_torch: b
     if torch_cuda is None:
         return skipped(name, "this torch is a CPU build (torch.version.cuda is None)")
     if nvcc is None:
-        return skipped(name, "no nvcc (CUDA_HOME unset, none on PATH or in site-packages); building flash-attn/apex/TE needs one: verlenv toolchain")
+        return skipped(name, "no nvcc (CUDA_HOME unset, none on PATH or in site-packages); building "
+                             "flash-attn/apex/TE needs one: verlenv toolchain")
     release = nvcc_release(nvcc)
     if release is None:
         return problem(name, f"{nvcc} --version did not report a release", "F4", nvcc=str(nvcc))
     tmaj, tmin = torch_cuda.split(".")[:2]
     if release.split(".")[:2] == [tmaj, tmin]:
         return ok(name, f"nvcc {release} ({nvcc}) == torch CUDA {torch_cuda}", nvcc=str(nvcc), release=release)
-    return problem(name, f"nvcc {release} ({nvcc}) differs from torch CUDA {torch_cuda}; apex refuses any major.minor difference",
-                   "F5", nvcc=str(nvcc), release=release, torch_cuda=torch_cuda)
+    return problem(name, f"nvcc {release} ({nvcc}) differs from torch CUDA {torch_cuda}; apex refuses any "
+                         "major.minor difference", "F5", nvcc=str(nvcc), release=release, torch_cuda=torch_cuda)
 
 
 def probe_host_compiler(nvcc: Path | None, environ: dict) -> ProbeResult:
@@ -162,7 +165,8 @@ def probe_host_compiler(nvcc: Path | None, environ: dict) -> ProbeResult:
     first = next((line.strip() for line in output.splitlines() if "error" in line.lower()), output.strip()[:200])
     known = diagnose_text(output)
     failure_id = known[0].id if known else "F4"
-    return problem(name, f"nvcc cannot compile a trivial kernel with {host}: {first}", failure_id, host=host, nvcc=str(nvcc))
+    return problem(name, f"nvcc cannot compile a trivial kernel with {host}: {first}", failure_id, host=host,
+                   nvcc=str(nvcc))
 
 
 
@@ -183,8 +187,8 @@ def probe_apex(facts: EnvFacts) -> ProbeResult:
                        version=dist.version, init=str(init))
     extensions = sorted({f.split(".")[0] for f in files if f.endswith(".so")})
     if not {"amp_C", "fused_layer_norm_cuda"} & set(extensions):
-        return problem(name, f"NVIDIA apex {dist.version} has no CUDA extensions (no amp_C / fused_layer_norm_cuda)", "F6b",
-                       version=dist.version, extensions=extensions)
+        return problem(name, f"NVIDIA apex {dist.version} has no CUDA extensions (no amp_C / fused_layer_norm_cuda)",
+                       "F6b", version=dist.version, extensions=extensions)
     return ok(name, f"NVIDIA apex {dist.version} with {len(extensions)} compiled extensions", extensions=extensions)
 
 
@@ -253,12 +257,14 @@ def probe_torch_extensions(facts: EnvFacts) -> ProbeResult:
         # Show the symbol that says most: one whose std::string ABI tells how the extension was built.
         hints = {n: symbols.abi_hint(n, readable.get(n)) for n in names[:20]}
         first = next((n for n, h in hints.items() if "ABI" in h), names[0])
-        lines.append(f"{so}: {len(names)} missing, e.g. {readable.get(first, first)} ({hints.get(first) or symbols.abi_hint(first)})")
+        lines.append(f"{so}: {len(names)} missing, e.g. {readable.get(first, first)} "
+                     f"({hints.get(first) or symbols.abi_hint(first)})")
         if "vllm" in Path(so).parts and failure_id == "F1":
             failure_id = "F7"
         if "transformer_engine" in so:
             failure_id = "F8"
-    return problem(name, f"{len(broken)} of {len(extensions)} torch extensions need symbols this torch ({facts.torch.get('version')}) lacks:\n  "
+    return problem(name, f"{len(broken)} of {len(extensions)} torch extensions need symbols this torch "
+                         f"({facts.torch.get('version')}) lacks:\n  "
                    + "\n  ".join(lines), failure_id, broken={k: v[:20] for k, v in broken.items()},
                    other_releases=[str(v) for v in variants])
 
@@ -367,22 +373,25 @@ def linker_search_dirs() -> list[str]:
     return [os.path.normpath(d) for d in m.group(1).split(":")] if m else []
 
 
-def probe_triton_libcuda(environ: dict, ldconfig_text: str, driver_present: bool, search_dirs: list[str] | None = None) -> ProbeResult:
+def probe_triton_libcuda(environ: dict, ldconfig_text: str, driver_present: bool,
+                         search_dirs: list[str] | None = None) -> ProbeResult:
     name = "triton-libcuda"
     if not driver_present:
         return skipped(name, "no NVIDIA driver on this machine; on GPU hosts Triton needs the driver's libcuda.so.1")
     loaded = loaded_libcuda(environ, ldconfig_text)
     if loaded is None:
-        return problem(name, "no libcuda.so.1 in LD_LIBRARY_PATH or `ldconfig -p`: the driver library is not visible", "S6")
+        return problem(name, "no libcuda.so.1 in LD_LIBRARY_PATH or `ldconfig -p`: the driver library is not visible",
+                       "S6")
     if _is_stub(loaded):
-        return problem(name, f"the loader picks the stub {loaded} (-> {os.path.realpath(loaded)}): CUDA calls fail with "
-                             "CUDA_ERROR_STUB_LIBRARY", "S6", loaded=str(loaded))
+        return problem(name, f"the loader picks the stub {loaded} (-> {os.path.realpath(loaded)}): CUDA calls fail "
+                             "with CUDA_ERROR_STUB_LIBRARY", "S6", loaded=str(loaded))
     dirs = triton_link_dirs(environ, ldconfig_text, linker_search_dirs() if search_dirs is None else search_dirs)
     link = next((d / "libcuda.so" for d in dirs if (d / "libcuda.so").exists()), None)
     if link is None:
         return problem(name, f"driver library {loaded}, but no unversioned libcuda.so where Triton links (-L "
                              f"{', '.join(str(d) for d in dirs[:3])}...): `cannot find -lcuda`", "F10",
-                       [f"export TRITON_LIBCUDA_PATH={loaded.parent}  (and ln -s libcuda.so.1 libcuda.so there if it lacks one)",
+                       [f"export TRITON_LIBCUDA_PATH={loaded.parent}  (and ln -s libcuda.so.1 libcuda.so there if it "
+                        "lacks one)",
                         "or sudo ldconfig after installing the driver's libcuda.so link"], loaded=str(loaded))
     return ok(name, f"runtime loads {loaded}; Triton links {link}", loaded=str(loaded), link=str(link))
 
@@ -399,7 +408,8 @@ def probe_threads(nproc_soft: int, cores: int, environ: dict) -> ProbeResult:
     limit = "unlimited" if unlimited else str(nproc_soft)
     if issues:
         return problem(name, "; ".join(issues), "S3", nproc=limit, cores=cores)
-    return ok(name, f"ulimit -u {limit}, {cores} cores, OMP_NUM_THREADS={environ.get('OMP_NUM_THREADS', 'unset')}", nproc=limit, cores=cores)
+    return ok(name, f"ulimit -u {limit}, {cores} cores, OMP_NUM_THREADS={environ.get('OMP_NUM_THREADS', 'unset')}",
+              nproc=limit, cores=cores)
 
 
 
@@ -431,7 +441,8 @@ def probe_numpy(facts: EnvFacts) -> ProbeResult:
         return skipped(name, "numpy is not installed")
     conflicts = numpy_conflicts(facts)
     if conflicts:
-        return problem(name, f"numpy {numpy.version} is installed but " + "; ".join(conflicts), "F11", conflicts=conflicts)
+        return problem(name, f"numpy {numpy.version} is installed but " + "; ".join(conflicts), "F11",
+                       conflicts=conflicts)
     return ok(name, f"numpy {numpy.version} satisfies every installed package")
 
 
@@ -480,18 +491,22 @@ def probe_pip(facts: EnvFacts, environ: dict) -> ProbeResult:
         return skipped(name, f"cannot run {pip} --version ({e.__class__.__name__})")
     m = re.search(r" from (\S+) \(python ([\d.]+)\)", p.stdout)
     if p.returncode != 0 or not m:
-        return skipped(name, f"{pip} --version gave no location ({(p.stderr.strip().splitlines() or ['no output'])[-1]})")
+        return skipped(name, f"{pip} --version gave no location "
+                             f"({(p.stderr.strip().splitlines() or ['no output'])[-1]})")
     where = os.path.realpath(Path(m.group(1)).parent)
     mine = {os.path.realpath(sp) for sp in facts.site_packages}
     if where not in mine:
         # A hazard for the next install by hand, not a fault of the env (under nox, PATH holds nox's own venv).
-        return warning(name, f"`pip` on PATH ({pip}, python {m.group(2)}) installs into {where}, not into this env ({facts.prefix})",
-                       "S4", [f"{facts.executable} -m pip install ...  (or uv pip install -p {facts.executable} ...)"], pip=pip)
+        return warning(name, f"`pip` on PATH ({pip}, python {m.group(2)}) installs into {where}, not into this env "
+                             f"({facts.prefix})",
+                       "S4", [f"{facts.executable} -m pip install ...  (or uv pip install -p {facts.executable} ...)"],
+                       pip=pip)
     return ok(name, f"`pip` on PATH installs into this env ({where})", pip=pip)
 
 
 
-def select_lock(root: Path | None, stack: str | None, variant: str | None, lock: Path | None) -> tuple[Path | None, str]:
+def select_lock(root: Path | None, stack: str | None, variant: str | None,
+                lock: Path | None) -> tuple[Path | None, str]:
     if lock is not None:
         if not Path(lock).is_file():
             raise UserError(f"--lock {lock}: no such file")
@@ -520,7 +535,8 @@ def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None 
     except UserError:
         cat = None
     if stack_name and cat is None:
-        raise UserError(f"--stack {stack_name}: no stacks.toml found (run inside a verlenv checkout or set VERLENV_ROOT)")
+        raise UserError(f"--stack {stack_name}: no stacks.toml found (run inside a verlenv checkout or set "
+                        "VERLENV_ROOT)")
     stack = cat.stack(stack_name) if cat else None
     if cat and variant:
         stack.variant(variant)
@@ -556,7 +572,8 @@ def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None 
         "nccl-env": lambda: node_probes.probe_nccl_env(environ, facts.site_packages),
         "memory": lambda: node_probes.probe_memory(read_text_or_empty("/proc/meminfo"), environ, cgroup_memory_limit()),
         "ray-disk": lambda: node_probes.probe_ray_disk(node_probes.ray_temp_dir(environ),
-                                                       node_probes.disk_usage(node_probes.ray_temp_dir(environ)), environ),
+                                                       node_probes.disk_usage(node_probes.ray_temp_dir(environ)),
+                                                       environ),
         "megatron": lambda: node_probes.probe_megatron(facts),
     }
     return [_guarded(name, run[name]) for name in PROBES if not only or name in only]

@@ -119,7 +119,8 @@ def cuda_library_dirs(site_packages: Path) -> list[Path]:
     return [d for d in (site_packages / "torch" / "lib", *sorted(site_packages.glob("nvidia/*/lib"))) if d.is_dir()]
 
 
-def cuda_library_gaps(so: Path, lib_dirs: Iterable[Path]) -> tuple[dict[str, Path], dict[str, set[str]], dict[str, list[str]]]:
+def cuda_library_gaps(so: Path, lib_dirs: Iterable[Path],
+                      ) -> tuple[dict[str, Path], dict[str, set[str]], dict[str, list[str]]]:
     """For the CUDA libraries `so` binds versioned symbols to and that `lib_dirs` hold: (library -> file, library ->
     symbols needed, library -> symbols that file lacks). Libraries the env does not ship are left out."""
     needs = {lib: names for lib, names in versioned_needs(so).items() if CUDA_LIBRARY.match(lib)}

@@ -94,7 +94,8 @@ def main() -> int:
             out["intact"][name] = intact(name, by_name[name], everything, files)
     for name in map(canon, args.objects):
         if name in by_name:
-            out["objects"][name] = sorted({(path, rel) for d in by_name[name] for path, _, rel in files.get(id(d)) or files_of(d)
+            out["objects"][name] = sorted({(path, rel) for d in by_name[name]
+                                           for path, _, rel in files.get(id(d)) or files_of(d)
                                            if is_shared_object(path) and os.path.exists(path)})
     json.dump(out, sys.stdout)
     return 0

@@ -55,7 +55,8 @@ SCHEMA = {
         "profile": {"oneOf": [{"type": "null"}, {
             "type": "object", "required": ["key", "title", "arch", "fp8", "forced", "thresholds"],
             "properties": {"key": {"type": "string"}, "title": {"type": "string"}, "arch": {"type": "string"},
-                           "fp8": {"type": "boolean"}, "forced": {"type": "boolean"}, "thresholds": {"type": "object"}}}]},
+                           "fp8": {"type": "boolean"}, "forced": {"type": "boolean"},
+                           "thresholds": {"type": "object"}}}]},
         "selection": {"type": "object", "required": ["gpu", "lock", "skipped_packages", "only", "required_packages"],
                       "properties": {"gpu": {"type": "string"}, "lock": _STRING_OR_NULL,
                                      "skipped_packages": {"type": "array", "items": {"type": "string"}},
@@ -111,7 +112,8 @@ def build(run, command: list[str], started: datetime, launcher: str = "verlenv")
         "timestamp": started.astimezone(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"hostname": socket.gethostname(), "cpus": os.cpu_count() or 0, "memory_gib": memory_gib(),
                     "platform": platform.platform()},
-        "gpus": [{"name": g.name, "compute_capability": g.compute_capability, "memory_mib": g.memory_mib} for g in s.gpus],
+        "gpus": [{"name": g.name, "compute_capability": g.compute_capability, "memory_mib": g.memory_mib}
+                 for g in s.gpus],
         "driver": run.driver,
         "cuda": {"stack": s.stack.cuda, "torch": (run.facts.torch or {}).get("cuda")},
         "env": {"python": run.facts.executable, "python_version": run.facts.version, "prefix": run.facts.prefix},
@@ -119,7 +121,8 @@ def build(run, command: list[str], started: datetime, launcher: str = "verlenv")
         "stack": s.stack.name,
         "variant": s.variant.name,
         "profile": profile,
-        "selection": {"gpu": s.profile.key if s.profile else "cpu", "lock": None if s.no_lock or not s.lock else str(s.lock),
+        "selection": {"gpu": s.profile.key if s.profile else "cpu",
+                      "lock": None if s.no_lock or not s.lock else str(s.lock),
                       "skipped_packages": sorted(s.skipped), "only": s.only,
                       "required_packages": sorted(s.scope.required)},
         "checks": [r.to_dict() for r in run.results],
@@ -228,12 +231,14 @@ def markdown(report: dict) -> str:
         f"**{head}**: {rest}.",
         *(["", f"Not run: {', '.join(missing)}."] if missing else []),
         "",
-        f"- command: `{' '.join(report['command'])}`" + (" (started by nox)" if report.get("launcher") == "nox" else ""),
+        f"- command: `{' '.join(report['command'])}`"
+        + (" (started by nox)" if report.get("launcher") == "nox" else ""),
         f"- when: {report['timestamp']}",
         f"- machine: {m['hostname']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['platform']}",
         f"- GPU: {gpu_text}" + (f"; profile {profile['key']} (sm {profile['arch']})"
                                  + (", forced" if profile["forced"] else "") if profile else ""),
-        f"- driver: {report['driver'] or 'none'}; CUDA: stack {report['cuda']['stack']}, torch {report['cuda']['torch']}",
+        f"- driver: {report['driver'] or 'none'}; CUDA: stack {report['cuda']['stack']}, "
+        f"torch {report['cuda']['torch']}",
         f"- env: {report['env']['python']} (Python {report['env']['python_version']})",
         f"- mode: {report.get('mode', 'thorough (written before the fast proof)')}"
         + (f" ({MODES[report['mode']]})" if report.get("mode") in MODES else ""),

@@ -25,7 +25,7 @@ from verlenv.doctor import facts as facts_mod
 from verlenv.errors import UserError
 from verlenv.verify import static
 from verlenv.verify.options import VerifyOptions
-from verlenv.verify.results import STATUSES, SKIPPED_BY_REQUEST, CheckResult
+from verlenv.verify.results import SKIPPED_BY_REQUEST, STATUSES, CheckResult
 from verlenv.verify.static import Scope
 
 KERNELS_DIR = Path(__file__).with_name("kernels")
@@ -110,8 +110,8 @@ def family_rows(o: VerifyOptions) -> list[dict]:
     shrunk = [families.shrink(Path(path), table) for path in o.model_config]
     names = [f.name for f in chosen + shrunk]
     if len(set(names)) != len(names):
-        raise UserError(f"--family/--model-config: two families named {sorted(n for n in names if names.count(n) > 1)[0]}"
-                        "; each family is trained once")
+        raise UserError("--family/--model-config: two families named "
+                        f"{sorted(n for n in names if names.count(n) > 1)[0]}; each family is trained once")
     return table.rows(chosen + shrunk)
 
 
@@ -273,8 +273,8 @@ def _lock_result(s: Settings, installed: dict, pins: dict) -> CheckResult:
 
 
 def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[CheckResult]:
-    """Every kernel script's results, in the table's order. The fast proof starts the laned scripts first, each in a thread
-    of its own, and runs the others one at a time meanwhile; thorough runs all one at a time."""
+    """Every kernel script's results, in the table's order. The fast proof starts the laned scripts first, each in a
+    thread of its own, and runs the others one at a time meanwhile; thorough runs all one at a time."""
     scope = s.scope
     found: dict[Path, list[CheckResult]] = {}
     runnable = []
@@ -429,7 +429,8 @@ def _result(entry: dict, default_package: str, scope: Scope) -> CheckResult:
     if known and entry["status"] == "fail" and isinstance(known.get("url"), str):
         # A failure of the upstream code the env carries (the check matched its signature): reported with the link,
         # not against the env.
-        reason = f"known upstream failure {known['url']} (fix: {known.get('fix', 'none yet')}): {entry.get('reason', '')}"
+        reason = (f"known upstream failure {known['url']} (fix: {known.get('fix', 'none yet')}): "
+                  f"{entry.get('reason', '')}")
         return CheckResult(entry["check"], package, "kernel", "fail", reason, False, numbers, float(seconds))
     return CheckResult(entry["check"], package, "kernel", entry["status"], str(entry.get("reason", "")),
                        package in scope.required, numbers, float(seconds))

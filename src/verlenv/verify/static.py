@@ -18,9 +18,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from verlenv import cubins, packages, runtime_env
-from verlenv.packages import Package
 from verlenv.doctor import symbols
 from verlenv.errors import UserError
+from verlenv.packages import Package
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
 
 CUDART = re.compile(r"^libcudart\.so\.(\d+)")
@@ -92,13 +92,14 @@ def check_installed(installed: dict[str, list[str]], scope: Scope, variant: str,
                                     numbers={"dist": dist, "version": versions[0]}))
         elif pkg.name in unbuilt_ok:
             out.append(scope.result(f"installed/{pkg.name}", pkg.name, "skip",
-                                    f"not built: it is compiled for a GPU target; `nox -s build -- --gpu a100|h100` "
-                                    f"(no GPU here to verify it on)"))
+                                    "not built: it is compiled for a GPU target; `nox -s build -- --gpu a100|h100` "
+                                    "(no GPU here to verify it on)"))
         elif pkg.name in scope.required:
             out.append(scope.result(f"installed/{pkg.name}", pkg.name, "fail",
                                     f"not installed; the {variant} variant needs it ({' or '.join(pkg.dists)})"))
         else:
-            out.append(scope.result(f"installed/{pkg.name}", pkg.name, "skip", f"not installed (optional for {variant})"))
+            out.append(scope.result(f"installed/{pkg.name}", pkg.name, "skip",
+                                    f"not installed (optional for {variant})"))
     return out
 
 
@@ -115,7 +116,8 @@ def check_runtime_env(python: str | Path, stacks_toml: Path, variant) -> CheckRe
     defaults = {n: v for n, v in want.items() if isinstance(v, str)}
     paths = {n: v for n, v in want.items() if isinstance(v, list)}
     missing = [n for n in defaults if seen.get(n) is None]
-    missing += [f"{d} on {n}" for n, dirs in paths.items() for d in dirs if d not in (seen.get(n) or "").split(os.pathsep)]
+    missing += [f"{d} on {n}" for n, dirs in paths.items() for d in dirs
+                if d not in (seen.get(n) or "").split(os.pathsep)]
     theirs = {n: seen[n] for n, v in defaults.items() if seen.get(n) is not None and seen[n] != v}
     numbers = {"defaults": want, "seen": seen}
     if missing:
@@ -160,7 +162,8 @@ def check_lock(installed: dict[str, list[str]], pins: dict, source_builds: dict[
     problems = []
     if differ:
         problems.append(f"{len(differ)} differ ("
-                        + _listed(f"{n} {v['installed']}, want {v.get('lock') or v.get('source build')}" for n, v in differ.items())
+                        + _listed(f"{n} {v['installed']}, want {v.get('lock') or v.get('source build')}"
+                                  for n, v in differ.items())
                         + ")")
     if missing:
         problems.append(f"{len(missing)} missing ({_listed(missing)})")
@@ -257,23 +260,25 @@ def check_pip(python: str, has_pip: bool, timeout: float = 120, overridden: dict
         ([f"{len(expected)} requirement(s) left unmet on purpose "
           f"({_listed(sorted({d for d, _ in map(_unmet_requirement, expected)}), 3)}, installed --no-deps)"]
          if expected else [])
-        + ([f"only requirements the lock overrides on purpose (stacks.toml: {'; '.join(sorted(set(chosen.values())))}): "
-            f"{_listed(list(chosen), 3)}"] if chosen else []))
+        + ([f"only requirements the lock overrides on purpose (stacks.toml: "
+            f"{'; '.join(sorted(set(chosen.values())))}): {_listed(list(chosen), 3)}"] if chosen else []))
     if not problems and mislabeled:
         return CheckResult("env/pip-check", "env", "static", "warn",
-                           f"{tool}: only wheels whose WHEEL tag names another Python but that hold no Python extension "
-                           f"module (nothing of them loads by the interpreter's ABI): {_listed(list(mislabeled.values()), 3)}"
+                           f"{tool}: only wheels whose WHEEL tag names another Python but that hold no Python "
+                           f"extension module (nothing of them loads by the interpreter's ABI): "
+                           f"{_listed(list(mislabeled.values()), 3)}"
                            + (f"; {left_unmet}" if left_unmet else ""), True, numbers, seconds)
     if not problems:
         return CheckResult("env/pip-check", "env", "static", "pass", f"{tool}: {left_unmet}", True, numbers, seconds)
-    return CheckResult("env/pip-check", "env", "static", "fail", f"{tool}: {len(problems)} broken: {_listed(problems, 3)}",
-                       True, numbers, seconds)
+    return CheckResult("env/pip-check", "env", "static", "fail",
+                       f"{tool}: {len(problems)} broken: {_listed(problems, 3)}", True, numbers, seconds)
 
 
 # The dependency a pip check line says is missing or of another version: pip "x 1.0 requires y, which is not
 # installed." / "x 1.0 has requirement y==2, but you have y 3."; uv "The package `x` requires `y>=1`, but it's not
 # installed" / "The package `x` requires `y==2`, but `3` is installed".
-_UNMET_DEP = re.compile(r"^(?:\S+ \S+ (?:requires|has requirement) |The package `\S+` requires `)(?P<dep>[A-Za-z0-9._-]+)")
+_UNMET_DEP = re.compile(r"^(?:\S+ \S+ (?:requires|has requirement) |The package `\S+` requires `)"
+                        r"(?P<dep>[A-Za-z0-9._-]+)")
 
 
 def _unmet_dependency(line: str) -> str | None:
@@ -294,7 +299,8 @@ def overridden_names(variant) -> dict[str, str]:
 # A declared requirement not met. pip: "X 1.0 requires Y, which is not installed." and "X 1.0 has requirement Y==2,
 # but you have Y 3."; uv: "The package `X` requires `Y`, but it's not installed" and "... requires `Y==2`, but `3` is
 # installed".
-_UNMET = re.compile(r"^(?:(\S+) \S+ (?:requires (.+), which is not installed|has requirement (.+), but you have \S+ \S+)\."
+_UNMET = re.compile(r"^(?:(\S+) \S+ (?:requires (.+), which is not installed"
+                    r"|has requirement (.+), but you have \S+ \S+)\."
                     r"|The package `([^`]+)` requires `([^`]+)`, but (?:it's not installed|`[^`]+` is installed))$")
 
 
@@ -310,15 +316,18 @@ def _unmet_requirement(line: str) -> tuple[str, str] | None:
 
 
 # pip: "X 1.0 is not supported on this platform"; uv: "The package `X` was built for a different platform".
-_UNSUPPORTED = re.compile(r"^(?:(\S+) \S+ is not supported on this platform|The package `(\S+)` was built for a different platform)$")
+_UNSUPPORTED = re.compile(r"^(?:(\S+) \S+ is not supported on this platform"
+                          r"|The package `(\S+)` was built for a different platform)$")
 _WHEEL_FACTS = r"""
 import importlib.metadata as m, json, sys
 out = {}
 for name in sys.argv[1:]:
     d = m.distribution(name)
     files = [str(f) for f in (d.files or [])]
-    out[name] = {"tags": [l.split(":", 1)[1].strip() for l in (d.read_text("WHEEL") or "").splitlines() if l.startswith("Tag:")],
-                 "extensions": [f for f in files if f.endswith((".so", ".pyd")) and (".cpython-" in f or ".abi3." in f)]}
+    out[name] = {"tags": [l.split(":", 1)[1].strip() for l in (d.read_text("WHEEL") or "").splitlines()
+                          if l.startswith("Tag:")],
+                 "extensions": [f for f in files
+                                if f.endswith((".so", ".pyd")) and (".cpython-" in f or ".abi3." in f)]}
 print(json.dumps(out))
 """
 
@@ -330,7 +339,8 @@ def _mislabeled(python: str, problems: list[str]) -> dict[str, str]:
     flagged = {m.group(1) or m.group(2): line for line in problems if (m := _UNSUPPORTED.match(line))}
     if not flagged:
         return {}
-    proc = subprocess.run([python, "-c", _WHEEL_FACTS, *flagged], capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run([python, "-c", _WHEEL_FACTS, *flagged], capture_output=True, text=True, timeout=60,
+                          check=False)
     try:
         facts = json.loads(proc.stdout)
     except ValueError:
@@ -382,8 +392,8 @@ def check_megatron_api(facts, gaps: dict[str, str], scope) -> CheckResult | None
                            f"{where}: {len(unexpected)} name(s) used but not defined: {_listed(unexpected, 3)}",
                            required, numbers, seconds)
     return CheckResult("megatron-core/api-refs", "megatron-core", "static", "pass",
-                       f"{where}: every name used is defined ({len(numbers['reviewed_gaps'])} reviewed gaps on optional "
-                       f"paths)", required, numbers, seconds)
+                       f"{where}: every name used is defined ({len(numbers['reviewed_gaps'])} reviewed gaps on "
+                       f"optional paths)", required, numbers, seconds)
 
 
 def _uv() -> str | None:
@@ -450,9 +460,11 @@ def check_symbols(so: Path, package: str, torch_lib: Path | None, torch_cuda: st
                             f"{symbols.abi_hint(missing[0], readable)}", numbers=numbers, seconds=seconds,
                             diagnosis=diagnosis)
     if torch_cuda and cudart and cudart[0] != torch_cuda.split(".")[0]:
-        diagnosis = diagnose(f"ImportError: libcudart.so.{cudart[0]}: cannot open shared object file: No such file or directory")
+        diagnosis = diagnose(f"ImportError: libcudart.so.{cudart[0]}: cannot open shared object file: No such file or "
+                             "directory")
         return scope.result(name, package, "fail", f"{so.name} needs libcudart.so.{cudart[0]}, torch is built for CUDA "
-                            f"{torch_cuda}: one CUDA major per env", numbers=numbers, seconds=seconds, diagnosis=diagnosis)
+                            f"{torch_cuda}: one CUDA major per env", numbers=numbers, seconds=seconds,
+                            diagnosis=diagnosis)
     return scope.result(name, package, "pass", f"all {len(wanted)} torch symbols of {so.name} resolve in this torch",
                         numbers=numbers, seconds=seconds)
 
@@ -517,10 +529,11 @@ def check_cubins(so: Path, package: str, targets: list[str], strict: bool, scope
                             numbers=numbers, seconds=seconds)
     if ptx:
         return scope.result(name, package, "warn",
-                            f"only PTX for sm_{'/sm_'.join(t.replace('.', '') for t in ptx)} in {so.name}: runs after a "
-                            f"JIT compile at first use (slow); rebuild with that arch for native code",
+                            f"only PTX for sm_{'/sm_'.join(t.replace('.', '') for t in ptx)} in {so.name}: runs "
+                            f"after a JIT compile at first use (slow); rebuild with that arch for native code",
                             numbers=numbers, seconds=seconds)
-    return scope.result(name, package, "pass", f"native code for sm_{', sm_'.join(t.replace('.', '') for t in targets)}",
+    return scope.result(name, package, "pass",
+                        f"native code for sm_{', sm_'.join(t.replace('.', '') for t in targets)}",
                         numbers=numbers, seconds=seconds)
 
 
@@ -652,8 +665,8 @@ def check_jit(pkg: Package, env: dict[str, str | None], torch_cuda: str | None, 
                             + "; no ".join(f"{t} ({hints[t]})" for t in missing), numbers=numbers)
     nvcc = ".".join(have["nvcc"].split(".")[:2]) if "nvcc" in have else None  # major.minor, as the table has it
     if nvcc and torch_cuda and _major(nvcc) != _major(torch_cuda):
-        return scope.result(name, pkg.name, "fail", f"its builds would use nvcc {have['nvcc']} ({found['nvcc']}), torch "
-                            f"is built for CUDA {torch_cuda}: one CUDA major per env; point CUDA_HOME at a CUDA "
+        return scope.result(name, pkg.name, "fail", f"its builds would use nvcc {have['nvcc']} ({found['nvcc']}), "
+                            f"torch is built for CUDA {torch_cuda}: one CUDA major per env; point CUDA_HOME at a CUDA "
                             f"{_major(torch_cuda)}.x toolkit", numbers=numbers)
     gcc = _major(have.get("gcc"))
     limit = toolchain.MAX_GCC_FOR_CUDA.get(nvcc or "")
@@ -663,8 +676,8 @@ def check_jit(pkg: Package, env: dict[str, str | None], torch_cuda: str | None, 
                             "it in NVCC_CCBIN", numbers=numbers)
     shown = ", ".join(f"{t} {have[t]}" for t in jit.tools)
     if gcc and jit.min_gcc and gcc < jit.min_gcc:
-        return scope.result(name, pkg.name, "warn", f"nvcc's host compiler is gcc {have['gcc']} ({found['gcc']}), older "
-                            f"than gcc {jit.min_gcc}: {jit.why}", numbers=numbers)
+        return scope.result(name, pkg.name, "warn", f"nvcc's host compiler is gcc {have['gcc']} ({found['gcc']}), "
+                            f"older than gcc {jit.min_gcc}: {jit.why}", numbers=numbers)
     return scope.result(name, pkg.name, "pass", f"{shown} (CUDA_HOME={env.get('CUDA_HOME') or 'unset'})",
                         numbers=numbers)
 
@@ -713,7 +726,8 @@ def triton_libcuda_dirs(environ: dict, ldconfig_text: str) -> tuple[list[str], s
     dirs = [os.path.dirname(line.split()[-1]) for line in ldconfig_text.splitlines() if "libcuda.so.1" in line]
     if dirs:
         return dirs, "ldconfig -p"
-    ld = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d and os.path.exists(os.path.join(d, "libcuda.so.1"))]
+    ld = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":")
+          if d and os.path.exists(os.path.join(d, "libcuda.so.1"))]
     return ld, "LD_LIBRARY_PATH"
 
 
@@ -738,7 +752,8 @@ def check_libcuda(environ: dict, ldconfig_text: str, driver: str | None, scope: 
         return scope.result(name, "triton", "fail", f"Triton would link the stub {stubs[0]} (via {rule}): stubs link "
                             "but cannot run; point TRITON_LIBCUDA_PATH at the driver's directory",
                             numbers=numbers, diagnosis=diagnosis)
-    return scope.result(name, "triton", "fail", f"no libcuda.so.1 where Triton looks ({rule}: {', '.join(dirs) or 'nothing'})",
+    return scope.result(name, "triton", "fail",
+                        f"no libcuda.so.1 where Triton looks ({rule}: {', '.join(dirs) or 'nothing'})",
                         numbers=numbers, diagnosis=diagnosis)
 
 

@@ -2,9 +2,14 @@
 whose ray.init() would join the instance it finds (the cluster, whose GPUs the node checks hold: on 2 x H100 it
 failed with "Total available GPUs 0 is less than total desired GPUs 1"). Here a bare ray.init() (a test double of
 verl's main_ppo, named so) takes verl's place."""
-import json, os, sys, tempfile
+import json
+import os
+import sys
+import tempfile
+
 sys.path.insert(0, sys.argv[1])
 import ray
+
 import verlenv
 from verlenv.cluster import trainer
 
@@ -20,7 +25,7 @@ def node_check():
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     with tempfile.TemporaryDirectory() as cwd:
         lines, code, _ = trainer.check_module().run_trainer([sys.executable, "-c", STARTS_RAY], cwd, timeout=300)
-    return {"code": code, "gcs": [l.text.split()[1] for l in lines if l.text.startswith("GCS ")],
+    return {"code": code, "gcs": [line.text.split()[1] for line in lines if line.text.startswith("GCS ")],
             "cluster": ray.get_runtime_context().gcs_address}
 
 

@@ -1,14 +1,18 @@
 """verl's own config, composed by Hydra with the cluster job's command line for N nodes x G GPUs, then verl's own
 checks of it, and the runtime_env that verl's run_ppo would hand to ray.init, checked by Ray's RuntimeEnv."""
-import json, os, sys
+import json
+import os
+import sys
+
 sys.path.insert(0, sys.argv[1])
+import verl
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from ray.runtime_env import RuntimeEnv
-import verl
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
+
 from verlenv import catalog, families
 from verlenv.cluster import trainer
 

@@ -7,6 +7,7 @@ import sys
 
 sys.path.insert(0, sys.argv[1])
 import ray  # noqa: E402
+
 import verlenv  # noqa: E402
 from verlenv import catalog, families  # noqa: E402
 from verlenv.cluster import driver, trainer  # noqa: E402

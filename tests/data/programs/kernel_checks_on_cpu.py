@@ -1,7 +1,13 @@
 """Runs inside an environment with torch (and, where it has them, triton, verl, transformers). flash-attn, apex and
 transformer-engine cannot exist without a GPU: stand-ins (test doubles) take their names, computing the same
 functions with torch; each also has a broken variant that the check must catch."""
-import contextlib, importlib.util, json, os, sys, tempfile, types
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import types
 
 os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter runs kernels on the CPU
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -70,7 +70,6 @@ def server_args(cfg) -> dict:
 
 
 torch.set_num_threads(2)
-import _models  # noqa: E402
 
 llama = TABLES["families"]["llama"]
 paths = t.write_inputs(WORK, torch, llama)

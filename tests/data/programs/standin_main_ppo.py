@@ -1,9 +1,12 @@
 """Test double of verl's GPU trainer: verl's own run_ppo (ray.init with its runtime_env, joining the cluster named by
 RAY_ADDRESS) with a stand-in TaskRunner in place of training, which needs GPUs."""
-import json, os, sys
+import json
+import os
+import sys
+
 import ray
-from hydra import compose, initialize_config_dir
 import verl
+from hydra import compose, initialize_config_dir
 from verl.trainer.main_ppo import run_ppo
 
 argv = sys.argv[1:]

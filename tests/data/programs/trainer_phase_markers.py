@@ -1,10 +1,19 @@
 """Runs in an env with verl, vLLM, Ray and FlashInfer: each marker's message is taken from the installed library's
 source (the string constant holding it, %-args filled in), formatted by that library's own formatter with a known
 time, and prefixed as Ray forwards it. The CPU side checks that _phases finds the marker, its stamp and its number."""
-import ast, importlib.util, json, logging, os, re, sys
+import ast
+import importlib.util
+import json
+import logging
+import os
+import re
+import sys
 
 OUT, LAUNCH = sys.argv[1], float(sys.argv[2])
-root = lambda name: os.path.dirname(importlib.util.find_spec(name).origin)
+
+def root(name):
+    return os.path.dirname(importlib.util.find_spec(name).origin)
+
 site = os.path.dirname(root("verl"))
 
 def constant(relpath, phrase):
@@ -13,11 +22,14 @@ def constant(relpath, phrase):
     words this message three ways)."""
     tree = ast.parse(open(os.path.join(site, relpath)).read())
     if phrase.startswith("^"):
-        holds = lambda text: text.startswith(phrase[1:])
+        def holds(text):
+            return text.startswith(phrase[1:])
     elif phrase.endswith('"'):
-        holds = lambda text: text.endswith(phrase[:-1])
+        def holds(text):
+            return text.endswith(phrase[:-1])
     else:
-        holds = lambda text: phrase in text
+        def holds(text):
+            return phrase in text
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and holds(node.value):
             return node.value
@@ -36,6 +48,7 @@ def fmt_from(relpath, pattern):
 
 import vllm.logger
 from vllm.logging_utils import NewLineFormatter
+
 formatters = {
     "vllm": NewLineFormatter(vllm.logger._FORMAT, vllm.logger._DATE_FORMAT),
     "verl": logging.Formatter(fmt_from("verl/utils/logging_utils.py", r'logging\.Formatter\("([^"]+)"\)')),
@@ -43,7 +56,8 @@ formatters = {
     "flashinfer": logging.Formatter(fmt_from("flashinfer/jit/core.py", r'Formatter\(\s*"([^"]+)"')),
     "print": None,
 }
-TB, MR, TR, VS = "verl/trainer/ppo/v1/trainer_base.py", "vllm/v1/worker/gpu_model_runner.py", "TaskRunnerV1", "vLLMHttpServer"
+TB, MR, TR, VS = ("verl/trainer/ppo/v1/trainer_base.py", "vllm/v1/worker/gpu_model_runner.py", "TaskRunnerV1",
+                  "vLLMHttpServer")
 CASES = [  # (what, file, phrase, formatter, Ray actor, seconds after launch, number in the message)
     ("ray_init", "verl/trainer/main_ppo.py", "^ray init kwargs: ", "print", None, 4.0, None),
     ("ray_up", "ray/_private/worker.py", "Started a local Ray instance.", "ray", None, 9.25, None),
@@ -59,7 +73,8 @@ CASES = [  # (what, file, phrase, formatter, Ray actor, seconds after launch, nu
     ("graph_capture", MR, "Graph capturing finished in", "vllm", VS, 92.0, 8.0),
     ("engine_init", "vllm/v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took %.2f s\"",
      "vllm", VS, 92.0, 21.4),
-    ("autotune_start", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process starts", "flashinfer", VS, 83.004, None),
+    ("autotune_start", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process starts", "flashinfer", VS, 83.004,
+     None),
     ("autotune_end", "flashinfer/autotuner.py", "[Autotuner]: Autotuning process ends", "flashinfer", VS, 84.504, None),
 ]
 out = []

@@ -1,7 +1,9 @@
 """Runs in an env with verl and vLLM: verl's own Hydra config composed (as main_ppo composes it) with the check's
 overrides, fast and thorough, for each size a cluster may ask for; validated by verl's own checks; and the fast
 proof's vLLM settings passed the way verl's vLLM server passes them, through vLLM's own argument parser."""
-import json, os, sys
+import json
+import os
+import sys
 
 KERNELS, OUT, SRC = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, KERNELS)
@@ -26,7 +28,12 @@ SIZES = [dict(), dict(n_gpus_per_node=2), dict(n_gpus_per_node=2, rollout_tp=2),
          dict(nnodes=2, n_gpus_per_node=4), dict(nnodes=2, n_gpus_per_node=4, rollout_tp=2)]
 MEGATRON_ONLY = [dict(n_gpus_per_node=2, actor_tp=2), dict(nnodes=2, n_gpus_per_node=4, rollout_tp=2, actor_tp=2)]
 paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
-pick = lambda cfg, key: OmegaConf.select(cfg, key)
+
+
+def pick(cfg, key):
+    return OmegaConf.select(cfg, key)
+
+
 out = []
 with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
                            version_base=None):
@@ -35,14 +42,18 @@ with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__
             for thorough in (False, True):
                 cfg = compose(config_name=SPECS[variant]["actor"]["config_name"],
                               overrides=t.overrides(paths, SPECS[variant], LLAMA, thorough=thorough, **sizes))
-                validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+                validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg),
+                                use_critic=need_critic(cfg))
                 rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
                 OmegaConf.resolve(cfg)  # as TaskRunnerV1.run does: every interpolation must resolve
                 keys = ["trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size",
-                        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.rollout.n_gpus_per_node",
+                        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                        "actor_rollout_ref.rollout.n_gpus_per_node",
                         "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.cudagraph_capture_sizes",
-                        "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers", "data.dataloader_num_workers",
-                        "actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.actor.fsdp_config.use_torch_compile",
+                        "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers",
+                        "data.dataloader_num_workers",
+                        "actor_rollout_ref.actor.use_torch_compile",
+                        "actor_rollout_ref.actor.fsdp_config.use_torch_compile",
                         "actor_rollout_ref.ref.fsdp_config.use_torch_compile",
                         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
                         "actor_rollout_ref.ref.megatron.tensor_model_parallel_size", "actor_rollout_ref.actor.strategy",
@@ -59,9 +70,9 @@ from vllm.platforms.cpu import CpuPlatform
 # Test double: vLLM's parser asks the platform for a device type, and the CUDA platform needs libcuda; the parse
 # itself is the same on any platform.
 vllm.platforms._current_platform = CpuPlatform()
+from verl.workers.rollout.vllm_rollout.utils import build_cli_args_from_config
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-from verl.workers.rollout.vllm_rollout.utils import build_cli_args_from_config
 
 fast = next(c for c in out if c["variant"] == "fsdp" and not c["thorough"])
 args = {"enforce_eager": fast["values"]["actor_rollout_ref.rollout.enforce_eager"], **fast["vllm_engine_kwargs"]}

@@ -68,8 +68,11 @@ for variant in ("fsdp", "megatron"):
     out[variant]["validated"] = True
 
 # verl's console logger writes the metric lines the check parses.
-import contextlib, io
+import contextlib
+import io
+
 from verl.utils.logger.aggregate_logger import LocalLogger
+
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     LocalLogger().log({"actor/pg_loss": -0.25, "actor/grad_norm": 1.5, "note": "text", "timing_s/step": 3}, step=1)

@@ -20,10 +20,9 @@ import check_verl_trainer as t  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+import verl  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-
-import verl  # noqa: E402
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
@@ -108,7 +107,9 @@ for family in TABLES["families"]:
     work = tempfile.mkdtemp(dir=os.path.dirname(OUT))
     paths = t.write_inputs(work, torch, family, rows=16)
     rows = pq.read_table(paths["data"]).to_pylist()
-    result[family["name"]] = {"init": paths["init"], "rows": len(rows), "images_in_rows": sum("images" in r for r in rows),
+    result[family["name"]] = {"init": paths["init"], "rows": len(rows),
+                              "images_in_rows": sum("images" in r for r in rows),
                               "files": sorted(os.listdir(paths["model"])), **train_step(paths, family, rows[0]),
-                              "composed": composed(paths, family), "rollout_tokenizer": rollout_tokenizer(paths, family)}
+                              "composed": composed(paths, family),
+                              "rollout_tokenizer": rollout_tokenizer(paths, family)}
 json.dump(result, open(OUT, "w"))

@@ -117,7 +117,8 @@ def parallel_problem(trainer: dict, family: dict, nnodes: int, n_gpus_per_node: 
         problems.append(f"rollout_tp {rollout_tp} does not divide the {gpus} GPU(s)")
     for key in rollout["tp_divides"]:
         if sizes.get(key) and sizes[key] % rollout_tp:
-            problems.append(f"rollout_tp {rollout_tp} does not divide the {family['name']} model's {key} ({sizes[key]})")
+            problems.append(f"rollout_tp {rollout_tp} does not divide the {family['name']} model's {key} "
+                            f"({sizes[key]})")
     if not actor["tp_overrides"] and actor_tp != 1:
         problems.append(f"actor_tp {actor_tp}: verl's {actor['name']} actor is not tensor-parallel")
     elif gpus % actor_tp:
@@ -399,10 +400,9 @@ def run_trainer(cmd, workdir, timeout=TIMEOUT_S, ray_address: str = "local", log
 
 
 def check_import():
+    import transfer_queue  # noqa: F401  (the V1 trainer imports it when it starts)
     import verl
     import verl.trainer.main_ppo  # noqa: F401
-
-    import transfer_queue  # noqa: F401  (the V1 trainer imports it when it starts)
 
     return {}, f"verl {verl.__version__}: main_ppo and TransferQueue import"
 

@@ -93,12 +93,19 @@ def abi_fingerprints(source_builds: list[str], path: list[str] | None = None) ->
     return out
 
 
-def torch_facts(timeout: float = 120) -> dict[str, str | None]:
-    """Versions as torch itself reports them, in a child process: the worker never imports torch or touches CUDA."""
+def torch_facts(timeout: float | None = None) -> dict[str, str | None]:
+    """Versions as torch itself reports them, in a child process: the worker never imports torch or touches CUDA.
+    No clock of its own by default: on a loaded node importing torch took longer than any fixed limit, and a node
+    then differed by "torch:import" alone; a node that truly hangs is reported by --node-timeout."""
     try:
         proc = subprocess.run([sys.executable, "-c", TORCH_SCRIPT], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"torch:import": f"timed out after {timeout:.0f} s"}
+    except OSError:
+        return {"torch:import": "fails"}
+    try:
         data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+    except (ValueError, IndexError):
         data = None
     if data is None:
         return {"torch:import": "fails"}

@@ -623,6 +623,13 @@ def required_in(variant: str) -> frozenset[str]:
     return packages.table().required(v.actor, v.rollout)
 
 
+def test_the_gpu_tests_scope_is_the_variants_required_packages():
+    """What the GPU test below requires, read on CPU: a table rename broke it once, unseen where GPU tests skip."""
+    assert {"flash-attn", "verl", "vllm", "torch"} <= required_in("fsdp")
+    assert {"megatron-core", "megatron-bridge", "transformer-engine", "apex"} <= required_in("megatron")
+    assert "megatron-core" not in required_in("fsdp")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_each_check_script_passes_on_this_gpu(name, on_this_gpu, env_python, monkeypatch):

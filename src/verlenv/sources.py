@@ -302,7 +302,7 @@ class GitCommit(_Pinned):
         if given is None:
             raise UserError(f"{self.package} is built from git {self.url}: pass --source <clone or mirror>")
         if given.is_file():
-            _check_archive(given, "--source", f"a clone or mirror of {self.url}, or a tar of its commit (git archive)")
+            self.check_given(given, "--source")
             return given
         if not (given / "HEAD").exists() and not (given / ".git").exists():
             raise UserError(f"{given} is not a git repository; pass --source with a clone of {self.url}")
@@ -372,7 +372,7 @@ class LocalDir(_Pinned):
     def fetch(self, version: str, cache: Path, given: Path | None = None) -> Path:
         """The folder the recipe names, or a tar of it given (checked by tree digest when placed)."""
         if given is not None:
-            _check_archive(given, "--source", f"a tar of {self.path} (a bundle carries one), or no --source")
+            self.check_given(given, "--source")
             return given
         folder = (self.recipe.parent / self.path).resolve()
         if not folder.is_dir():

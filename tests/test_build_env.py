@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from verlenv import proctree
 from verlenv.fsutil import write_atomic
 from waiting import GUARD_S, until
 
@@ -97,16 +98,8 @@ def kill_session(sid: int) -> None:
 
 
 def _processes() -> dict[int, tuple[str, int]]:
-    """pid -> (state, session id), from /proc/<pid>/stat (the fields after the command name)."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            out[int(entry.name)] = (fields[0], int(fields[3]))
-    return out
+    """pid -> (state, session id)."""
+    return {pid: (fields[0], int(fields[3])) for pid, fields in proctree.proc_stats().items()}
 
 
 @pytest.mark.slow

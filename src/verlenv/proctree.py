@@ -51,17 +51,25 @@ def _follow(p: subprocess.Popen, log, started: float, interactive: bool) -> int:
     return p.returncode
 
 
-def descendants(pid: int) -> list[int]:
-    """Live descendants of `pid`, from the parent links in /proc/<pid>/stat."""
-    children: dict[int, list[int]] = {}
+def proc_stats() -> dict[int, list[str]]:
+    """pid -> the fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...), for every
+    process that is still there when read."""
+    out = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of `pid`, from the parent links in /proc/<pid>/stat."""
+    children: dict[int, list[int]] = {}
+    for child, fields in proc_stats().items():
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(child)
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):

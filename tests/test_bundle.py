@@ -262,17 +262,29 @@ def test_dry_run_downloads_nothing(project, tmp_path):
     assert not (tmp_path / "b").exists() and not list(empty.rglob("*.whl")) and not (empty / "files").exists()
 
 
+def _bare_bootstrap(bundle: Path, project: Path, tmp: Path):
+    """The bundle split into tmp/parts, to be bootstrapped into tmp/env by nothing but Python 3.12 (no
+    site-packages: -S) and the source tree, with no network: (that python, its environment, a call that runs the
+    bootstrap and returns its process)."""
+    parts.split(bundle, tmp / "parts", parts.parse_size("4MiB"))
+    python = os.path.realpath(_python312())
+    env = {**_no_network_env(tmp), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"),
+           "VERLENV_ROOT": str(project), "PYTHONNOUSERSITE": "1"}
+    env.pop("VIRTUAL_ENV", None)
+
+    def bootstrap() -> subprocess.CompletedProcess:
+        return _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp / "parts"), "--prefix", str(tmp / "env"),
+                     "--python", python], env=env, cwd=tmp)
+
+    return python, env, bootstrap
+
+
 @pytest.mark.network
 def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp_path):
     """Nothing but Python 3.12 (no site-packages: -S), the source tree and the parts; no network."""
-    parts.split(bundle, tmp_path / "parts", parts.parse_size("4MiB"))
-    python = os.path.realpath(_python312())
-    env = {**_no_network_env(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"),
-           "VERLENV_ROOT": str(project), "PYTHONNOUSERSITE": "1"}
-    env.pop("VIRTUAL_ENV", None)
+    python, env, bootstrap = _bare_bootstrap(bundle, project, tmp_path)
     prefix = tmp_path / "env"
-    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix", str(prefix),
-              "--python", python], env=env, cwd=tmp_path)
+    r = bootstrap()
     assert r.returncode == 0, r.stderr
     assert "drift check lock/match: pass" in r.stderr  # the tool wheels did not leak into the target env
     listed = _run([UV, "pip", "list", "--python", str(prefix / "bin" / "python"), "--offline"]).stdout

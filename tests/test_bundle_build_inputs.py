@@ -12,9 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from test_bundle import ROOT, UV, _no_network_env, _python312, _run, _verlenv, cache  # noqa: F401 (cache: a fixture)
+from test_bundle import (  # noqa: F401 (cache: a fixture)
+    ROOT,
+    UV,
+    _bare_bootstrap,
+    _no_network_env,
+    _python312,
+    _run,
+    _verlenv,
+    cache,
+)
 from verlenv import catalog, recipes
-from verlenv.bundle import build_inputs, offline, parts
+from verlenv.bundle import build_inputs, offline
 from verlenv.errors import UserError
 from verlenv.sources import sha256_file, tree_digest
 
@@ -124,13 +133,8 @@ def test_each_source_and_the_toolkit_are_listed_with_their_sha256(project, bundl
 @pytest.mark.network
 def test_the_bootstrap_checks_them_and_unpacks_the_toolkit_offline(project, bundle, tmp_path):
     """From parts, with nothing but Python 3.12 and no network: the toolkit lands in BUNDLE/.toolkit, runnable."""
-    parts.split(bundle, tmp_path / "parts", parts.parse_size("4MiB"))
-    python = os.path.realpath(_python312())
-    env = {**_no_network_env(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"),
-           "VERLENV_ROOT": str(project), "PYTHONNOUSERSITE": "1"}
-    env.pop("VIRTUAL_ENV", None)
-    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix",
-              str(tmp_path / "env"), "--python", python], env=env, cwd=tmp_path)
+    _, _, bootstrap = _bare_bootstrap(bundle, project, tmp_path)
+    r = bootstrap()
     assert r.returncode == 0, r.stderr
     home = tmp_path / "parts" / "bundle" / build_inputs.TOOLKIT_DIR
     assert f"toolkit: nvcc 12.5.40 unpacked into {home}" in r.stderr
@@ -140,8 +144,7 @@ def test_the_bootstrap_checks_them_and_unpacks_the_toolkit_offline(project, bund
     # The sources stay packed in the bundle; the parts carried them like any other file.
     assert sorted(p.name for p in (tmp_path / "parts" / "bundle" / "sources").iterdir()) == sorted(
         p.name for p in (bundle / "sources").iterdir())
-    r = _run([python, "-S", "-m", "verlenv.bundle.bootstrap", str(tmp_path / "parts"), "--prefix",
-              str(tmp_path / "env"), "--python", python], env=env, cwd=tmp_path)
+    r = bootstrap()
     assert r.returncode == 0 and "unpacked into" not in r.stderr  # once: the second bootstrap finds it made
 
 

@@ -21,7 +21,8 @@ VISION_WORDS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_
 # Qwen builders (model_type qwen2, qwen3, qwen3_moe, qwen2_5_vl) require "\n" to encode as exactly one token and a
 # "<|im_end|>" token (verl/utils/tokenizer/continuous_token.py QwenContinuousTokenBuilder); a whitespace split drops
 # "\n", and every rollout of a Qwen family then failed ("Expected Qwen newline to tokenize to one token, got []").
-TURN_WORDS = ["<|im_end|>", "\n"]
+TURN_END, NEWLINE = "<|im_end|>", "\n"
+TURN_WORDS = [TURN_END, NEWLINE]
 CHAT_WORDS = ["system", "user", "assistant", ":", "+", "=", "?"]
 DIGITS = [str(d) for d in range(10)]
 VOCAB = 512
@@ -59,8 +60,8 @@ def write_tokenizer(directory):
     tokenizer = Tokenizer(models.WordLevel(ids(), unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##")  # decodes to words joined by spaces
-    tokenizer.add_special_tokens([AddedToken(w, special=True, normalized=False) for w in VISION_WORDS + TURN_WORDS[:1]])
-    tokenizer.add_tokens([AddedToken(w, special=False, normalized=False) for w in TURN_WORDS[1:]])
+    tokenizer.add_special_tokens([AddedToken(w, special=True, normalized=False) for w in VISION_WORDS + [TURN_END]])
+    tokenizer.add_tokens([AddedToken(NEWLINE, special=False, normalized=False)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>",
                                    bos_token="<s>", eos_token="</s>")
     fast.chat_template = CHAT_TEMPLATE

@@ -193,6 +193,30 @@ def test_tied_and_moe_families_exercise_what_they_are_for(in_env):
     assert in_env["qwen3-moe"]["expert_grad"] > 0 and in_env["config-qwen3-30b-a3b"]["expert_grad"] > 0
 
 
+def vl_row() -> dict:
+    rows = table().rows(list(table().families.values()))
+    return next(row for row in rows if row["name"] == "qwen2.5-vl")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", ["verl-0.7", "verl-0.9"])
+def test_the_image_familys_processor_loads_in_each_stacks_verl(stack, tmp_path):
+    """transformers 4.57 (verl-0.7) takes only Qwen2 tokenizer classes in Qwen2.5-VL's processor; the check's
+    word-level tokenizer failed there ("Received a PreTrainedTokenizerFast ... but a ('Qwen2Tokenizer',
+    'Qwen2TokenizerFast') was expected" on the GPU). Written by the check, loaded by that stack's own verl."""
+    python = REPO / f".venv-{stack}-fsdp" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no {stack} fsdp env here (.venv-{stack}-fsdp): `nox -s env -- --stack {stack}` makes it")
+    proc = subprocess.run([str(python), str(REPO / "tests" / "data" / "trainer" / "vl_processor_in_env.py"),
+                           str(KERNELS), str(tmp_path), json.dumps(vl_row())], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["processor"] == "Qwen2_5_VLProcessor" and r["template_kept"], r
+    written, loaded, in_processor = r["ids"]
+    assert written == loaded == in_processor and len(written) == 5, r  # the same tokens, "\n" and <|im_end|> one each
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2.5-vl", "config-qwen2.5-vl-3b-instruct"])
 def test_the_vl_rows_load_through_verls_dataset_with_the_familys_processor(in_env, name):

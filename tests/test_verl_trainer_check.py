@@ -416,6 +416,52 @@ def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_remov
     assert check.run.proc.wait(timeout=600) == -9 and not os.path.exists(check.workdir)
 
 
+def test_a_finished_trainer_leaves_nothing_running_in_its_session(monkeypatch, tmp_path):
+    """A driver that exits leaving a process in a group of its own (as Ray does): waiting for the trainer kills it
+    and returns once it is gone. Left running, such processes held GPU memory while the next trainer's vLLM sized its
+    KV cache ("Available KV cache memory: -0.00 GiB" on verl-0.7's thorough run)."""
+    t = trainer()
+    run = t.TrainerRun([sys.executable, str(PROGRAMS / "leaves_a_process_group.py")], str(tmp_path))
+    try:
+        assert run.wait(timeout=600) == 0
+        child = int(run.lines[0].text)
+        assert t.session_pids(run.proc.pid) == []
+        state = Path(f"/proc/{child}/stat")
+        assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # gone, or a zombie
+    finally:
+        for pid in t.session_pids(run.proc.pid):
+            os.kill(pid, 9)
+
+
+def test_thorough_families_run_one_at_a_time_each_launched_once(monkeypatch, tmp_path):
+    """verl's own KV cache sizing (thorough) needs the GPU to itself: the families run in turn, each trainer once.
+    The runner calls each family's finish in order; before, a finish launched its own trainer outside the queue and
+    the queue then launched the first family again, beside the next."""
+    t, common = trainer(), load("_common")
+    fake_launch(t, monkeypatch, tmp_path, FAKE_TRAINER)
+    launches = []
+    launch = t.TrainerCheck.launch
+
+    def counted(self, hold=False):
+        launches.append(self.family["name"])
+        return launch(self, hold)
+
+    monkeypatch.setattr(t.TrainerCheck, "launch", counted)
+    rows = [FAMILIES[name] for name in ("llama", "qwen2", "qwen3")]
+    profile = common.parse_profile(profile_json(thorough=True, trainer={"families": rows, "parallel": 3}))
+    (_, import_check), *finishes = t.checks(profile, torch=None)
+    monkeypatch.setattr(t, "check_import", lambda: ({}, "imports"))
+    assert launches == []  # thorough: nothing starts before its turn
+    runs = []
+    for _, finish in finishes:
+        with pytest.raises(common.Failed):  # the stand-in saves no checkpoint
+            finish()
+        runs.append(finish.__self__.run)
+    assert launches == ["llama", "qwen2", "qwen3"]
+    for before, after in zip(runs, runs[1:]):
+        assert before.end <= after.start  # the next trainer started after the previous one was reaped
+
+
 def test_sizes_this_node_cannot_take_fail_the_trainer_check_in_one_line(monkeypatch, tmp_path):
     t, common = trainer(), load("_common")
     fake_launch(t, monkeypatch, tmp_path, "print('never')")
@@ -425,6 +471,18 @@ def test_sizes_this_node_cannot_take_fail_the_trainer_check_in_one_line(monkeypa
         check.finish()
     assert str(failed.value) == "cannot run verl's trainer on this node so: rollout_tp 2 does not divide the 1 GPU(s)"
     assert check.run is None
+
+
+@pytest.mark.parametrize("requires, needed", [
+    # verl 0.9.1's Requires-Dist (its verl-core extra brings TransferQueue, which its V1 trainer imports)
+    (["hydra-core", "mbridge; extra == \"mcore\"", "TransferQueue>=0.1.10; extra == \"verl-core\"",
+      "pyzmq; extra == \"verl-core\""], True),
+    # verl 0.7.1's: no TransferQueue, and its main_ppo imports it only when config.transfer_queue.enable
+    (["accelerate", "codetiming", "datasets", "hydra-core", "ray[default]>=2.41.0", "transformers"], False),
+    (None, False),
+])
+def test_the_import_check_asks_for_transfer_queue_only_where_verl_declares_it(requires, needed):
+    assert trainer().needs_transfer_queue(requires) is needed
 
 
 def test_a_familys_known_upstream_failure_is_named_only_when_its_output_shows_it():

@@ -158,6 +158,24 @@ def write_model(directory, torch, family: dict) -> dict:
     return stats
 
 
+def tokenizer_for(processor_class, tokenizer):
+    """The check's tokenizer in a class the processor takes. transformers 4.x processors accept only the tokenizer
+    classes they name (Qwen2_5_VLProcessor.tokenizer_class: Qwen2Tokenizer or its fast twin), 5.x any: where the
+    processor names classes and the tokenizer is none of them, the same tokenizer (its vocabulary, special tokens and
+    chat template) is re-wrapped in the fast class named."""
+    import transformers
+
+    wanted = getattr(processor_class, "tokenizer_class", None)
+    names = (wanted,) if isinstance(wanted, str) else tuple(name for name in wanted or () if name)
+    if not names or type(tokenizer).__name__ in names:
+        return tokenizer
+    fast = next((name for name in names if name.endswith("Fast")), names[-1])
+    wrapped = getattr(transformers, fast)(tokenizer_object=tokenizer.backend_tokenizer,
+                                          **tokenizer.special_tokens_map)
+    wrapped.chat_template = tokenizer.chat_template
+    return wrapped
+
+
 def write_processor(directory, tokenizer):
     """An image family's processor (Qwen2-VL's image and video processors with the check's tokenizer), saved beside
     the model as a hub model has it, so verl's dataset and the rollout engine both load it from the model path."""
@@ -165,6 +183,7 @@ def write_processor(directory, tokenizer):
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
     size = {"shortest_edge": IMAGE_MIN_PIXELS, "longest_edge": IMAGE_MAX_PIXELS}
+    tokenizer = tokenizer_for(Qwen2_5_VLProcessor, tokenizer)
     processor = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(size=size),
                                     video_processor=Qwen2VLVideoProcessor(size=size), tokenizer=tokenizer,
                                     chat_template=CHAT_TEMPLATE)

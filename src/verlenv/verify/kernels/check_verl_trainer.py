@@ -45,6 +45,7 @@ import _phases
 PACKAGE = "verl"
 STEPS = 2
 TIMEOUT_S = 540  # below the runner's 600 s per round of trainers, so a hang still gives a result and its log
+REAP_S = 60  # for what a finished trainer left running (its Ray, its engine) to be gone
 PROMPTS_PER_GPU, RESPONSES_PER_PROMPT = 8, 4
 MAX_PROMPT, MAX_RESPONSE = 64, 32
 ROWS = 64
@@ -169,6 +170,9 @@ def overrides(paths: dict, trainer: dict, family: dict, *, nnodes: int = 1, n_gp
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={RESPONSES_PER_PROMPT * 2}",
+        # The rollout's own log-probs, which the judge compares with the actor's (pearson, probs diff): verl 0.7.x
+        # computes them only when asked (its default is False).
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"reward.custom_reward_function.path={paths['reward']}",
         "reward.custom_reward_function.name=compute_score",
@@ -330,6 +334,22 @@ def trainer_env(environ=os.environ, ray_address: str = "local", log_env: dict | 
             "RAY_ADDRESS": ray_address}
 
 
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session sid, from /proc/<pid>/stat (field 6: the session). This script runs in the env's
+    python, where verlenv (its proctree) is not importable: hence its own reader."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z" and fields[3] == str(sid):
+                out.append(int(entry))
+    return out
+
+
 class TrainerRun:
     """The trainer in its own session (its Ray and vLLM processes with it), its output read line by line in a
     thread (a silent hang must not keep the timeout from firing), each line with its arrival. Its output is echoed
@@ -374,11 +394,26 @@ class TrainerRun:
             code = None
             self.kill()
             self.proc.wait()
+        self.reap()
         self.end = time.monotonic()
         self.wall_s = self.end - self.start
         self._reader.join(timeout=30)
         self.echo()
         return code
+
+    def reap(self, timeout: float = REAP_S) -> list[int]:
+        """Kill what the driver left in its session and wait until it is gone; returns what is still there after
+        timeout seconds. Ray puts its processes in groups of their own (killpg misses them) and the rollout engine's
+        workers outlive the driver for seconds: the next trainer's vLLM, sizing its KV cache from the GPU's free
+        memory, failed while they still held or were releasing theirs ("Available KV cache memory: -0.00 GiB",
+        "Error in memory profiling")."""
+        deadline = time.monotonic() + timeout
+        while (left := session_pids(self.proc.pid)) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        return session_pids(self.proc.pid)
 
     def kill(self):
         if self.proc.poll() is None:
@@ -399,12 +434,22 @@ def run_trainer(cmd, workdir, timeout=TIMEOUT_S, ray_address: str = "local", log
                              "launch_wall": run.launch_wall}
 
 
+def needs_transfer_queue(requires: list[str] | None) -> bool:
+    """Whether this verl's trainer imports TransferQueue when it starts: verl >= 0.8 declares it (its `verl-core`
+    extra) and its V1 trainer imports it; verl 0.7.x neither declares nor imports it."""
+    return any(re.match(r"\s*transferqueue\b", r, re.I) for r in requires or ())
+
+
 def check_import():
-    import transfer_queue  # noqa: F401  (the V1 trainer imports it when it starts)
+    from importlib.metadata import requires
+
     import verl
     import verl.trainer.main_ppo  # noqa: F401
 
-    return {}, f"verl {verl.__version__}: main_ppo and TransferQueue import"
+    if needs_transfer_queue(requires("verl")):
+        import transfer_queue  # noqa: F401
+        return {}, f"verl {verl.__version__}: main_ppo and TransferQueue import"
+    return {}, f"verl {verl.__version__}: main_ppo imports (this verl does not use TransferQueue)"
 
 
 def keep_log(run: TrainerRun, family: str | None = None, environ=os.environ) -> None:
@@ -476,7 +521,10 @@ class TrainerCheck:
 
     def _finish(self):
         if self.run is None and self.error is None:
-            self.launch()
+            if self.queue is not None:
+                self.queue.launch(self)
+            else:
+                self.launch()
         if self.error is not None:
             raise self.error
         run = self.run
@@ -537,12 +585,13 @@ def known_failure(family: dict, texts) -> dict | None:
 
 
 class Queue:
-    """The families' trainers: at most `parallel` running at once, started in order."""
+    """The families' trainers: at most `parallel` running at once, each launched once, in order. A trainer runs
+    until its check has waited for it and reaped what it left (TrainerRun.wait): the next one's rollout engine sizes
+    its memory from what the GPU has free."""
 
     def __init__(self, checks: list, parallel: int):
         self.checks, self.parallel = checks, max(1, parallel)
-        self._next = 0
-        self._running: list = []
+        self._launched: list = []
         self._lock = threading.Lock()
 
     def start(self, hold: bool = True):
@@ -550,15 +599,20 @@ class Queue:
             self.launch_next(hold)
 
     def launch_next(self, hold: bool = True):
+        """Launch the first waiting trainer if fewer than `parallel` run."""
+        with self._lock:  # held while launching: a launch in progress is one running
+            running = [c for c in self._launched if c.run is not None and c.run.end is None]
+            waiting = [c for c in self.checks if c not in self._launched]
+            if waiting and len(running) < self.parallel:
+                self._launched.append(waiting[0])
+                waiting[0].launch(hold=hold)
+
+    def launch(self, check, hold: bool = False):
+        """Launch this trainer now, unless it was (its check's finish came before the queue reached it)."""
         with self._lock:
-            self._running = [c for c in self._running if c.run is not None and c.run.proc.poll() is None]
-            if self._next >= len(self.checks) or len(self._running) >= self.parallel:
-                return
-            check = self.checks[self._next]
-            self._next += 1
-        check.launch(hold=hold)
-        with self._lock:
-            self._running.append(check)
+            if check not in self._launched:
+                self._launched.append(check)
+                check.launch(hold=hold)
 
     def beside(self, check) -> int:
         """How many other trainers ran at some time while this one ran (one still running counts)."""

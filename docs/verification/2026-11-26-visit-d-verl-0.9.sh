@@ -1,14 +1,16 @@
-# GPU visit D (one H100 or H200): the verl-0.9 bundle of the fsdp and sglang variants with the flash-attn wheel built
-# on the CPU machine (2 cores, PyPI's CUDA 13.0 nvcc, sm_90) carried in parts; both envs installed offline by the
-# bundle's bootstrap into fresh venvs; then, by the bundle's own `nox -s verify-h100`: the fsdp families side by side
-# (fast) with the test suite's GPU tests beside them, SGLang's trainer, the two published configs shrunk
+# GPU visit D (one H100 or H200): the verl-0.9 bundle of the fsdp and sglang variants (`--without flash-attn`: its
+# wheel was still compiling on the CPU machine, 2 cores, PyPI's CUDA 13.0 nvcc, sm_90, when the parts started) carried
+# in parts; both envs installed offline by the bundle's bootstrap into fresh venvs; the flash-attn wheel carried last
+# with its wheel-cache entry and installed into each env by `verlenv build flash-attn --wheelhouse` (a cache hit: the
+# same torch, CUDA, Python, ABI and arch); then, by the bundle's own `nox -s verify-h100`: the fsdp families side by
+# side (fast) with the test suite's GPU tests beside them, SGLang's trainer, the two published configs shrunk
 # (--model-config), and what time is left --thorough (alone on the GPU: vLLM sizes its KV cache from free memory).
 # GPU memory is sampled every 2 s. One `run` call per step: bash docs/verification/2026-11-26-visit-d-verl-0.9.sh STEP
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     RAY_USAGE_STATS_ENABLED=0
 R=/root/visit; P=/root/parts; REPO=/root/repo; mkdir -p $R $P
-NOX=$P/bundle/.tool/bin/nox
+NOX=$P/bundle/.tool/bin/nox; VERLENV=$P/bundle/.tool/bin/verlenv; W=/root/wheelhouse
 step=$1; shift
 
 sync_repo() {  # this call's working tree onto /root/repo (the envs under it stay)
@@ -51,16 +53,25 @@ start)    # machine facts, the GPU memory sampler, the parts' index and the firs
   part 1 ;;
 part)     # $1 = parts expected after this one
   part "$1" ;;
-install)  # $1 = the last part's number: fsdp's env (its bootstrap joins the parts), the parts deleted (disk), the fsdp
-          # families and the GPU tests started, then sglang's env
+install)  # $1 = the last part's number: fsdp's env (its bootstrap joins the parts), the parts deleted (disk), sglang's env
   part "$1"
   sync_repo
   boot fsdp
   rm -f $P/bundle.tar.part*
-  verify_nox fsdp-families --family all
-  bg gpu-tests "PYTHONPATH=$REPO/src $REPO/.venv-verl-0.9-fsdp/bin/python -m pytest -m gpu -v -p no:cacheprovider tests/test_kernel_scripts.py"
   boot sglang
   df -h / | tail -1; held ;;
+wheel)    # flash-attn's wheel and cache entry (under .carry/fa09/, in pieces) into the wheel cache, then into each env
+          # (a cache hit); the fsdp families and the GPU tests start
+  sync_repo
+  entry=$(cat .carry/fa09/entry.path); mkdir -p $W/$entry
+  cat .carry/fa09/wheel.part* > $W/$entry/$(cat .carry/fa09/wheel.name); cp .carry/fa09/entry.json $W/$entry/
+  sums=$(pwd)/.carry/fa09/wheel.sha256; (cd $W/$entry && sha256sum -c "$sums") || { echo "WHEEL DAMAGED"; exit 5; }
+  for v in fsdp sglang; do
+    $VERLENV build flash-attn --bundle $P/bundle --stack verl-0.9 --variant $v --python $REPO/.venv-verl-0.9-$v/bin/python --gpu h100 --wheelhouse $W 2>&1 | tail -2
+  done
+  verify_nox fsdp-families --family all
+  bg gpu-tests "PYTHONPATH=$REPO/src $REPO/.venv-verl-0.9-fsdp/bin/python -m pytest -m gpu -v -p no:cacheprovider tests/test_kernel_scripts.py"
+  held ;;
 run)      # $1 = name, rest = verify options
   sync_repo; verify_nox "$@"; held ;;
 tests)    # the sglang env's GPU tests

@@ -466,6 +466,16 @@ def test_cubins_of_real_nvcc_objects(nvcc, tmp_path):
     assert static.check_cubins(sm90, "flash-attn", ["8.0", "9.0"], False, FSDP).status == "warn"  # no profile: warn
 
 
+def test_a_host_only_object_passes_its_cubin_check(tmp_path):
+    """A library with no GPU code (SGLang's torch-memory-saver hooks) cannot miss an arch: pass, not a required check
+    "not run" in the verdict (visit D's SGLang report said 2 required checks not run for exactly these)."""
+    host = tmp_path / "hooks.so"
+    (tmp_path / "hooks.c").write_text("int hook(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(host), str(tmp_path / "hooks.c")], check=True)
+    result = static.check_cubins(host, "sglang", ["9.0"], True, FSDP)
+    assert result.status == "pass" and "no GPU code" in result.reason and result.numbers["cubin_sm"] == []
+
+
 # --- driver -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("driver, stack, status", [

@@ -416,7 +416,7 @@ def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_remov
     assert check.run.proc.wait(timeout=600) == -9 and not os.path.exists(check.workdir)
 
 
-def test_a_finished_trainer_leaves_nothing_running_in_its_session(monkeypatch, tmp_path):
+def test_a_finished_trainer_leaves_nothing_running_in_its_session(tmp_path):
     """A driver that exits leaving a process in a group of its own (as Ray does): waiting for the trainer kills it
     and returns once it is gone. Left running, such processes held GPU memory while the next trainer's vLLM sized its
     KV cache ("Available KV cache memory: -0.00 GiB" on verl-0.7's thorough run)."""

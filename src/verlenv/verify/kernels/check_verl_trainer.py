@@ -392,9 +392,8 @@ class TrainerRun:
             code = self.proc.wait(timeout=max(0.0, timeout - (time.monotonic() - self.start)))
         except subprocess.TimeoutExpired:
             code = None
-            self.kill()
-            self.proc.wait()
-        self.reap()
+        self.reap()  # the driver too, when it outlived the timeout
+        self.proc.wait()
         self.end = time.monotonic()
         self.wall_s = self.end - self.start
         self._reader.join(timeout=30)
@@ -402,11 +401,11 @@ class TrainerRun:
         return code
 
     def reap(self, timeout: float = REAP_S) -> list[int]:
-        """Kill what the driver left in its session and wait until it is gone; returns what is still there after
-        timeout seconds. Ray puts its processes in groups of their own (killpg misses them) and the rollout engine's
-        workers outlive the driver for seconds: the next trainer's vLLM, sizing its KV cache from the GPU's free
-        memory, failed while they still held or were releasing theirs ("Available KV cache memory: -0.00 GiB",
-        "Error in memory profiling")."""
+        """Kill the trainer's whole session (the driver, if it still runs, and what it started) and wait until it is
+        gone; returns what is still there after timeout seconds. Ray puts its processes in groups of their own
+        (killpg of the driver's group misses them) and the rollout engine's workers outlive the driver for seconds:
+        the next trainer's vLLM, sizing its KV cache from the GPU's free memory, failed while they still held or were
+        releasing theirs ("Available KV cache memory: -0.00 GiB", "Error in memory profiling")."""
         deadline = time.monotonic() + timeout
         while (left := session_pids(self.proc.pid)) and time.monotonic() < deadline:
             for pid in left:
@@ -414,11 +413,6 @@ class TrainerRun:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
         return session_pids(self.proc.pid)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):  # it may have exited just now
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the driver and everything it started in its session
 
     def first_metrics_s(self) -> float | None:
         return next((line.arrival for line in self.lines if METRICS_LINE.search(line.text)), None)
@@ -506,7 +500,7 @@ class TrainerCheck:
 
     def abandon(self):
         if self.run is not None:
-            self.run.kill()
+            self.run.reap()
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if self.paths and self.paths.get("ray_tmp"):

@@ -4,6 +4,7 @@ Made once under $VERLENV_TEST_ENV (default ~/.cache/verlenv-test/torch211) and r
 match; uv's cache makes a remake quick. The builder's slow tests compile real extensions in it.
 """
 
+import fcntl
 import functools
 import glob
 import os
@@ -61,15 +62,19 @@ def torch_python() -> str:
     python = env / "bin" / "python"
     want = "\n".join((f"python {PYTHON}", *PINS)) + "\n"
     marker = env / MARKER
-    if python.exists() and marker.is_file() and marker.read_text() == want:
-        return str(python)
-    shutil.rmtree(env, ignore_errors=True)
-    for cmd in (["uv", "venv", "-q", "--python", base_python(), str(env)],
-                ["uv", "pip", "install", "-q", "--python", str(python), *PINS]):
-        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
-        if r.returncode != 0:
-            pytest.fail(f"cannot make the build-test env ({' '.join(cmd[:3])}): {r.stderr.strip()[-500:]}")
-    write_atomic(marker, want)
+    env.parent.mkdir(parents=True, exist_ok=True)
+    # One maker at a time: test runs on this machine (a clean clone's CI beside a checkout's) share the env.
+    with open(env.parent / f".{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if python.exists() and marker.is_file() and marker.read_text() == want:
+            return str(python)
+        shutil.rmtree(env, ignore_errors=True)
+        for cmd in (["uv", "venv", "-q", "--python", base_python(), str(env)],
+                    ["uv", "pip", "install", "-q", "--python", str(python), *PINS]):
+            r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+            if r.returncode != 0:
+                pytest.fail(f"cannot make the build-test env ({' '.join(cmd[:3])}): {r.stderr.strip()[-500:]}")
+        write_atomic(marker, want)
     return str(python)
 
 

@@ -64,8 +64,10 @@ def _run_killing(cluster, doomed: str, report: Path) -> tuple[int, str]:
     try:
         err = StreamLines(proc.stderr)
         assert err.wait_for("alive node(s)"), err.text()
-        # The node dies under its check: once a worker of that node runs the check's task.
-        assert until(lambda: proc.poll() is not None or cluster.running(doomed, "verlenv-verify-node"), every_s=0.05)
+        # The node dies under its check: once a worker of that node runs the check's task. Each look scans /proc
+        # (tens of ms among a cluster's processes): a finer poll would take a core from the nodes' own checks.
+        assert until(lambda: proc.poll() is not None or cluster.running(doomed, "verlenv-verify-node"),
+                     every_s=0.5)
         assert cluster.kill_node(doomed), f"no process of node {doomed} found"
         code = proc.wait(timeout=RUN_TIMEOUT_S)
     finally:

@@ -285,6 +285,8 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
         config.pop(key, None)
     if "quantization_config" in original:
         changed["quantization_config"] = ["removed", "the check trains bf16 weights"]
+    # verl's known failure with an architecture is the user's too: their config of it is reported with the same link.
+    known = next((f.known_issue for f in table_.families.values() if f.model_class == archs[0] and f.known_issue), {})
     return Family(name=_label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
                   model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
-                  model_type=model_type, source=str(path), shrunk=changed)
+                  model_type=model_type, source=str(path), shrunk=changed, known_issue=dict(known))

@@ -250,3 +250,21 @@ def test_verls_config_composes_for_each_family_in_each_variant(in_env, name):
         composed = in_env[name]["composed"][variant]
         assert composed["model"].endswith("model") and composed["experiment"] == f"verify-{name}"
         assert composed["rollout"] == "vllm"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_the_checks_prompts_vary_in_length_as_a_users_do(in_env, name):
+    """An equal-length batch skips prompt padding and meets verl#7899 (below); the check's questions vary."""
+    lengths = in_env[name]["prompt_tokens"]
+    assert len(set(lengths)) >= 8 and max(lengths) + 4 < 64, lengths  # 4 image tokens; max_prompt_length 64
+
+
+@pytest.mark.slow
+def test_verls_micro_batch_split_takes_the_checks_vl_batch_and_not_an_equal_length_one(in_env):
+    """verl 0.9.1's own maybe_fix_3d_position_ids + chunk_tensordict on mRoPE position ids: the check's batch (its
+    prompts' lengths) comes back intact; the same batch with one length fails, the upstream bug verl#7899 that the
+    family's known_issue and the doctor's F52 name. When a verl release fixes it, the second assert says so."""
+    split = in_env["mrope_split"]
+    assert split["rows"] == {"error": None, "intact": True}, split
+    assert split["one_length"]["error"] and not split["one_length"]["intact"], split

@@ -102,6 +102,34 @@ def composed(paths: dict, family: dict) -> dict:
     return out
 
 
+def prompt_tokens(paths: dict, rows: list[dict]) -> list[int]:
+    """Each row's prompt length in tokens, text only (an image adds the same number of image tokens to every row)."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(paths["model"])
+    out = []
+    for row in rows:
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        out.append(len(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return out
+
+
+def mrope_split(lengths: list[int]) -> dict:
+    """verl's own path for a VL batch's mRoPE position ids, (4, L) per sample: packed as a jagged nested tensor (as
+    TransferQueue hands them to the workers), relabelled by maybe_fix_3d_position_ids, split into micro-batches by
+    chunk_tensordict; whether it succeeds and gives every sample back unchanged."""
+    from tensordict import TensorDict
+    from verl.utils.tensordict_utils import chunk_tensordict, maybe_fix_3d_position_ids
+
+    samples = [(torch.arange(n) + 1000 * i).expand(4, n).clone() for i, n in enumerate(lengths)]
+    try:
+        data = TensorDict({"position_ids": torch.nested.as_nested_tensor(samples, layout=torch.jagged)},
+                          batch_size=[len(samples)])
+        maybe_fix_3d_position_ids(data)
+        back = [s for part in chunk_tensordict(data, 2) for s in part["position_ids"].unbind(0)]
+        return {"error": None, "intact": len(back) == len(samples) and all(map(torch.equal, back, samples))}
+    except Exception as e:  # noqa: BLE001 - the failure is the result
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}", "intact": False}
+
+
 result = {}
 for family in TABLES["families"]:
     work = tempfile.mkdtemp(dir=os.path.dirname(OUT))
@@ -111,5 +139,11 @@ for family in TABLES["families"]:
                               "images_in_rows": sum("images" in r for r in rows),
                               "files": sorted(os.listdir(paths["model"])), **train_step(paths, family, rows[0]),
                               "composed": composed(paths, family),
-                              "rollout_tokenizer": rollout_tokenizer(paths, family)}
+                              "rollout_tokenizer": rollout_tokenizer(paths, family),
+                              "prompt_tokens": prompt_tokens(paths, rows)}
+# One GPU's batch of the check (its prompts, each with its responses run to the response limit), and the same batch
+# with every sequence of one length.
+batch = [n + t.MAX_RESPONSE for n in result[TABLES["families"][0]["name"]]["prompt_tokens"][:t.PROMPTS_PER_GPU]
+         for _ in range(t.RESPONSES_PER_PROMPT)]
+result["mrope_split"] = {"rows": mrope_split(batch), "one_length": mrope_split([batch[0]] * len(batch))}
 json.dump(result, open(OUT, "w"))

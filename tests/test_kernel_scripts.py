@@ -573,7 +573,11 @@ def test_vllms_check_fixes_its_kv_cache_only_where_that_vllm_has_the_setting():
 # ---- on a GPU: every check script for real, in the default env, as verify runs it (`nox -s tests -- -m gpu`) ----
 
 SCRIPTS = sorted(NOT_INSTALLED)
-# Where the checked libraries keep caches in a home folder: a GPU test must leave these as they were.
+# Where the checked libraries keep caches in a home folder. The scripts run with a home of their own (the scratch
+# folder's) and every cache variable set to a scratch folder; nothing may land in these under that home (a library
+# falling back to its home default instead of the variable). The machine's real home is not scanned: other jobs of the
+# same user write there meanwhile (a verify beside the GPU tests did, 2026-11-28), so a scan could not tell whose
+# files it found.
 HOME_CACHES = (".cache/vllm", ".cache/flashinfer", ".cache/torch", ".cache/huggingface", ".cache/triton",
                ".cache/torch_extensions", ".triton", ".nv", ".config/vllm")
 
@@ -636,13 +640,13 @@ def test_each_check_script_passes_on_this_gpu(name, on_this_gpu, env_python, mon
     from verlenv.verify import runner
 
     sent, variant, env = on_this_gpu
-    home, start = Path.home(), time.time_ns()
+    home, start = Path(env["HOME"]), time.time_ns()
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     script = KERNELS / f"check_{name}.py"
     scope = runner.Scope(required_in(variant))
     results = runner.run_script(env_python, script, sent, runner.timeout_for(script, 150.0), scope)
-    assert written_since(start, home) == []  # caches, temp files, Ray's session: all in the scratch folder
+    assert written_since(start, home) == []  # each library took the cache folder it was given
     failed = [f"{r.name}: {r.reason}\n{r.log[-3000:]}" for r in results if r.status == "fail"]
     assert not failed, "\n\n".join(failed)
     absent = {r.reason for r in results if r.status == "skip" and r.reason.endswith("not installed")}

@@ -10,7 +10,8 @@
 #      Qwen3-30B-A3B) shrunk;
 #   C, alone on the GPU (vLLM sizes its KV cache from free memory): fsdp `--thorough --only verl`, one family at a
 #      time, the ones never run thorough first; each report comes back as soon as it is written.
-# GPU memory is sampled every 2 s. One `run` call per step: bash docs/verification/2026-11-28-visit-e-verl-0.9.sh STEP
+# The machine is given back 30 s after a call ends: issue each `wait` the moment the previous call returns (this
+# visit lost its megatron round that way). GPU memory is sampled every 2 s. One `run` call per step: bash docs/verification/2026-11-28-visit-e-verl-0.9.sh STEP
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     RAY_USAGE_STATS_ENABLED=0

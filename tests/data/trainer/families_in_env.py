@@ -29,14 +29,19 @@ from verl.utils.config import validate_config  # noqa: E402
 torch.set_num_threads(2)
 
 
+def chat_ids(tokenizer, row: dict) -> list[int]:
+    """A row's prompt through the chat template, as token ids (apply_chat_template gives a BatchEncoding or the ids,
+    as the transformers version has it)."""
+    ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+    return ids["input_ids"] if hasattr(ids, "keys") else ids
+
+
 def model_inputs(paths: dict, family: dict, row: dict):
     """The first row's prompt as the rollout sees it: chat template, and for an image family verl's own dataset item
     through the saved processor (image placeholder to vision tokens, pixel values)."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(paths["model"])
     if family["inputs"] != "images":
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
-        ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-        return {"input_ids": torch.tensor([ids])}, {}
+        return {"input_ids": torch.tensor([chat_ids(tokenizer, row)])}, {}
     from qwen_vl_utils import process_vision_info
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
@@ -105,11 +110,7 @@ def composed(paths: dict, family: dict) -> dict:
 def prompt_tokens(paths: dict, rows: list[dict]) -> list[int]:
     """Each row's prompt length in tokens, text only (an image adds the same number of image tokens to every row)."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(paths["model"])
-    out = []
-    for row in rows:
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
-        out.append(len(ids["input_ids"] if hasattr(ids, "keys") else ids))
-    return out
+    return [len(chat_ids(tokenizer, row)) for row in rows]
 
 
 def mrope_split(lengths: list[int]) -> dict:

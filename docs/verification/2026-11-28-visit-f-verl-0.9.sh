@@ -1,12 +1,13 @@
 # GPU visit F (one H100 or H200): visit E's bundle and steps (docs/verification/2026-11-28-visit-e-verl-0.9.sh: one
 # verl-0.9 bundle of both variants carried in parts, each variant installed offline by the bundle's bootstrap, apex and
 # TE's torch part built on the node by their recipes from the bundle's sources, the CPU-built flash-attn wheel carried
-# last and sha256-checked), with the rounds visit E lost, in one plan that runs on the node by itself:
-#   A, while the megatron build runs (niced): fsdp `--thorough --only verl`, one family at a time, alone on the GPU
-#      (thorough keeps vLLM's own KV-cache sizing, from free memory), the families never run thorough first;
-#   B, once the build is done: the test suite's GPU tests in the megatron env (apex and TE there), alone; then
-#      megatron `--family all`, the five trainers side by side;
-#   C, the thorough families A did not reach, then megatron `--thorough --only verl` per family while the machine lasts.
+# last and sha256-checked), with the rounds visit E lost. The megatron env is installed first and its build (not niced:
+# it is the plan's critical path) starts at once; then, in one plan that runs on the node by itself:
+#   A, while the build runs: the test suite's GPU tests in the fsdp env (`pytest -m gpu`), alone; then fsdp
+#      `--thorough --only verl`, one family at a time, alone on the GPU (thorough keeps vLLM's own KV-cache sizing,
+#      from free memory), the family never run thorough first, until the build is done;
+#   B: megatron `--family all`, the five trainers side by side;
+#   C: the thorough families A did not reach, while the machine lasts.
 # Each report comes back as soon as it is written. The machine is given back 30 s after a call ends: issue each `wait`
 # the moment the previous call returns. GPU memory is sampled every 2 s.
 # One `run` call per step: bash docs/verification/2026-11-28-visit-f-verl-0.9.sh STEP
@@ -66,13 +67,13 @@ part)     # $1 = parts expected after this one
 install)  # $1 = the last part's number: both envs, the parts deleted (disk), then the plan starts
   part "$1"
   sync_repo
-  boot fsdp
-  rm -f $P/bundle.tar.part*
   boot megatron
   (cd $REPO && setsid nohup bash $SELF build < /dev/null > $R/build.log 2>&1 &)
+  rm -f $P/bundle.tar.part*
+  boot fsdp
   df -h / | tail -1; held ;;
-build)    # on the node, by itself: apex and TE's torch part into the megatron env (niced: the trainers come first)
-  run_named megatron-build "nice -n 10 $VERLENV build transformer-engine-torch apex --bundle $P/bundle --stack verl-0.9" \
+build)    # on the node, by itself: apex and TE's torch part into the megatron env
+  run_named megatron-build "$VERLENV build transformer-engine-torch apex --bundle $P/bundle --stack verl-0.9" \
             "--variant megatron --python $MEGATRON/bin/python --gpu h100 --wheelhouse $W --json $R/megatron-build.json" ;;
 piece)    # one piece of flash-attn's wheel (.carry/faN/), kept for the wheel step
   mkdir -p /root/fa; cp .carry/fa[0-9]*/* /root/fa/; ls /root/fa; held ;;
@@ -91,6 +92,8 @@ wheel)    # the wheel's last piece: joined into the wheel cache, its sha256 chec
 plan)     # on the node, by itself
   todo="qwen2.5-vl qwen3-moe qwen2 qwen3 llama"
   echo "A $(date +%s)"
+  run_named gpu-tests "VERLENV_CLUSTER_ENV=$FSDP/bin/python PYTHONPATH=$REPO/src $FSDP/bin/python -m pytest" \
+            "-m gpu -v -p no:cacheprovider --junitxml=$R/gpu-tests.xml tests/test_kernel_scripts.py"
   for family in $todo; do
     [ -f $R/megatron-build.done ] && break
     run_named thorough-$family "$(verify_cmd thorough-$family --thorough --only verl --family $family)"
@@ -98,16 +101,10 @@ plan)     # on the node, by itself
   done
   while [ ! -f $R/megatron-build.done ]; do sleep 3; done
   echo "B $(date +%s) build: $(cat $R/megatron-build.done)"
-  run_named gpu-tests "VERLENV_CLUSTER_ENV=$MEGATRON/bin/python PYTHONPATH=$REPO/src $MEGATRON/bin/python -m pytest" \
-            "-m gpu -v -p no:cacheprovider --junitxml=$R/gpu-tests.xml tests/test_kernel_scripts.py"
   run_named megatron-all "$(verify_cmd megatron-all --variant megatron --family all)"
   echo "C $(date +%s) fsdp thorough left: $todo"
   for family in $todo; do
     run_named thorough-$family "$(verify_cmd thorough-$family --thorough --only verl --family $family)"
-  done
-  for family in qwen2.5-vl qwen3-moe qwen2 qwen3; do
-    run_named megatron-thorough-$family \
-      "$(verify_cmd megatron-thorough-$family --variant megatron --thorough --only verl --family $family)"
   done
   echo "end $(date +%s)" ;;
 wait)     # $1 = seconds at most, until the plan ends; each finished run's files come back as one .tgz

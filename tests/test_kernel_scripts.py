@@ -653,3 +653,30 @@ def test_each_check_script_passes_on_this_gpu(name, on_this_gpu, env_python, mon
     if absent and not any(r.status in ("pass", "warn") for r in results):
         pytest.skip(f"{'; '.join(sorted(absent))} in {env_python} (source-built packages: `nox -s build`)")
     assert any(r.status in ("pass", "warn") for r in results), [(r.name, r.status, r.reason) for r in results]
+
+
+# ---- vLLM's usage stats: a file under $HOME/.config/vllm and a report sent out, from every engine a check starts ----
+
+def vllm_usage_stats(python: str, env: dict, script: str = "-") -> bool:
+    proc = subprocess.run([python, str(PROGRAMS / "vllm_usage_stats.py"), str(KERNELS), script], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["usage_stats"]
+
+
+@pytest.fixture
+def clean_env(env_python, tmp_path):
+    """The environment without any of vLLM's opt-outs, and a home without its do_not_track file."""
+    opt_outs = ("VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK", "DO_NOT_TRACK")
+    return {**{k: v for k, v in os.environ.items() if k not in opt_outs}, "HOME": str(tmp_path)}
+
+
+def test_the_vllm_check_and_verls_vllm_servers_send_no_usage_stats(env_python, clean_env):
+    """The GPU tests found vLLM's usage_stats.json in the check's home (visit F, 2026-11-28): the vLLM check and the
+    trainer's environment turn vLLM's usage stats off, as vLLM itself reads it, unless the user set otherwise."""
+    trainer = load("verl_trainer")
+    assert vllm_usage_stats(env_python, clean_env) is True  # vLLM's default: on
+    assert vllm_usage_stats(env_python, clean_env, "check_vllm") is False
+    assert vllm_usage_stats(env_python, trainer.trainer_env(clean_env)) is False
+    # A user who wants them keeps them.
+    assert vllm_usage_stats(env_python, trainer.trainer_env({**clean_env, "VLLM_NO_USAGE_STATS": "0"})) is True

@@ -27,6 +27,10 @@ PACKAGE = "vllm"
 # This process has initialised CUDA (the reference model) before the engine starts: a forked EngineCore cannot
 # re-initialise it ("Cannot re-initialize CUDA in forked subprocess"). verl's workers use spawn too.
 os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+# vLLM's usage stats: a file under $HOME/.config/vllm and a report to vLLM's server, from every engine started. A check
+# has no business writing outside the caches it was given, nor reaching out from an air-gapped node (a GPU visit found
+# the file in the check's home, 2026-11-28). The user's own setting wins.
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 # Where each JIT compiler vLLM may use at run time keeps what it compiled: (name, env var overriding it, default).
 JIT_CACHES = (("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfer"),
               ("triton", "TRITON_CACHE_DIR", "~/.triton/cache", ""),

@@ -324,7 +324,8 @@ def trainer_env(environ=os.environ, ray_address: str = "local", log_env: dict | 
     """No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
     NCCL check has it (the lent multi-GPU machines need it), and the rollout engine's INFO lines on (its row's
     log_env), unless the user set those; no usage stats from verl's vLLM servers (check_vllm.py says why)."""
-    return {**NCCL_DEFAULTS, "VLLM_NO_USAGE_STATS": "1", **(log_env or {}), **environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    return {**NCCL_DEFAULTS, "VLLM_NO_USAGE_STATS": "1", **(log_env or {}), **environ,
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             # hydra prints the whole traceback (the cause inside Ray's wrappers), not only a hint to set this.
             "HYDRA_FULL_ERROR": "1",
             "WANDB_MODE": "disabled", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1",

@@ -50,6 +50,12 @@ def test_an_unknown_family_is_one_line_naming_the_valid_ones():
     (lambda d: d["defaults"].update(logit_std=0), "defaults.logit_std must be a positive number"),
     (lambda d: d["families"].update({"all": d["families"]["llama"]}), "families.all: a family's name is"),
     (lambda d: d.pop("shrink"), "missing table [shrink]"),
+    (lambda d: d["families"]["qwen2.5-vl"]["known_issue"][1].update(variants="megatron"),
+     "families.qwen2.5-vl.known_issue.variants must be a list of variant names"),
+    (lambda d: d["families"]["qwen2.5-vl"]["known_issue"][0].update(link="x"),
+     "families.qwen2.5-vl.known_issue: unknown key 'link'"),
+    (lambda d: d["families"]["qwen2.5-vl"].update(known_issue="verl#7899"),
+     "families.qwen2.5-vl.known_issue must be a table or an array of tables"),
 ])
 def test_a_broken_table_is_one_line(change, complaint):
     import tomllib
@@ -78,8 +84,9 @@ def test_a_real_vl_config_is_shrunk_keeping_its_features():
     assert f.shrunk["num_hidden_layers"] == [36, 2] and "torch_dtype" not in config
     assert json.loads(REAL["vl"].read_text())["num_hidden_layers"] == 36  # the file itself is untouched
     # verl 0.9.1's failure with Qwen2.5-VL (the table's row) is this architecture's: reported with its link.
-    assert f.known_issue == families.table().families["qwen2.5-vl"].known_issue
-    assert f.known_issue["url"] == "https://github.com/verl-project/verl/issues/7899"
+    assert f.known_issues == families.table().families["qwen2.5-vl"].known_issues
+    assert [i["url"] for i in f.known_issues] == ["https://github.com/verl-project/verl/issues/7899",
+                                                  "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323"]
 
 
 def test_a_real_moe_config_keeps_its_experts_routing_and_head_size_ratio():
@@ -91,7 +98,7 @@ def test_a_real_moe_config_keeps_its_experts_routing_and_head_size_ratio():
     # Qwen3 names its head_dim (128, twice 2048/32): kept as it is, beside the shrunk hidden size.
     assert config["head_dim"] == 128 and config["hidden_size"] == 256
     assert f.name == "config-qwen3-30b-a3b"
-    assert f.known_issue == {}  # no row of its architecture has a known failure
+    assert f.known_issues == ()  # no row of its architecture has a known failure
 
 
 def test_per_layer_lists_and_layer_indexes_follow_the_layers_kept(tmp_path):

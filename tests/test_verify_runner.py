@@ -86,6 +86,21 @@ def test_a_crash_is_a_failure_with_the_output_tail_and_the_doctors_diagnosis(ker
     assert r.diagnosis[0]["id"] == "F1" and r.diagnosis[0]["fix"]
 
 
+def test_a_failed_checks_diagnosis_names_errors_not_the_warnings_beside_them():
+    """A real failed trainer's output (visit F: Megatron-Bridge's Qwen2.5-VL, F54) also holds TE's flash-attn range
+    warning, which every healthy megatron run prints: the failure is explained by the error only. The warning once
+    stood as the failed check's "known failure"."""
+    from verlenv.verify import static
+
+    log = (REPO / "tests/data/logs/F54-verlenv-h200-megatron-qwen2.5-vl-thd.log").read_text()
+    assert [d["id"] for d in static.diagnose(log)] == ["F54"]
+    warning = next(line for line in log.splitlines() if "Supported flash-attn versions" in line)
+    assert static.diagnose(warning) == []  # alone, still no explanation of a failure
+    from verlenv.doctor import diagnose_text
+
+    assert [d.id for d in diagnose_text(warning)] == ["F33"]  # while the doctor still reports it, as a warning
+
+
 def test_a_hanging_script_is_killed_with_its_workers(kernels, tmp_path, hang_after_start):
     r = by_name(runner.run_kernels(settings(kernels, only="vllm")))["vllm/run"]
     assert r.status == "fail" and r.reason == f"check_vllm.py timed out after {HANG_S:.0f} s"

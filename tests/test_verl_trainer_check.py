@@ -490,10 +490,30 @@ def test_a_familys_known_upstream_failure_is_named_only_when_its_output_shows_it
     vl = FAMILIES["qwen2.5-vl"]
     seen = ["(WorkerDict pid=9) RuntimeError: Expected cond to be True, but got False.",
             "    torch._check(lengths_sum <= ragged_dim_size)"]
-    known = t.known_failure(vl, seen)
-    assert known["url"] == "https://github.com/verl-project/verl/issues/7899" and "7901" in known["fix"]
-    assert t.known_failure(vl, ["ModuleNotFoundError: No module named 'flash_attn'"]) is None  # another cause counts
-    assert t.known_failure(LLAMA, seen) is None  # a family without a known issue has none
+    for variant in ("fsdp", "megatron"):  # verl's own split: in either actor
+        known = t.known_failure(vl, seen, variant)
+        assert known["url"] == "https://github.com/verl-project/verl/issues/7899" and "7901" in known["fix"]
+    assert t.known_failure(vl, ["ModuleNotFoundError: No module named 'flash_attn'"], "fsdp") is None  # another cause
+    assert t.known_failure(LLAMA, seen, "fsdp") is None  # a family without a known issue has none
+
+
+def test_megatron_bridges_qwen2_5_vl_failure_is_known_in_the_megatron_variant_only():
+    """The real trainer output of visit F (H200): Megatron-Bridge's Qwen2.5-VL given verl's packed metadata. Known
+    there, with its link; the same lines from an fsdp run would be a failure of another kind, counted."""
+    t = trainer()
+    log = (Path(__file__).parent / "data/logs/F54-verlenv-h200-megatron-qwen2.5-vl-thd.log").read_text().splitlines()
+    known = t.known_failure(FAMILIES["qwen2.5-vl"], log, "megatron")
+    assert known["url"] == "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323"
+    assert "use_remove_padding=False" in known["fix"]
+    assert t.known_failure(FAMILIES["qwen2.5-vl"], log, "fsdp") is None
+    assert t.known_failure(LLAMA, log, "megatron") is None
+
+
+def test_a_known_issues_variants_are_the_catalogs_variants():
+    """A misspelt variant would never match: each named variant is one stacks.toml defines."""
+    names = {v.name for v in CATALOG.all_variants()}
+    named = {v for f in families.table().families.values() for i in f.known_issues for v in i.get("variants", [])}
+    assert named and named <= names
 
 
 # The sglang variant: verl's own config composed with its overrides, then verl's own SGLang server mapping them to

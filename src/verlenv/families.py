@@ -36,8 +36,9 @@ class Family:
     # Where it came from: the table, or the user's config.json; for a shrunk one, what was changed.
     source: str = "families.toml"
     shrunk: dict = field(default_factory=dict)
-    # An upstream failure verl has with this family: url, fix, summary, signature (a regex of its output).
-    known_issue: dict = field(default_factory=dict)
+    # Upstream failures verl has with this family: url, fix, summary, signature (a regex of its output), and the
+    # variants they happen in (none named: every variant).
+    known_issues: tuple[dict, ...] = ()
 
     def row(self, defaults: dict) -> dict:
         """What the check script gets: the row and the table's defaults it needs."""
@@ -48,7 +49,7 @@ class Family:
                 "inputs": self.inputs, "config": self.config, "token_ids": token_ids,
                 "overrides": list(self.overrides), "logit_std": defaults["logit_std"],
                 "embedding_scale": defaults["embedding_scale"], "source": self.source,
-                "shrunk": self.shrunk, "known_issue": self.known_issue}
+                "shrunk": self.shrunk, "known_issues": [dict(i) for i in self.known_issues]}
 
 
 @dataclass(frozen=True)
@@ -121,11 +122,20 @@ def parse(path: Path, data: dict) -> Table:
         token_ids = row.get("token_ids", {})
         if not isinstance(config, dict) or not isinstance(token_ids, dict):
             raise UserError(f"{path}: {where}.config and .token_ids must be tables")
-        issue = row.get("known_issue", {})
-        if issue:
+        issues = row.get("known_issue", [])
+        issues = [issues] if isinstance(issues, dict) else issues
+        if not isinstance(issues, list):
+            raise UserError(f"{path}: {where}.known_issue must be a table or an array of tables")
+        for issue in issues:
             if not isinstance(issue, dict) or any(not isinstance(issue.get(k), str) or not issue.get(k)
                                                   for k in ("url", "fix", "summary", "signature")):
                 raise UserError(f"{path}: {where}.known_issue needs url, fix, summary and signature (strings)")
+            variants = issue.get("variants", [])
+            if not isinstance(variants, list) or not all(isinstance(v, str) and v for v in variants):
+                raise UserError(f"{path}: {where}.known_issue.variants must be a list of variant names")
+            if unknown := sorted(set(issue) - {"url", "fix", "summary", "signature", "variants"}):
+                raise UserError(f"{path}: {where}.known_issue: unknown key {unknown[0]!r}; "
+                                "valid: fix, signature, summary, url, variants")
             try:
                 re.compile(issue["signature"])
             except re.error as e:
@@ -134,7 +144,8 @@ def parse(path: Path, data: dict) -> Table:
                                 exercises=_text(row, "exercises", where, path),
                                 model_class=_text(row, "model_class", where, path), inputs=inputs, config=config,
                                 config_class=_text(row, "config_class", where, path), token_ids=dict(token_ids),
-                                overrides=_reasons(row, "overrides", where, path), known_issue=dict(issue))
+                                overrides=_reasons(row, "overrides", where, path),
+                                known_issues=tuple(dict(i) for i in issues))
     if not families:
         raise UserError(f"{path}: no [families.<name>] rows")
     fast = defaults.get("fast", [])
@@ -286,7 +297,7 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
     if "quantization_config" in original:
         changed["quantization_config"] = ["removed", "the check trains bf16 weights"]
     # verl's known failure with an architecture is the user's too: their config of it is reported with the same link.
-    known = next((f.known_issue for f in table_.families.values() if f.model_class == archs[0] and f.known_issue), {})
+    known = next((f.known_issues for f in table_.families.values() if f.model_class == archs[0] and f.known_issues), ())
     return Family(name=_label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
                   model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
-                  model_type=model_type, source=str(path), shrunk=changed, known_issue=dict(known))
+                  model_type=model_type, source=str(path), shrunk=changed, known_issues=known)

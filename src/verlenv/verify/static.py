@@ -773,11 +773,13 @@ def ldconfig_text() -> str:
 # --- the doctor's words ---------------------------------------------------------------------------------
 
 def diagnose(text: str) -> list[dict]:
-    """Known failures the doctor recognises in `text`: id, title, cause, fix."""
+    """Known failures the doctor recognises in a failed check's `text`: id, title, cause, fix. Errors only: a warning
+    the output also holds (TE's flash-attn range, printed by every healthy megatron run) does not explain the failure,
+    and was once named as its cause beside a traceback of another (visit F, 2026-11-28)."""
     from verlenv.doctor import diagnose_text
 
     return [{"id": d.failure.id, "title": d.failure.title, "cause": d.failure.cause, "fix": list(d.failure.fix)}
-            for d in diagnose_text(text)]
+            for d in diagnose_text(text) if d.severity == "error"]
 
 
 def from_probe(r, name: str, package: str, scope: Scope) -> CheckResult:

@@ -559,7 +559,7 @@ class TrainerCheck:
         tp = f", rollout TP {self.profile.rollout_tp}" + (f", actor TP {self.profile.actor_tp}"
                                                           if actor["tp_overrides"] else "")
         beside = self.queue.beside(self) if self.queue else 0
-        known = known_failure(self.family, texts) if problems else None
+        known = known_failure(self.family, texts, self.profile.variant) if problems else None
         if known:
             numbers["known_issue"] = known["url"]
         note = (f"{self.family['name']}: {STEPS} GRPO steps, {self.gpus} GPU(s), {actor['name']} actor, "
@@ -569,14 +569,16 @@ class TrainerCheck:
         return _common.verdict(numbers, problems, note, known)
 
 
-def known_failure(family: dict, texts) -> dict | None:
-    """The family's known upstream failure (data/families.toml known_issue), where the trainer's output shows its
-    signature; None otherwise (a failure of another kind counts against the env as any other)."""
-    issue = family.get("known_issue") or {}
-    if not issue:
-        return None
-    pattern = re.compile(issue["signature"])
-    return {k: issue[k] for k in ("url", "fix", "summary")} if any(pattern.search(t) for t in texts) else None
+def known_failure(family: dict, texts, variant: str) -> dict | None:
+    """The family's known upstream failure in this variant (data/families.toml known_issue) whose signature the
+    trainer's output shows; None otherwise (a failure of another kind counts against the env as any other)."""
+    for issue in family.get("known_issues") or []:
+        if issue.get("variants") and variant not in issue["variants"]:
+            continue
+        pattern = re.compile(issue["signature"])
+        if any(pattern.search(t) for t in texts):
+            return {k: issue[k] for k in ("url", "fix", "summary")}
+    return None
 
 
 class Queue:

@@ -2,8 +2,9 @@
 from the committed GPU reports (docs/verification/*.json, verify reports and verify --ray reports).
 
 A cell is the newest report's verdict for that stack x variant x family x mode: pass, fail, known (a known upstream
-failure of verl's, with its link), or "not run" when no committed report ran it. Reports written before the families
-(2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was the Llama family.
+failure, with its link), or "not run" when no committed report ran it. A failure the report counted whose output the
+family table's known issues recognise now is "known*" (the report itself is left as it was written). Reports written
+before the families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
 Writes a markdown table (each cell linking its report) and the same as JSON.
 Usage: python benchmarks/compat_matrix.py [--reports docs/verification] [--out docs/benchmarks/compat-matrix]
 """
@@ -25,23 +26,27 @@ OLD_FAMILY = "llama"
 MODES = ("fast", "thorough")
 
 
-def trainer_results(report: dict) -> list[tuple[str, str, str, str]]:
+def trainer_results(report: dict, table: families.Table) -> list[tuple[str, str, str, str]]:
     """(variant, family, status, known-issue url or "") of every trainer check in a verify report, and of the cluster
     trainer in a verify --ray report."""
     out = []
     for check in report.get("checks", []):
         m = CHECK.match(check["name"])
         if m:
+            variant, family = m["variant"], m["family"] or OLD_FAMILY
             known = (check.get("numbers") or {}).get("known_issue") or ""
             status = "known" if check["status"] == "fail" and not check["required"] and known else check["status"]
-            out.append((m["variant"], m["family"] or OLD_FAMILY, status, known))
+            if status == "fail" and family in table.families:
+                issue = table.families[family].known_failure([check.get("log", ""), check.get("reason", "")], variant)
+                status, known = ("known*", issue["url"]) if issue else (status, known)
+            out.append((variant, family, status, known))
     trainer = report.get("trainer")
     if isinstance(trainer, dict) and trainer.get("status") in ("pass", "fail"):
         out.append((report["variant"], trainer.get("family") or OLD_FAMILY, trainer["status"], ""))
     return out
 
 
-def cells(reports: Path) -> dict[tuple[str, str, str, str], dict]:
+def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str], dict]:
     """(stack, variant, family, mode) -> the newest report's cell."""
     found: dict[tuple[str, str, str, str], dict] = {}
     for path in sorted(reports.glob("*.json")):
@@ -52,7 +57,7 @@ def cells(reports: Path) -> dict[tuple[str, str, str, str], dict]:
         if not isinstance(report, dict) or "stack" not in report or "variant" not in report:
             continue
         mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
-        for variant, family, status, known in trainer_results(report):
+        for variant, family, status, known in trainer_results(report, table):
             key = (report["stack"], variant, family, mode)
             stamp = report.get("timestamp", "")
             if key not in found or stamp >= found[key]["timestamp"]:
@@ -61,7 +66,7 @@ def cells(reports: Path) -> dict[tuple[str, str, str, str], dict]:
 
 
 def matrix(reports: Path, cat: catalog.Catalog, table: families.Table) -> dict:
-    found = cells(reports)
+    found = cells(reports, table)
     names = table.names() + sorted({k[2] for k in found} - set(table.names()))
     rows = []
     for stack in cat.stacks.values():
@@ -79,7 +84,8 @@ def markdown(data: dict, link_base: str = "../verification/") -> str:
              "",
              "Made by `python benchmarks/compat_matrix.py` from the committed GPU reports (docs/verification): the "
              "newest report's verdict for each stack, variant, mode and family; `not run` where no committed report "
-             "ran it; `known` is a known upstream failure of verl's (the link in the report), not the env's. Each "
+             "ran it; `known` is a known upstream failure (the link in the report), not the env's; `known*` a failure "
+             "the report counted, whose output a family's known issue recognises since (the link after it). Each "
              "verdict links its report.", "",
              "| stack | variant | mode | " + " | ".join(data["families"]) + " |",
              "|---|---|---|" + "---|" * len(data["families"])]
@@ -88,6 +94,8 @@ def markdown(data: dict, link_base: str = "../verification/") -> str:
         for family in data["families"]:
             cell = row["families"][family]
             text = cell["status"] if cell["status"] == "not run" else f"[{cell['status']}]({link_base}{cell['report']})"
+            if cell["status"] == "known*":
+                text += f" ({cell['known_issue']})"
             cells_.append(text)
         lines.append(f"| {row['stack']} | {row['variant']} | {row['mode']} | " + " | ".join(cells_) + " |")
     return "\n".join(lines) + "\n"

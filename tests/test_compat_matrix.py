@@ -27,15 +27,21 @@ def test_the_committed_reports_give_the_llama_column():
     # Every family of the table has trained in verl-0.9's fsdp env (visit E, H200), Qwen2.5-VL included.
     assert {f: cell(data, "verl-0.9", "fsdp", "fast", f)["status"] for f in families.table().names()} == dict.fromkeys(
         families.table().names(), "pass")
+    # Megatron (visit F, H200): the text families pass; Qwen2.5-VL's failure, counted by its report, is recognised since
+    # as Megatron-Bridge's (the family table's megatron known issue), with its link.
+    text = ("llama", "qwen2", "qwen3", "qwen3-moe")
+    assert {f: cell(data, "verl-0.9", "megatron", "fast", f)["status"] for f in text} == dict.fromkeys(text, "pass")
+    vl = cell(data, "verl-0.9", "megatron", "fast", "qwen2.5-vl")
+    assert (vl["status"], vl["known_issue"]) == ("known*", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323")
 
 
 def report(stack, variant, mode, stamp, checks):
     return {"stack": stack, "variant": variant, "mode": mode, "timestamp": stamp, "checks": checks}
 
 
-def trainer(variant, family, status, required=True, known=None):
+def trainer(variant, family, status, required=True, known=None, log=""):
     return {"name": f"verl/trainer/{variant}/{family}/grpo-2-steps", "status": status, "required": required,
-            "numbers": {"known_issue": known} if known else {}}
+            "numbers": {"known_issue": known} if known else {}, "log": log}
 
 
 def test_families_known_failures_and_the_newest_report_win(tmp_path):
@@ -51,3 +57,17 @@ def test_families_known_failures_and_the_newest_report_win(tmp_path):
     assert cell(data, "verl-0.9", "fsdp", "fast", "qwen2.5-vl")["status"] == "known"
     md = compat_matrix.markdown(data)
     assert "[known](../verification/a.json)" in md and "[pass](../verification/b.json)" in md
+
+
+def test_a_counted_failure_is_known_star_only_where_a_known_issue_of_its_variant_recognises_its_output(tmp_path):
+    thd = "  File \".../megatron/core/models/common/embeddings/rope_utils.py\", line 235, in _apply_rotary_pos_emb_thd"
+    (tmp_path / "a.json").write_text(json.dumps(report("verl-0.9", "megatron", "fast", "2026-11-28T10:00:00", [
+        trainer("megatron", "qwen2.5-vl", "fail", log=thd), trainer("megatron", "qwen3", "fail", log=thd)])))
+    (tmp_path / "b.json").write_text(json.dumps(report("verl-0.9", "fsdp", "fast", "2026-11-28T10:00:00", [
+        trainer("fsdp", "qwen2.5-vl", "fail", log=thd)])))
+    data = compat_matrix.matrix(tmp_path, catalog.load(REPO / "stacks.toml"), families.table())
+    assert cell(data, "verl-0.9", "megatron", "fast", "qwen2.5-vl")["status"] == "known*"
+    assert cell(data, "verl-0.9", "megatron", "fast", "qwen3")["status"] == "fail"  # not that family's issue
+    assert cell(data, "verl-0.9", "fsdp", "fast", "qwen2.5-vl")["status"] == "fail"  # not that variant's
+    assert "[known*](../verification/a.json) (https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323)" in \
+        compat_matrix.markdown(data)

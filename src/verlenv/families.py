@@ -40,6 +40,15 @@ class Family:
     # variants they happen in (none named: every variant).
     known_issues: tuple[dict, ...] = ()
 
+    def known_failure(self, texts, variant: str) -> dict | None:
+        """The known issue of this family in `variant` whose signature one of `texts` shows, or None. The trainer
+        check judges its run so (kernels/check_verl_trainer.py, standalone in the env, has its own copy)."""
+        for issue in self.known_issues:
+            if (not issue.get("variants") or variant in issue["variants"]) and \
+                    any(re.search(issue["signature"], t) for t in texts):
+                return issue
+        return None
+
     def row(self, defaults: dict) -> dict:
         """What the check script gets: the row and the table's defaults it needs."""
         token_ids = dict(defaults.get("vision_token_ids", {})) if self.inputs == "images" else {}

@@ -32,7 +32,7 @@ def test_the_committed_reports_give_the_llama_column():
     text = ("llama", "qwen2", "qwen3", "qwen3-moe")
     assert {f: cell(data, "verl-0.9", "megatron", "fast", f)["status"] for f in text} == dict.fromkeys(text, "pass")
     vl = cell(data, "verl-0.9", "megatron", "fast", "qwen2.5-vl")
-    assert (vl["status"], vl["known_issue"]) == ("known*", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323")
+    assert (vl["status"], vl["known_issue"]) == ("known*", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4507")
 
 
 def report(stack, variant, mode, stamp, checks):
@@ -69,5 +69,5 @@ def test_a_counted_failure_is_known_star_only_where_a_known_issue_of_its_variant
     assert cell(data, "verl-0.9", "megatron", "fast", "qwen2.5-vl")["status"] == "known*"
     assert cell(data, "verl-0.9", "megatron", "fast", "qwen3")["status"] == "fail"  # not that family's issue
     assert cell(data, "verl-0.9", "fsdp", "fast", "qwen2.5-vl")["status"] == "fail"  # not that variant's
-    assert "[known*](../verification/a.json) (https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323)" in \
+    assert "[known*](../verification/a.json) (https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4507)" in \
         compat_matrix.markdown(data)

@@ -86,7 +86,7 @@ def test_a_real_vl_config_is_shrunk_keeping_its_features():
     # verl 0.9.1's failure with Qwen2.5-VL (the table's row) is this architecture's: reported with its link.
     assert f.known_issues == families.table().families["qwen2.5-vl"].known_issues
     assert [i["url"] for i in f.known_issues] == ["https://github.com/verl-project/verl/issues/7899",
-                                                  "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323"]
+                                                  "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4507"]
 
 
 def test_a_real_moe_config_keeps_its_experts_routing_and_head_size_ratio():

@@ -503,7 +503,7 @@ def test_megatron_bridges_qwen2_5_vl_failure_is_known_in_the_megatron_variant_on
     t = trainer()
     log = (Path(__file__).parent / "data/logs/F54-verlenv-h200-megatron-qwen2.5-vl-thd.log").read_text().splitlines()
     known = t.known_failure(FAMILIES["qwen2.5-vl"], log, "megatron")
-    assert known["url"] == "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3323"
+    assert known["url"] == "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4507"
     assert "use_remove_padding=False" in known["fix"]
     assert t.known_failure(FAMILIES["qwen2.5-vl"], log, "fsdp") is None
     assert t.known_failure(LLAMA, log, "megatron") is None

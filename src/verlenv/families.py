@@ -105,6 +105,33 @@ def _reasons(row: dict, key: str, where: str, path: Path) -> dict[str, str]:
     return dict(value)
 
 
+ISSUE_TEXTS = ("url", "fix", "summary", "signature")
+
+
+def _known_issues(row: dict, where: str, path: Path) -> tuple[dict, ...]:
+    """A row's known_issue: one table or an array of them, each with ISSUE_TEXTS and, optionally, the variants it
+    happens in."""
+    issues = row.get("known_issue", [])
+    issues = [issues] if isinstance(issues, dict) else issues
+    if not isinstance(issues, list):
+        raise UserError(f"{path}: {where}.known_issue must be a table or an array of tables")
+    for issue in issues:
+        if not isinstance(issue, dict) or any(not isinstance(issue.get(k), str) or not issue.get(k)
+                                              for k in ISSUE_TEXTS):
+            raise UserError(f"{path}: {where}.known_issue needs url, fix, summary and signature (strings)")
+        variants = issue.get("variants", [])
+        if not isinstance(variants, list) or not all(isinstance(v, str) and v for v in variants):
+            raise UserError(f"{path}: {where}.known_issue.variants must be a list of variant names")
+        if unknown := sorted(set(issue) - {*ISSUE_TEXTS, "variants"}):
+            raise UserError(f"{path}: {where}.known_issue: unknown key {unknown[0]!r}; "
+                            f"valid: {', '.join(sorted({*ISSUE_TEXTS, 'variants'}))}")
+        try:
+            re.compile(issue["signature"])
+        except re.error as e:
+            raise UserError(f"{path}: {where}.known_issue.signature: not a regular expression ({e})") from None
+    return tuple(dict(i) for i in issues)
+
+
 def parse(path: Path, data: dict) -> Table:
     defaults = data.get("defaults")
     if not isinstance(defaults, dict):
@@ -131,30 +158,12 @@ def parse(path: Path, data: dict) -> Table:
         token_ids = row.get("token_ids", {})
         if not isinstance(config, dict) or not isinstance(token_ids, dict):
             raise UserError(f"{path}: {where}.config and .token_ids must be tables")
-        issues = row.get("known_issue", [])
-        issues = [issues] if isinstance(issues, dict) else issues
-        if not isinstance(issues, list):
-            raise UserError(f"{path}: {where}.known_issue must be a table or an array of tables")
-        for issue in issues:
-            if not isinstance(issue, dict) or any(not isinstance(issue.get(k), str) or not issue.get(k)
-                                                  for k in ("url", "fix", "summary", "signature")):
-                raise UserError(f"{path}: {where}.known_issue needs url, fix, summary and signature (strings)")
-            variants = issue.get("variants", [])
-            if not isinstance(variants, list) or not all(isinstance(v, str) and v for v in variants):
-                raise UserError(f"{path}: {where}.known_issue.variants must be a list of variant names")
-            if unknown := sorted(set(issue) - {"url", "fix", "summary", "signature", "variants"}):
-                raise UserError(f"{path}: {where}.known_issue: unknown key {unknown[0]!r}; "
-                                "valid: fix, signature, summary, url, variants")
-            try:
-                re.compile(issue["signature"])
-            except re.error as e:
-                raise UserError(f"{path}: {where}.known_issue.signature: not a regular expression ({e})") from None
         families[name] = Family(name=name, description=_text(row, "description", where, path),
                                 exercises=_text(row, "exercises", where, path),
                                 model_class=_text(row, "model_class", where, path), inputs=inputs, config=config,
                                 config_class=_text(row, "config_class", where, path), token_ids=dict(token_ids),
                                 overrides=_reasons(row, "overrides", where, path),
-                                known_issues=tuple(dict(i) for i in issues))
+                                known_issues=_known_issues(row, where, path))
     if not families:
         raise UserError(f"{path}: no [families.<name>] rows")
     fast = defaults.get("fast", [])

@@ -52,7 +52,9 @@ def tests(session: nox.Session) -> None:
         session.skip("the tests install their tools from PyPI; run them where an index answers")
     _tool(session)
     session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
-    session.run("pytest", *session.posargs)
+    # One worker per CPU (pytest-xdist); tests/conftest.py keeps a module's tests, and the modules that share a Ray
+    # cluster or the GPU, on one worker. `-- -n 0` runs them in this process.
+    session.run("pytest", "-n", "auto", *session.posargs)
 
 
 @nox.session(python=TOOL_PYTHON)

@@ -1,0 +1,72 @@
+"""How the suite spreads over pytest-xdist workers (conftest.XDIST_SCOPES): the modules that use one of the session's
+expensive fixtures, or the GPU, share one worker; any other module keeps its tests on a worker of its own."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import XDIST_FIRST, XDIST_SCOPES, xdist_scope
+
+TESTS = Path(__file__).parent
+# Session fixtures made once per worker that asks for them: a Ray cluster, a verl run in the default env.
+SHARED = ("gpu_cluster", "verl_composed")
+
+
+def uses(fixture: str) -> set[str]:
+    """The test modules with a function (a test or a fixture) that takes `fixture` as an argument."""
+    out = set()
+    for path in sorted(TESTS.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and fixture in {a.arg for a in node.args.args}:
+                out.add(path.stem)
+    return out
+
+
+def gpu_marked() -> set[str]:
+    marked = re.compile(r"^@pytest\.mark\.gpu$|pytestmark = .*pytest\.mark\.gpu\b", re.M)
+    return {path.stem for path in TESTS.glob("test_*.py") if marked.search(path.read_text())}
+
+
+@pytest.fixture(scope="module")
+def collected() -> list[str]:
+    """The whole suite's node ids in the order this conftest gives them (one process, as each worker collects)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", str(TESTS)], capture_output=True, text=True, timeout=600,
+                          cwd=TESTS.parent)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+@pytest.mark.parametrize("fixture", SHARED)
+def test_the_users_of_a_shared_session_fixture_share_one_worker(fixture):
+    modules = uses(fixture)
+    assert len(modules) >= 2, f"{fixture}: {modules}"  # else nothing to share, and this test proves nothing
+    assert len({xdist_scope(f"tests/{m}.py::test_x") for m in modules}) == 1, modules
+
+
+def test_the_gpu_tests_share_one_worker():
+    assert {"test_kernel_scripts", "test_check_sglang"} <= gpu_marked()
+    assert {xdist_scope(f"tests/{m}.py::test_x[a]") for m in gpu_marked()} == {"gpu"}
+
+
+def test_a_module_of_no_scope_keeps_its_tests_together_and_apart_from_others():
+    assert xdist_scope("tests/test_lock.py::test_a") == xdist_scope("tests/test_lock.py::test_b[x::y]")
+    assert xdist_scope("tests/test_lock.py::test_a") != xdist_scope("tests/test_bundle.py::test_a")
+
+
+def test_every_scoped_module_exists():
+    listed = {m for modules in XDIST_SCOPES.values() for m in modules}
+    assert listed <= {p.stem for p in TESTS.glob("test_*.py")}
+    scopes = set(XDIST_SCOPES) | {f"tests/{p.name}" for p in TESTS.glob("test_*.py")}
+    assert set(XDIST_FIRST) <= scopes, set(XDIST_FIRST) - scopes
+
+
+def test_the_longest_scopes_run_first_and_each_scope_keeps_its_order(collected):
+    scopes = [xdist_scope(nodeid) for nodeid in collected]
+    runs = [s for i, s in enumerate(scopes) if i == 0 or scopes[i - 1] != s]
+    assert runs[:len(XDIST_FIRST)] == list(XDIST_FIRST)
+    assert len(runs) == len(set(runs))  # each scope in one run: a worker takes it whole

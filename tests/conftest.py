@@ -48,6 +48,9 @@ def xdist_scope(nodeid: str) -> str:
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
+    # The scopes in this conftest's order (the longest first), not pytest-xdist's default: most tests first.
+    config.option.loadscopereorder = False
+
     class ByScope(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)

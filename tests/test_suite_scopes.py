@@ -70,3 +70,15 @@ def test_the_longest_scopes_run_first_and_each_scope_keeps_its_order(collected):
     runs = [s for i, s in enumerate(scopes) if i == 0 or scopes[i - 1] != s]
     assert runs[:len(XDIST_FIRST)] == list(XDIST_FIRST)
     assert len(runs) == len(set(runs))  # each scope in one run: a worker takes it whole
+
+
+def test_the_scheduler_keeps_the_conftest_order_of_scopes(pytestconfig, monkeypatch):
+    """pytest-xdist would otherwise queue the scopes with the most tests first (1000 quick doctor tests before a
+    Ray cluster of 6 minutes, which then ran alone at the end: 2026-11-28)."""
+    import conftest
+
+    monkeypatch.setattr(pytestconfig.option, "loadscopereorder", True, raising=False)
+    monkeypatch.setattr(pytestconfig.option, "tx", ["popen"] * 2, raising=False)  # two workers, as on 2 cores
+    scheduler = conftest.pytest_xdist_make_scheduler(pytestconfig, None)
+    assert pytestconfig.option.loadscopereorder is False
+    assert scheduler._split_scope("tests/test_cluster_trainer.py::test_x") == "cluster"

@@ -52,9 +52,11 @@ def tests(session: nox.Session) -> None:
         session.skip("the tests install their tools from PyPI; run them where an index answers")
     _tool(session)
     session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
-    # One worker per CPU (pytest-xdist); tests/conftest.py keeps a module's tests, and the modules that share a Ray
-    # cluster or the GPU, on one worker. `-- -n 0` runs them in this process.
-    session.run("pytest", "-n", "auto", *session.posargs)
+    # One process: the way the suite has been proven steady under load. `-- -n auto` spreads it over one
+    # pytest-xdist worker per CPU (tests/conftest.py keeps a module's tests, and the modules sharing a Ray cluster or
+    # the GPU, on one worker): 1394 s instead of 1815 s on 2 idle cores, not yet steady (a failure beside a Ray
+    # module, 2026-11-28).
+    session.run("pytest", *session.posargs)
 
 
 @nox.session(python=TOOL_PYTHON)

@@ -20,9 +20,9 @@ def gpu_visible() -> bool:
     return bool(gpus.gpu_details())
 
 
-# How the suite spreads over pytest-xdist workers (`nox -s tests` runs `-n auto`): a module's tests stay on one
-# worker, so its module-scoped fixtures (a venv, a Ray cluster, a build) are made once; these scopes join modules
-# that must also share one worker:
+# How the suite spreads over pytest-xdist workers (`nox -s tests -- -n auto`; one process by default): a module's
+# tests stay on one worker, so its module-scoped fixtures (a venv, a Ray cluster, a build) are made once; these
+# scopes join modules that must also share one worker:
 # - "cluster": the session's one Ray cluster (gpu_cluster) and verl's composed configs (verl_composed) are made once,
 #   by the worker that runs their users;
 # - "gpu": the GPU tests share the one visible GPU, as verify's checks do: one at a time.
@@ -58,14 +58,20 @@ def pytest_xdist_make_scheduler(config, log):
     return ByScope(config, log)
 
 
-def pytest_collection_modifyitems(config, items):
-    # The longest scopes first, then each scope's tests together where the scope's first test was; a scope's own
-    # tests keep their order. Every worker collects and orders alike, as pytest-xdist requires.
+def xdist_order(nodeids: list[str]) -> list[str]:
+    """The longest scopes first, then each scope's tests together where the scope's first test was; a scope's own
+    tests keep their order."""
     rank = {scope: i for i, scope in enumerate(XDIST_FIRST)}
     seen: dict[str, int] = {}
-    for item in items:
-        seen.setdefault(xdist_scope(item.nodeid), len(seen))
-    items.sort(key=lambda item: (rank.get(scope := xdist_scope(item.nodeid), len(rank)), seen[scope]))
+    for nodeid in nodeids:
+        seen.setdefault(xdist_scope(nodeid), len(seen))
+    return sorted(nodeids, key=lambda n: (rank.get(scope := xdist_scope(n), len(rank)), seen[scope]))
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: every worker collects and orders alike, as required
+        order = {nodeid: i for i, nodeid in enumerate(xdist_order([item.nodeid for item in items]))}
+        items.sort(key=lambda item: order[item.nodeid])
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if gpu_items and not gpu_visible():
         for item in gpu_items:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import XDIST_FIRST, XDIST_SCOPES, xdist_scope
+from conftest import XDIST_FIRST, XDIST_SCOPES, xdist_order, xdist_scope
 
 TESTS = Path(__file__).parent
 # Session fixtures made once per worker that asks for them: a Ray cluster, a verl run in the default env.
@@ -33,7 +33,7 @@ def gpu_marked() -> set[str]:
 
 @pytest.fixture(scope="module")
 def collected() -> list[str]:
-    """The whole suite's node ids in the order this conftest gives them (one process, as each worker collects)."""
+    """The whole suite's node ids as one process collects them (in file order)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            "-p", "no:xdist", str(TESTS)], capture_output=True, text=True, timeout=600,
                           cwd=TESTS.parent)
@@ -66,7 +66,11 @@ def test_every_scoped_module_exists():
 
 
 def test_the_longest_scopes_run_first_and_each_scope_keeps_its_order(collected):
-    scopes = [xdist_scope(nodeid) for nodeid in collected]
+    ordered = xdist_order(collected)
+    assert sorted(ordered) == sorted(collected)
+    for scope in set(map(xdist_scope, collected)):  # a scope's own tests keep their order
+        assert [n for n in ordered if xdist_scope(n) == scope] == [n for n in collected if xdist_scope(n) == scope]
+    scopes = [xdist_scope(nodeid) for nodeid in ordered]
     runs = [s for i, s in enumerate(scopes) if i == 0 or scopes[i - 1] != s]
     assert runs[:len(XDIST_FIRST)] == list(XDIST_FIRST)
     assert len(runs) == len(set(runs))  # each scope in one run: a worker takes it whole

@@ -23,18 +23,20 @@ def gpu_visible() -> bool:
 # How the suite spreads over pytest-xdist workers (`nox -s tests -- -n auto`; one process by default): a module's
 # tests stay on one worker, so its module-scoped fixtures (a venv, a Ray cluster, a build) are made once; these
 # scopes join modules that must also share one worker:
-# - "cluster": the session's one Ray cluster (gpu_cluster) and verl's composed configs (verl_composed) are made once,
-#   by the worker that runs their users;
+# - "ray": every module that starts Ray clusters on this machine's loopback addresses (127.0.0.2, .3, ...), and so
+#   the session's one cluster (gpu_cluster) and verl's composed configs (verl_composed) are made once. Two clusters
+#   starting at once on two workers took the 2 cores long enough for verify's 300 s all-reduce to time out
+#   (test_cluster_placement, 2026-11-28); one after another, as in one process, they never did.
 # - "gpu": the GPU tests share the one visible GPU, as verify's checks do: one at a time.
 # (pytest-xdist's own `--dist loadgroup` reads marks by a node id attribute pytest 9.2 no longer has.)
 XDIST_SCOPES = {
-    "cluster": ("test_cluster_placement", "test_cluster_trainer", "test_verl_trainer_check"),
+    "ray": ("test_cluster_placement", "test_cluster_trainer", "test_verl_trainer_check", "test_cluster_ray",
+            "test_doctor_ray_logs", "test_cluster_compare"),
     "gpu": ("test_kernel_scripts", "test_check_sglang"),
 }
-# The longest scopes, longest first (`--durations` of a 2-worker run, 2026-11-28: 430, 371, 250, 220, 176, 164 s):
-# the workers start with them, so that no long one is left to run alone at the end.
-XDIST_FIRST = ("cluster", "tests/test_cluster_ray.py", "tests/test_lock.py", "tests/test_bundle_build_inputs.py",
-               "tests/test_build_extension.py", "tests/test_doctor_ray_logs.py")
+# The longest scopes, longest first (`--durations` of a 2-worker run, 2026-11-28: the Ray modules ≈ 1000 s together,
+# then 250, 220, 176 s): the workers start with them, so that no long one is left to run alone at the end.
+XDIST_FIRST = ("ray", "tests/test_lock.py", "tests/test_bundle_build_inputs.py", "tests/test_build_extension.py")
 
 
 def xdist_scope(nodeid: str) -> str:

@@ -48,6 +48,13 @@ def test_the_users_of_a_shared_session_fixture_share_one_worker(fixture):
     assert len({xdist_scope(f"tests/{m}.py::test_x") for m in modules}) == 1, modules
 
 
+def test_every_module_that_starts_ray_clusters_shares_one_worker():
+    starts = {path.stem for path in TESTS.glob("test_*.py")
+              if re.search(r"\bray_nodes\b|\bgpu_cluster\b", path.read_text()) and path.stem != "test_suite_scopes"}
+    assert {"test_cluster_ray", "test_doctor_ray_logs", "test_cluster_placement"} <= starts
+    assert {xdist_scope(f"tests/{m}.py::test_x") for m in starts} == {"ray"}
+
+
 def test_the_gpu_tests_share_one_worker():
     assert {"test_kernel_scripts", "test_check_sglang"} <= gpu_marked()
     assert {xdist_scope(f"tests/{m}.py::test_x[a]") for m in gpu_marked()} == {"gpu"}
@@ -85,4 +92,4 @@ def test_the_scheduler_keeps_the_conftest_order_of_scopes(pytestconfig, monkeypa
     monkeypatch.setattr(pytestconfig.option, "tx", ["popen"] * 2, raising=False)  # two workers, as on 2 cores
     scheduler = conftest.pytest_xdist_make_scheduler(pytestconfig, None)
     assert pytestconfig.option.loadscopereorder is False
-    assert scheduler._split_scope("tests/test_cluster_trainer.py::test_x") == "cluster"
+    assert scheduler._split_scope("tests/test_cluster_trainer.py::test_x") == "ray"

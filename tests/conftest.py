@@ -64,10 +64,9 @@ def xdist_order(nodeids: list[str]) -> list[str]:
     """The longest scopes first, then each scope's tests together where the scope's first test was; a scope's own
     tests keep their order."""
     rank = {scope: i for i, scope in enumerate(XDIST_FIRST)}
-    seen: dict[str, int] = {}
-    for nodeid in nodeids:
-        seen.setdefault(xdist_scope(nodeid), len(seen))
-    return sorted(nodeids, key=lambda n: (rank.get(scope := xdist_scope(n), len(rank)), seen[scope]))
+    scope = {nodeid: xdist_scope(nodeid) for nodeid in nodeids}
+    seen = {s: i for i, s in enumerate(dict.fromkeys(scope.values()))}  # each scope's place of first appearance
+    return sorted(nodeids, key=lambda n: (rank.get(scope[n], len(rank)), seen[scope[n]]))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,6 +16,7 @@ START_TIMEOUT_S = 600  # a hang guard for one `ray start`
 START_TRIES = 3
 ALIVE_GUARD_S = 600  # a hang guard: nodes that never come up fail the start after it
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # the plasma store's floor is 75 MiB; nothing big travels
+LOCK = Path(__file__).resolve().parents[1] / "locks" / "verl-0.9-fsdp.linux-64.txt"  # the default env's
 COMMON = ("--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats")
 
 
@@ -146,9 +147,23 @@ def _base() -> dict:
             "RAY_local_fs_capacity_threshold": "1.0"}
 
 
+def refresh_files_record(python: str) -> None:
+    """Leave the env of `python` as `verlenv install` does: its record of the files it found intact (installed_files,
+    CHECKED) up to date, hashing only the distributions whose files changed since. Each venv this suite links from
+    uv's cache, or removes, changes the link count and so the ctime of the default env's files (the same inodes):
+    every node's verify would then hash the env's 10 GB again, three nodes at once on two cores (about 110 s a
+    call), to prove what test_installed_files proves on its own."""
+    from verlenv import installed_files, pins
+
+    installed_files.check(python, sorted(pins.read_lock(LOCK)), record=True, reuse=True)
+
+
 def start(head_python: str, workers: list[tuple], head_env: dict | None = None) -> LocalCluster:
     """A head from head_python's env (head_env added to its environment), then one worker node per (python, extra
-    environment[, extra `ray start` arguments]) on 127.0.0.2, .3, ..."""
+    environment[, extra `ray start` arguments]) on 127.0.0.2, .3, ...; each env's record of its intact files up to
+    date (refresh_files_record), as install leaves it."""
+    for python in dict.fromkeys([head_python, *(python for python, *_ in workers)]):
+        refresh_files_record(python)
     temp_dir = tempfile.mkdtemp(prefix="vray")  # short: Ray's socket paths must stay under 108 bytes
     cluster = LocalCluster(temp_dir, free_port(), head_python)
     try:

@@ -1,5 +1,7 @@
 """C++ symbols of shared objects: what an extension needs, what torch provides, and what the names mean."""
 
+import functools
+import os
 import re
 import shutil
 import subprocess
@@ -31,18 +33,41 @@ def _elf(path: Path) -> Iterator[ELFFile | None]:
         yield elf
 
 
+def _section(elf: ELFFile, name: str):
+    """The section called `name`, or None, making no other section: pyelftools' get_section_by_name first makes
+    every section to map their names, GNU hash tables included (a whole second on torch's libraries, and a doctor
+    looks at a thousand objects)."""
+    if not all(hasattr(elf, f) for f in ("_get_section_header", "_get_section_name", "_make_section")):
+        return elf.get_section_by_name(name)  # a pyelftools without these internals: slower, the same answer
+    for i in range(elf.num_sections()):
+        header = elf._get_section_header(i)
+        if elf._get_section_name(header) == name:
+            return elf._make_section(header)
+    return None
+
+
 def needed(path: Path) -> list[str]:
     """DT_NEEDED entries of a shared object ([] when it is not an ELF file)."""
-    with _elf(path) as elf:
-        for section in elf.iter_sections() if elf else ():
-            if isinstance(section, DynamicSection):
-                return [t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
-    return []
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    # The doctor's probes walk the same objects more than once: each is read once while it stays the same file.
+    return list(_needed(str(path), st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4096)
+def _needed(path: str, inode: int, size: int, mtime_ns: int) -> tuple[str, ...]:
+    with _elf(Path(path)) as elf:
+        section = _section(elf, ".dynamic") if elf else None
+        if isinstance(section, DynamicSection):
+            return tuple(t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED")
+    return ()
 
 
 def _dynamic_symbols(path: Path) -> list:
     with _elf(path) as elf:
-        section = elf.get_section_by_name(".dynsym") if elf else None
+        section = _section(elf, ".dynsym") if elf else None
         return list(section.iter_symbols()) if section else []
 
 
@@ -61,7 +86,9 @@ def defined(path: Path) -> set[str]:
 def unresolved(so: Path, providers: Iterable[Path], only: re.Pattern | None = None) -> list[str]:
     """Undefined symbols of `so` (those matching `only`, if given) that no provider library defines."""
     wanted = {s for s in undefined(Path(so)) if only is None or only.search(s)}
-    for lib in providers:
+    # The libraries `so` links first, as the loader looks: most names are found there, and fewer lookups are made.
+    links = {name.split(".so")[0] for name in needed(Path(so))}
+    for lib in sorted(providers, key=lambda p: Path(p).name.split(".so")[0] not in links):
         if not wanted:
             break
         wanted -= exported(Path(lib), wanted)
@@ -74,8 +101,8 @@ def versioned_needs(path: Path) -> dict[str, set[str]]:
     with _elf(Path(path)) as elf:
         if elf is None:
             return {}
-        dynsym, versym = elf.get_section_by_name(".dynsym"), elf.get_section_by_name(".gnu.version")
-        verneed = elf.get_section_by_name(".gnu.version_r")
+        dynsym, versym = _section(elf, ".dynsym"), _section(elf, ".gnu.version")
+        verneed = _section(elf, ".gnu.version_r")
         if not (dynsym and versym and verneed):
             return {}
         library = {aux["vna_other"]: need.name for need, auxes in verneed.iter_versions() for aux in auxes}
@@ -95,7 +122,7 @@ def version_needs(path: Path) -> dict[str, set[str]]:
     (libc.so.6 -> {GLIBC_2.34, ...}, libstdc++.so.6 -> {GLIBCXX_3.4.30, ...}): the loader refuses a library
     that does not define them (`version `GLIBC_2.34' not found`). {} for objects without version needs."""
     with _elf(Path(path)) as elf:
-        section = elf.get_section_by_name(".gnu.version_r") if elf else None
+        section = _section(elf, ".gnu.version_r") if elf else None
         if section is None:
             return {}
         return {need.name: {aux.name for aux in auxes} for need, auxes in section.iter_versions()}
@@ -104,7 +131,7 @@ def version_needs(path: Path) -> dict[str, set[str]]:
 def version_defs(path: Path) -> set[str]:
     """Symbol versions a library defines (libstdc++.so.6: GLIBCXX_3.4 ... GLIBCXX_3.4.30, CXXABI_1.3 ...)."""
     with _elf(Path(path)) as elf:
-        section = elf.get_section_by_name(".gnu.version_d") if elf else None
+        section = _section(elf, ".gnu.version_d") if elf else None
         return {aux.name for _, auxes in section.iter_versions() for aux in auxes} if section else set()
 
 
@@ -162,7 +189,7 @@ def exported(lib: Path, names: Iterable[str]) -> set[str]:
     with _elf(Path(lib)) as elf:
         if elf is None:
             return set()
-        table = elf.get_section_by_name(".gnu.hash") or elf.get_section_by_name(".hash")
+        table = _section(elf, ".gnu.hash") or _section(elf, ".hash")
         if table is None or not hasattr(table, "get_symbol"):
             return names & defined(Path(lib))
         found = set()

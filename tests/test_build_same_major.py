@@ -89,9 +89,9 @@ def test_the_extension_has_sm90_code_and_runs_its_binding_with_torch_2_8(built, 
         "import sys, torch\n"
         f"sys.path.insert(0, {str(target)!r})\n"
         "import cuda_ext_probe\n"
-        "print(cuda_ext_probe.compiled_archs())\n"
+        "print(torch.ops.cuda_ext_probe.compiled_archs())\n"
         "try:\n"
-        "    cuda_ext_probe.axpy(torch.ones(4), torch.ones(4), 2.0)\n"
+        "    torch.ops.cuda_ext_probe.axpy(torch.ones(4), torch.ones(4), 2.0)\n"
         "except RuntimeError as e:\n"
         "    print(str(e).splitlines()[0])\n"
     )

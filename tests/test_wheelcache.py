@@ -98,7 +98,7 @@ def test_each_source_kind_names_its_source_as_before():
     assert recipes.load(ROOT, "apex").source.source_id("0.1") == apex["source"]
     probe = recipes.load(DATA, "cuda-ext-probe").source
     assert (probe.version_for("9"), probe.source_id("0.1")) == (
-        "0.1", "dir:tree-sha256:0fca6a9d0086d5745fd0026a80f0695afaa9ceb068e36205d61c6b78e4dbaf60")
+        "0.1", "dir:tree-sha256:45a2652828abfcae009fee418c67dde975af59d7e474e1231d09b7d8b3cc4924")
 
 
 def test_a_same_major_nvcc_is_a_fingerprint_input(recipe):

@@ -92,20 +92,45 @@ def env_python() -> str:
     return str(python)
 
 
+# Session fixtures that keep processes running, stopped right after the last test that uses them instead of at the
+# session's end: an idle three-node Ray cluster takes about a tenth of a core (each node's log monitor, dashboard
+# agent, raylet), which the rest of the suite, most of it, would pay for on two cores.
+STOPPED_AFTER_LAST_USER: dict[str, object] = {}  # fixture name -> what it yielded, while it runs
+_last_user: dict[str, str] = {}  # fixture name -> node id of the last collected test that uses it
+
+
+def pytest_collection_finish(session):
+    _last_user.clear()
+    for item in session.items:  # in run order: a worker's order too (xdist_order), its scopes whole
+        for name in ("gpu_cluster",):
+            if name in getattr(item, "fixturenames", ()):
+                _last_user[name] = item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    for name, nodeid in _last_user.items():
+        if item.nodeid == nodeid and (running := STOPPED_AFTER_LAST_USER.pop(name, None)) is not None:
+            running.stop()
+
+
 @pytest.fixture(scope="session")
 def gpu_cluster(env_python):
     """A real Ray cluster on this machine (tests/ray_nodes.py): a CPU head and two worker nodes that Ray gives one GPU
     each (`--num-gpus 1`; none exists here), each with its own place in a job (CUDA_VISIBLE_DEVICES 1 and 0, Slurm
-    ids, ranks). A test that adds a node removes it before it ends."""
+    ids, ranks). A test that adds a node removes it before it ends. Stopped after its last test
+    (STOPPED_AFTER_LAST_USER)."""
     import ray_nodes
 
     one_gpu = ("--num-gpus", "1")
     cluster = ray_nodes.start(env_python, [(env_python, ray_nodes.placed("1", 0), one_gpu),
                                            (env_python, ray_nodes.placed("0", 1), one_gpu)])
+    STOPPED_AFTER_LAST_USER["gpu_cluster"] = cluster
     try:
         yield cluster
     finally:
-        cluster.stop()
+        STOPPED_AFTER_LAST_USER.pop("gpu_cluster", None)
+        cluster.stop()  # stopping twice is harmless: no process of it is left to kill
 
 
 @pytest.fixture(scope="session")

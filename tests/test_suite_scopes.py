@@ -93,3 +93,64 @@ def test_the_scheduler_keeps_the_conftest_order_of_scopes(pytestconfig, monkeypa
     scheduler = conftest.pytest_xdist_make_scheduler(pytestconfig, None)
     assert pytestconfig.option.loadscopereorder is False
     assert scheduler._split_scope("tests/test_cluster_trainer.py::test_x") == "ray"
+
+
+STAND_IN_CONFTEST = '''
+import importlib.util
+import pytest
+
+# The suite's own hooks, from its conftest (loaded under another name: this folder's conftest is this file).
+spec = importlib.util.spec_from_file_location("suite_conftest", {conftest!r})
+suite = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite)
+pytest_collection_finish = suite.pytest_collection_finish
+pytest_runtest_teardown = suite.pytest_runtest_teardown
+EVENTS = []
+
+
+class Running:  # test double: stands for the Ray cluster, which would take a minute to start
+    def stop(self):
+        EVENTS.append("stop")
+
+
+@pytest.fixture(scope="session")
+def gpu_cluster():
+    running = Running()
+    suite.STOPPED_AFTER_LAST_USER["gpu_cluster"] = running
+    yield running
+    suite.STOPPED_AFTER_LAST_USER.pop("gpu_cluster", None)
+    EVENTS.append("session end")
+
+
+@pytest.fixture
+def events():
+    return EVENTS
+'''
+
+STAND_IN_TESTS = '''
+def test_first_user(gpu_cluster, events):
+    assert events == []
+
+
+def test_not_a_user_between(events):
+    assert events == []
+
+
+def test_last_user(gpu_cluster, events):
+    assert events == []
+
+
+def test_after_the_last_user(events):
+    assert events == ["stop"]
+'''
+
+
+def test_a_session_cluster_stops_after_its_last_user_not_at_the_sessions_end(tmp_path):
+    """The conftest's hooks on a session of four tests: the fixture's value is stopped once, right after the last test
+    that uses it, and a test between two users does not stop it."""
+    (tmp_path / "conftest.py").write_text(STAND_IN_CONFTEST.format(conftest=str(TESTS / "conftest.py")))
+    (tmp_path / "test_order.py").write_text(STAND_IN_TESTS)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-p", "no:randomly", str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -52,11 +52,11 @@ def tests(session: nox.Session) -> None:
         session.skip("the tests install their tools from PyPI; run them where an index answers")
     _tool(session)
     session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
-    # One process: the way the suite has been proven steady under load. `-- -n auto` spreads it over one
-    # pytest-xdist worker per CPU (tests/conftest.py keeps a module's tests, and the modules sharing a Ray cluster or
-    # the GPU, on one worker): 1394 s instead of 1815 s on 2 idle cores, not yet steady (a failure beside a Ray
-    # module, 2026-11-28).
-    session.run("pytest", *session.posargs)
+    # One pytest-xdist worker per CPU (tests/conftest.py keeps a module's tests, and the modules that start Ray
+    # clusters or use the GPU, on one worker): 1137 s of pytest on 2 idle cores, 2026-11-28. `-- -n 0` (or any -n,
+    # or `-p no:xdist`) given after `--` replaces it: one process, in file order.
+    chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) or a.endswith("no:xdist") for a in session.posargs)
+    session.run("pytest", *([] if chosen else ["-n", "auto"]), *session.posargs)
 
 
 @nox.session(python=TOOL_PYTHON)

@@ -627,6 +627,23 @@ def required_in(variant: str) -> frozenset[str]:
     return packages.table().required(v.actor, v.rollout)
 
 
+def where_from(absent: set[str]) -> str:
+    """Where the packages named in "<package> not installed" reasons come from: the default stack's variants whose
+    checks require them (their env: `verlenv install --variant V`, then `nox -s build` for the source-built ones)."""
+    from verlenv import catalog
+
+    stack = catalog.load(REPO / "stacks.toml").stack(None)
+    packages = sorted(reason.removesuffix(" not installed") for reason in absent)
+    homes = {p: [v for v in stack.variants if p in required_in(v)] for p in packages}
+    return "; ".join(f"{p}: the {' or '.join(v)} variant's env" if v else f"{p}: no variant of {stack.name} needs it"
+                     for p, v in homes.items()) + " (`verlenv install --variant V`, then `nox -s build`)"
+
+
+def test_a_gpu_skip_names_the_variant_that_has_the_absent_packages():
+    assert where_from({"sglang not installed"}).startswith("sglang: the sglang variant's env")
+    assert where_from({"apex not installed"}).startswith("apex: the megatron variant's env")
+
+
 def test_the_gpu_tests_scope_is_the_variants_required_packages():
     """What the GPU test below requires, read on CPU: a table rename broke it once, unseen where GPU tests skip."""
     assert {"flash-attn", "verl", "vllm", "torch"} <= required_in("fsdp")
@@ -651,7 +668,7 @@ def test_each_check_script_passes_on_this_gpu(name, on_this_gpu, env_python, mon
     assert not failed, "\n\n".join(failed)
     absent = {r.reason for r in results if r.status == "skip" and r.reason.endswith("not installed")}
     if absent and not any(r.status in ("pass", "warn") for r in results):
-        pytest.skip(f"{'; '.join(sorted(absent))} in {env_python} (source-built packages: `nox -s build`)")
+        pytest.skip(f"{'; '.join(sorted(absent))} in {env_python} ({where_from(absent)})")
     assert any(r.status in ("pass", "warn") for r in results), [(r.name, r.status, r.reason) for r in results]
 
 

@@ -20,7 +20,7 @@ def gpu_visible() -> bool:
     return bool(gpus.gpu_details())
 
 
-# How the suite spreads over pytest-xdist workers (`nox -s tests -- -n auto`; one process by default): a module's
+# How the suite spreads over pytest-xdist workers (`nox -s tests` runs `-n auto`; `-- -n 0`, one process): a module's
 # tests stay on one worker, so its module-scoped fixtures (a venv, a Ray cluster, a build) are made once; these
 # scopes join modules that must also share one worker:
 # - "ray": every module that starts Ray clusters on this machine's loopback addresses (127.0.0.2, .3, ...), and so
@@ -102,16 +102,14 @@ _last_user: dict[str, str] = {}  # fixture name -> node id of the last collected
 def pytest_collection_finish(session):
     _last_user.clear()
     for item in session.items:  # in run order: a worker's order too (xdist_order), its scopes whole
-        for name in ("gpu_cluster",):
-            if name in getattr(item, "fixturenames", ()):
-                _last_user[name] = item.nodeid
+        for name in getattr(item, "fixturenames", ()):
+            _last_user[name] = item.nodeid
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    for name, nodeid in _last_user.items():
-        if item.nodeid == nodeid and (running := STOPPED_AFTER_LAST_USER.pop(name, None)) is not None:
-            running.stop()
+    for name in [n for n in STOPPED_AFTER_LAST_USER if _last_user.get(n) == item.nodeid]:
+        STOPPED_AFTER_LAST_USER.pop(name).stop()
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,6 @@ import ray_nodes  # noqa: E402
 from waiting import StreamLines, until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCK = ROOT / "locks" / "verl-0.9-fsdp.linux-64.txt"
 VERLENV = Path(sys.executable).with_name("verlenv")
 RUN_TIMEOUT_S = 3600  # a hang guard: nodes that share two loaded cores
 
@@ -36,7 +35,7 @@ def odd_python(env_python, tmp_path_factory) -> str:
     # change the link count, and so the ctime, of the default env's own files (the same inodes), and every node's
     # check would then hash them all again instead of trusting install's record.
     subprocess.run([uv, "pip", "sync", "-q", "--link-mode", "symlink", "--python", str(venv / "bin" / "python"),
-                    str(LOCK)], check=True, timeout=RUN_TIMEOUT_S)
+                    str(ray_nodes.LOCK)], check=True, timeout=RUN_TIMEOUT_S)
     record = next(venv.glob("lib/python*/site-packages/torch-*.dist-info/RECORD"))
     # A new file, not an edit in place: installed files are hard links into uv's cache.
     text = record.read_text() + "torch/lib/libtorch_extra.so,sha256=AAAA,1024\n"

@@ -7,6 +7,8 @@ carries (README: Air-gapped cluster).
 """
 
 import os
+import sys
+from pathlib import Path
 
 import nox
 
@@ -48,15 +50,29 @@ def _env_args(posargs: list[str]) -> list[str]:
 @nox.session(python=TOOL_PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite (GPU tests skip on machines without one)."""
-    if BUNDLE:
-        session.skip("the tests install their tools from PyPI; run them where an index answers")
-    _tool(session)
-    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
     # One pytest-xdist worker per CPU (tests/conftest.py keeps a module's tests, and the modules that start Ray
     # clusters or use the GPU, on one worker): 1137 s of pytest on 2 idle cores, 2026-11-28. `-- -n 0` (or any -n,
     # or `-p no:xdist`) given after `--` replaces it: one process, in file order.
     chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) or a.endswith("no:xdist") for a in session.posargs)
-    session.run("pytest", *([] if chosen else ["-n", "auto"]), *session.posargs)
+    args = [*([] if chosen else ["-n", "auto"]), *session.posargs]
+    if BUNDLE:
+        _bundle_tests(session, args)
+        return
+    _tool(session)
+    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
+    session.run("pytest", *args)
+
+
+def _bundle_tests(session: nox.Session, args: list[str]) -> None:
+    """The suite on a node that reaches no index: pytest from the bundle's tools (`verlenv bundle --tests` carries
+    them), this tree's verlenv; without a `-m` of the user's, only the tests that need no index (`not network`)."""
+    site = Path(BUNDLE, ".tool", "site")
+    if not (site / "pytest").is_dir():
+        session.skip(f"{BUNDLE} carries no test tools: make the bundle with `verlenv bundle --tests` (or run the "
+                     "tests where an index answers)")
+    chosen = any(a == "-m" or a.startswith("-m") and len(a) > 2 for a in args)
+    session.run(sys.executable, "-m", "pytest", *([] if chosen else ["-m", "not network"]), *args,
+                env={"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "src"), str(site)])})
 
 
 @nox.session(python=TOOL_PYTHON)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,8 @@ def _verlenv(project: Path, cache: Path, *args: str, env: dict | None = None) ->
 @pytest.fixture(scope="module")
 def bundle(project, cache) -> Path:
     out = project / "bundles" / "tiny"
-    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--out", str(out))
+    # With the test tools: the bootstrap test runs `nox -s tests` from it offline.
+    r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--tests", "--out", str(out))
     assert r.returncode == 0, r.stderr
     return out
 
@@ -120,7 +122,12 @@ def test_bundle_holds_exactly_the_lock(project, bundle):
         assert f"sha256:{locked}" in pins[name].hashes
     antlr = env_files["antlr4-python3-runtime"]
     assert antlr["built_from"]["file"].endswith(".tar.gz") and antlr["file"].endswith("-py3-none-any.whl")
-    assert {e["distribution"] for e in manifest["files"] if e["origin"] == "tool"} == set(make.TOOL_DISTS)
+    tools = {e["distribution"]: e["version"] for e in manifest["files"] if e["origin"] == "tool"}
+    # --tests: the tool wheels at this verlenv's own versions, and what the suite imports beside them.
+    assert manifest["tests"] is True
+    assert all(tools[name] == metadata.version(name) for name in make.TOOL_DISTS), tools
+    assert {"pytest", "pytest-xdist", "pytest-timeout", "hypothesis", "jsonschema", "conda-lock", "py-rattler",
+            "google-re2"} <= set(tools), sorted(tools)
     assert manifest["variants"]["fsdp"]["lock"]["sha256"] == make.sha256_file(project / "locks"
                                                                               / "tiny-fsdp.linux-64.txt")
     assert all(e["variants"] == ["fsdp"] for e in manifest["files"])
@@ -164,7 +171,8 @@ def test_incomplete_or_padded_bundle_is_refused(bundle, tmp_path):
         offline.check(copy)
     (copy / "wheels" / "idna-9.9-py3-none-any.whl").unlink()
     manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["files"] = [e for e in manifest["files"] if e["distribution"] != "idna"]
+    # The lock's idna only: the test tools carry an idna of their own (requests').
+    manifest["files"] = [e for e in manifest["files"] if (e["distribution"], e["origin"]) != ("idna", "lock")]
     (copy / "manifest.json").write_text(json.dumps(manifest))
     next((copy / "wheels").glob("idna-*.whl")).unlink()
     with pytest.raises(UserError, match=r"lacks 1 of the lock's pins \(idna\)"):
@@ -262,6 +270,27 @@ def test_dry_run_downloads_nothing(project, tmp_path):
     assert not (tmp_path / "b").exists() and not list(empty.rglob("*.whl")) and not (empty / "files").exists()
 
 
+# A test file the bundle's `nox -s tests` runs: its imports are the bundle's test tools; its network test is
+# deselected by the session's offline default.
+OFFLINE_PROBE = """
+import pytest
+
+
+def test_the_suite_runs_on_the_bundles_tools():
+    import _pytest, conda_lock, hypothesis, jsonschema, rattler, re2, xdist
+    import verlenv
+
+    for module in (_pytest, xdist, hypothesis, jsonschema, conda_lock, rattler, re2):
+        assert module.__file__.startswith({site!r}), module.__file__
+    assert verlenv.__file__.startswith({src!r}), verlenv.__file__
+
+
+@pytest.mark.network
+def test_a_network_test_is_left_out():
+    raise AssertionError("ran although the session runs `not network` offline")
+"""
+
+
 def _bare_bootstrap(bundle: Path, project: Path, tmp: Path):
     """The bundle split into tmp/parts, to be bootstrapped into tmp/env by nothing but Python 3.12 (no
     site-packages: -S) and the source tree, with no network: (that python, its environment, a call that runs the
@@ -307,6 +336,20 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
     # The tiny stack has no torch: its verify fails; what matters here is that nox ran it, offline.
     assert r.returncode == 1 and data["result"] == "fail"
 
+    # The suite runs offline from the bundle's test tools (`verlenv bundle --tests`): pytest, its plugins and what
+    # the tests import come from the bundle, verlenv from this tree; without a -m of the user's, `not network`.
+    site = tmp_path / "parts" / "bundle" / ".tool" / "site"
+    probe = tmp_path / "suite" / "test_offline.py"
+    probe.parent.mkdir()
+    probe.write_text(OFFLINE_PROBE.format(site=str(site), src=str(ROOT / "src")))
+    r = _run([str(site.parent / "bin" / "nox"), "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s",
+              "tests", "--", "-n", "0", "-p", "no:cacheprovider", str(probe)],
+             env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path)
+    said = r.stdout + r.stderr
+    assert r.returncode == 0, said
+    assert "1 passed, 1 deselected" in said, said
+    assert not envdir.exists()
+
 
 @pytest.mark.network
 def test_one_bundle_of_two_variants_carries_shared_files_once(project, cache, tmp_path):
@@ -316,6 +359,9 @@ def test_one_bundle_of_two_variants_carries_shared_files_once(project, cache, tm
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert sorted(manifest["variants"]) == ["fsdp", "megatron"]
+    # Without --tests, the tools verlenv itself runs on, no more.
+    assert manifest["tests"] is False
+    assert {e["distribution"] for e in manifest["files"] if e["origin"] == "tool"} == set(make.TOOL_DISTS)
     serves = {e["distribution"]: e["variants"] for e in manifest["files"] if e["origin"] == "lock"}
     assert serves["six"] == ["fsdp", "megatron"] and serves["packaging"] == ["megatron"]
     assert len(list((out / "wheels").glob("six-*.whl"))) == 1
@@ -590,3 +636,11 @@ def test_bootstraps_at_once_write_their_launchers_without_taking_each_others_fil
     assert errors == [] and not first.is_alive()
     assert sorted(p.name for p in (tool / "bin").iterdir()) == ["nox", "verlenv"]  # no temp file left
     assert all(os.access(tool / "bin" / n, os.X_OK) for n in ("nox", "verlenv"))
+
+
+def test_the_suite_from_a_bundle_without_test_tools_is_skipped_saying_how_to_carry_them(tmp_path):
+    r = _run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "tests"],
+             env={**os.environ, "VERLENV_BUNDLE": str(tmp_path)}, cwd=tmp_path)
+    said = r.stdout + r.stderr
+    assert r.returncode == 0, said
+    assert f"{tmp_path} carries no test tools: make the bundle with `verlenv bundle --tests`" in said, said

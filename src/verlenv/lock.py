@@ -116,7 +116,7 @@ def uv_bin() -> str:
         return found
 
 
-def _uv_env() -> dict[str, str]:
+def uv_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
 
 
@@ -142,7 +142,7 @@ def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
     # linux-64 keeps the messages it had when it was the only platform.
     shown = key if platform == pins.LOCK_PLATFORM else f"{key} for {platform}"
     started = time.monotonic()
-    result = subprocess.run(cmd, cwd=workdir, env=_uv_env(), stdout=subprocess.DEVNULL, check=False)
+    result = subprocess.run(cmd, cwd=workdir, env=uv_env(), stdout=subprocess.DEVNULL, check=False)
     seconds = time.monotonic() - started
     if result.returncode != 0:
         raise UserError(f"uv could not resolve {shown} (exit {result.returncode}, see above); no lock was written",

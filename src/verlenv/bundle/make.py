@@ -100,14 +100,53 @@ def tool_pins() -> list[LockedPin]:
     return out
 
 
-def resolve_tools(platform: str, python: str, glibc: str) -> list[fetch.RemoteFile]:
+def resolve_tools(platform: str, python: str, glibc: str, tests: bool = False) -> list[fetch.RemoteFile]:
+    """The tool wheels for the target; with `tests`, also what `nox -s tests` imports (test_pins)."""
     wanted = fetch.target_tags(platform, python, glibc)
-    out = []
+    hashed = test_pins(platform, python, glibc) if tests else {}
+    out = fetch.resolve(list(hashed.values()), platform, python, glibc)
     for pin in tool_pins():
+        if pin.name in hashed:
+            continue
         files = fetch.release_files(pin)
         out.append(fetch.choose(LockedPin(pin.name, pin.version, tuple(f"sha256:{f.sha256}" for f in files)),
                                 files, wanted))
     return out
+
+
+def source_tree() -> Path:
+    """The source tree this verlenv runs from (pyproject.toml beside src/), which holds the tests."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "pyproject.toml").is_file() or not (root / "tests").is_dir():
+        raise UserError(f"--tests needs verlenv's source tree (pyproject.toml and tests/ in {root}); run verlenv "
+                        "from a checkout (`pip install -e .`)")
+    return root
+
+
+def test_pins(platform: str, python: str, glibc: str) -> dict[str, LockedPin]:
+    """verlenv's own dependencies and pyproject.toml's `test` group, resolved by uv for the target with hashes; the
+    tool wheels held at the versions this verlenv runs with, so the node's tools stay the ones that made the bundle.
+    With them a node that reaches no index runs the suite, e.g. its GPU tests (`nox -s tests -- -m gpu`)."""
+    from verlenv import lock
+
+    machine = lock.MACHINES.get(platform)
+    if machine is None:
+        raise UserError(f"no bundle platform {platform!r}; valid: {', '.join(lock.MACHINES)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        held = Path(tmp) / "tools.txt"
+        held.write_text("".join(f"{p.name}=={p.version}\n" for p in tool_pins()))
+        out = Path(tmp) / "tests.txt"
+        pyproject = source_tree() / "pyproject.toml"
+        cmd = [lock.uv_bin(), "pip", "compile", str(pyproject), "--group", f"{pyproject}:test",
+               "--constraint", str(held), "--python-version", python,
+               "--python-platform", f"{machine}-manylinux_{glibc.replace('.', '_')}", "--generate-hashes",
+               "--no-header", "--no-annotate", "--quiet", "--no-config", "--default-index", lock.INDEX, "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=lock.uv_env())
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"--tests: uv could not resolve the test tools for {platform}, Python {python}: {tail}",
+                            exit_code=1)
+        return read_lock(out)
 
 
 def find_built(wheelhouse: Path, name: str, version: str | None, torch: str, cuda: str, python_tag: str,
@@ -242,10 +281,11 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
          built_note: dict[str, str] | str = "included", base: Path | None = None, tools: bool = True,
          dry: bool = False, build_python: str | None = None, command: str = "",
          kernel_cache: Path | None = None, sources: list[inputs.Wanted] = (),
-         toolkit: Path | None = None) -> dict | None:
+         toolkit: Path | None = None, tests: bool = False) -> dict | None:
     """Write the bundle of one or several variants' locks into `out` (published by one rename); the manifest, or
     None for a dry run. A file several variants share is carried once; each entry names the variants it serves.
-    `sources`: source builds whose verified source is carried (sources/); `toolkit`: a CUDA_HOME carried as a tar."""
+    `sources`: source builds whose verified source is carried (sources/); `toolkit`: a CUDA_HOME carried as a tar;
+    `tests`: the test tools too (test_pins), unpacked with the other tools by the bootstrap."""
     started = time.monotonic()
     locks = locks if isinstance(locks, dict) else {variant: Path(locks)}
     built = built if isinstance(built, dict) else {v: list(built or []) for v in locks}
@@ -256,7 +296,7 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     remote = fetch.resolve(keep, platform, python, glibc)
-    tool_files = resolve_tools(platform, python, glibc) if tools else []
+    tool_files = resolve_tools(platform, python, glibc, tests) if tools else []
     if dry:
         dry_run(remote, tool_files, dropped)
         if kernel_cache:
@@ -332,7 +372,7 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
             "format": FORMAT, "stack": stack, "platform": platform, "python": python,
             "glibc": {"allowed": glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
             "variants": variants,
-            "kernel_cache": kernel_note, "toolkit": toolkit_note,
+            "kernel_cache": kernel_note, "toolkit": toolkit_note, "tests": bool(tools and tests),
             "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
             "made": {"by": f"verlenv {__version__}", "command": command,
                      "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

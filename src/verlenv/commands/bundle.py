@@ -48,6 +48,10 @@ def register(sub) -> None:
                         "must be given; an sdist file for a PyPI one); repeatable")
     p.add_argument("--toolkit", type=Path, metavar="DIR",
                    help="also carry this CUDA_HOME (e.g. /opt/cuda-12.5-debian); the node's `verlenv build` uses it")
+    p.add_argument("--tests", action="store_true",
+                   help="also carry what the test suite imports (verlenv's dependencies and pyproject.toml's test group, "
+                        "resolved by uv for the target), so `BUNDLE/.tool/bin/nox -s tests -- -m gpu` runs on nodes "
+                        "that reach no index")
     p.add_argument("--build-python", help="interpreter that builds sdist-only pins (default: the stack's Python)")
     p.set_defaults(func=_main)
 
@@ -81,6 +85,8 @@ def _main(args) -> int:
         raise UserError("--source goes with --build-inputs (it gives the copy of a source the bundle carries)")
     if args.toolkit:
         build_inputs.check_toolkit(args.toolkit)
+    if args.tests:
+        make.source_tree()  # before any download: the tests and their pyproject.toml are here
     if args.base and not args.base.is_file():
         raise UserError(f"--base {args.base}: no such file; give a `pip freeze` of the target")
     sources = []
@@ -110,7 +116,7 @@ def _main(args) -> int:
                          built=built, built_note=notes, base=args.base, dry=args.dry_run,
                          build_python=args.build_python or stack.python,
                          command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache,
-                         sources=sources, toolkit=args.toolkit)
+                         sources=sources, toolkit=args.toolkit, tests=args.tests)
     if manifest is not None and size:
         written = parts.split(out, out.with_name(out.name + ".parts"), size)
         print(f"parts: {len(written)} of at most {size / 1024**2:.1f} MiB in {out.with_name(out.name + '.parts')}",

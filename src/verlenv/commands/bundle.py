@@ -49,9 +49,9 @@ def register(sub) -> None:
     p.add_argument("--toolkit", type=Path, metavar="DIR",
                    help="also carry this CUDA_HOME (e.g. /opt/cuda-12.5-debian); the node's `verlenv build` uses it")
     p.add_argument("--tests", action="store_true",
-                   help="also carry what the test suite imports (verlenv's dependencies and pyproject.toml's test group, "
-                        "resolved by uv for the target), so `BUNDLE/.tool/bin/nox -s tests -- -m gpu` runs on nodes "
-                        "that reach no index")
+                   help="also carry what the test suite imports (verlenv's dependencies and pyproject.toml's test "
+                        "group, resolved by uv for the target), so `BUNDLE/.tool/bin/nox -s tests -- -m gpu` runs on "
+                        "nodes that reach no index")
     p.add_argument("--build-python", help="interpreter that builds sdist-only pins (default: the stack's Python)")
     p.set_defaults(func=_main)
 

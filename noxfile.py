@@ -71,8 +71,18 @@ def _bundle_tests(session: nox.Session, args: list[str]) -> None:
         session.skip(f"{BUNDLE} carries no test tools: make the bundle with `verlenv bundle --tests` (or run the "
                      "tests where an index answers)")
     chosen = any(a == "-m" or a.startswith("-m") and len(a) > 2 for a in args)
-    session.run(sys.executable, "-m", "pytest", *([] if chosen else ["-m", "not network"]), *args,
-                env={"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "src"), str(site)])})
+    # Only the bundle's pytest plugins: the node's interpreter may have its own (a GPU host's python3, a torch venv,
+    # loaded pytest-benchmark, -cov and -mock into visit I's run), each a change to how the suite runs.
+    plugins = [arg for name, module in BUNDLE_PYTEST_PLUGINS.items() if f"no:{name}" not in args
+               for arg in ("-p", module)]
+    session.run(sys.executable, "-m", "pytest", *plugins, *([] if chosen else ["-m", "not network"]), *args,
+                env={"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "src"), str(site)]),
+                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+
+
+# The test group's pytest plugins (pyproject.toml): entry-point name -> module, loaded by name from the bundle.
+BUNDLE_PYTEST_PLUGINS = {"xdist": "xdist.plugin", "xdist.looponfail": "xdist.looponfail", "timeout": "pytest_timeout",
+                         "hypothesispytest": "_hypothesis_pytestplugin"}
 
 
 @nox.session(python=TOOL_PYTHON)

@@ -350,6 +350,25 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
     assert "1 passed, 1 deselected" in said, said
     assert not envdir.exists()
 
+    # A node's python with pytest plugins of its own (a GPU host's torch venv): the suite runs on the bundle's only.
+    # A plugin planted in a venv's site-packages would fail every run it is loaded into.
+    node = tmp_path / "node-venv"
+    subprocess.run([UV, "venv", "-q", "--offline", str(node), "--python", python], check=True,
+                   env={**env, "PATH": os.environ["PATH"]})
+    site_packages = next(node.glob("lib/python3*/site-packages"))
+    (site_packages / "planted_plugin.py").write_text("raise RuntimeError(\"a node's own pytest plugin was loaded\")\n")
+    info = site_packages / "planted_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nplanted = planted_plugin\n")
+    launcher = (site.parent / "bin" / "nox").read_text().replace(python, str(node / "bin" / "python"))
+    (tmp_path / "nox-on-node").write_text(launcher)
+    r = _run(["sh", str(tmp_path / "nox-on-node"), "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s",
+              "tests", "--", "-n", "2", "-p", "no:cacheprovider", str(probe)],
+             env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path)
+    said = r.stdout + r.stderr
+    assert r.returncode == 0 and "2 workers [1 item]" in said and "1 passed" in said, said
+
 
 @pytest.mark.network
 def test_one_bundle_of_two_variants_carries_shared_files_once(project, cache, tmp_path):

@@ -101,9 +101,9 @@ def tool_pins() -> list[LockedPin]:
 
 
 def resolve_tools(platform: str, python: str, glibc: str, tests: bool = False) -> list[fetch.RemoteFile]:
-    """The tool wheels for the target; with `tests`, also what `nox -s tests` imports (test_pins)."""
+    """The tool wheels for the target; with `tests`, also what `nox -s tests` imports (suite_pins)."""
     wanted = fetch.target_tags(platform, python, glibc)
-    hashed = test_pins(platform, python, glibc) if tests else {}
+    hashed = suite_pins(platform, python, glibc) if tests else {}
     out = fetch.resolve(list(hashed.values()), platform, python, glibc)
     for pin in tool_pins():
         if pin.name in hashed:
@@ -123,7 +123,7 @@ def source_tree() -> Path:
     return root
 
 
-def test_pins(platform: str, python: str, glibc: str) -> dict[str, LockedPin]:
+def suite_pins(platform: str, python: str, glibc: str) -> dict[str, LockedPin]:
     """verlenv's own dependencies and pyproject.toml's `test` group, resolved by uv for the target with hashes; the
     tool wheels held at the versions this verlenv runs with, so the node's tools stay the ones that made the bundle.
     With them a node that reaches no index runs the suite, e.g. its GPU tests (`nox -s tests -- -m gpu`)."""
@@ -285,7 +285,7 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
     """Write the bundle of one or several variants' locks into `out` (published by one rename); the manifest, or
     None for a dry run. A file several variants share is carried once; each entry names the variants it serves.
     `sources`: source builds whose verified source is carried (sources/); `toolkit`: a CUDA_HOME carried as a tar;
-    `tests`: the test tools too (test_pins), unpacked with the other tools by the bootstrap."""
+    `tests`: the test tools too (suite_pins), unpacked with the other tools by the bootstrap."""
     started = time.monotonic()
     locks = locks if isinstance(locks, dict) else {variant: Path(locks)}
     built = built if isinstance(built, dict) else {v: list(built or []) for v in locks}

@@ -325,9 +325,10 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
 
     # The bundle's nox runs the project's sessions offline: no venv made, verlenv from the bundle's tools.
     report, envdir = tmp_path / "verify.json", tmp_path / "nox-envs"
+    node_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}  # the launchers set the tools' path themselves
     r = _run([str(tmp_path / "parts" / "bundle" / ".tool" / "bin" / "nox"), "-f", str(ROOT / "noxfile.py"),
               "--envdir", str(envdir), "-s", "verify", "--", "--stack", "tiny", "--report", str(report)],
-             env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path)
+             env=node_env, cwd=tmp_path)
     said = r.stdout + r.stderr
     assert "verlenv install --bundle" in said and "drift check lock/match: pass" in said, said
     assert not envdir.exists()
@@ -344,7 +345,7 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
     probe.write_text(OFFLINE_PROBE.format(site=str(site), src=str(ROOT / "src")))
     r = _run([str(site.parent / "bin" / "nox"), "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s",
               "tests", "--", "-n", "0", "-p", "no:cacheprovider", str(probe)],
-             env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path)
+             env=node_env, cwd=tmp_path)
     said = r.stdout + r.stderr
     assert r.returncode == 0, said
     assert "1 passed, 1 deselected" in said, said
@@ -365,7 +366,7 @@ def test_bootstrap_installs_split_bundle_with_a_bare_python(project, bundle, tmp
     (tmp_path / "nox-on-node").write_text(launcher)
     r = _run(["sh", str(tmp_path / "nox-on-node"), "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir), "-s",
               "tests", "--", "-n", "2", "-p", "no:cacheprovider", str(probe)],
-             env={k: v for k, v in env.items() if k != "PYTHONPATH"}, cwd=tmp_path)
+             env=node_env, cwd=tmp_path)
     said = r.stdout + r.stderr
     assert r.returncode == 0 and "2 workers [1 item]" in said and "1 passed" in said, said
 

@@ -26,7 +26,7 @@ from verlenv.errors import UserError
 
 # The index uv resolves against, through its JSON form (PEP 691): every file with its url and sha256.
 SIMPLE_JSON = "https://pypi.org/simple/{name}/"
-ARCHES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+ARCHES = pins.MACHINES
 
 
 def lock_spec(sources: list[Path]):

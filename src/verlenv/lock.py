@@ -28,7 +28,7 @@ from verlenv.errors import UserError
 from verlenv.fsutil import read_text, write_atomic
 
 # Conda's platform name -> the machine of uv's --python-platform (<machine>-manylinux_<glibc>).
-MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+MACHINES = pins.MACHINES
 INDEX = "https://pypi.org/simple"
 COMPILE_COMMAND = "nox -s lock"
 CONDA_PROBE_URL = "https://conda.anaconda.org/conda-forge/linux-64/repodata.json"
@@ -66,10 +66,15 @@ def resolver_overrides(variant: catalog.Variant) -> list[str]:
     return [*variant.overrides, *dropped]
 
 
+def uv_platform(platform: str, glibc: str) -> str:
+    """uv's --python-platform for a conda platform name on a glibc: <machine>-manylinux_<glibc>."""
+    return f"{MACHINES[platform]}-manylinux_{glibc.replace('.', '_')}"
+
+
 def python_platform(variant: catalog.Variant, platform: str) -> str:
     """uv's --python-platform for a variant's lock: the platform's machine on the variant's glibc (manylinux_2_28
     unless stacks.toml names a newer one, as for a package that publishes manylinux_2_34 wheels only)."""
-    return f"{MACHINES[platform]}-manylinux_{variant.glibc.replace('.', '_')}"
+    return uv_platform(platform, variant.glibc)
 
 
 def uv_flags(variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:

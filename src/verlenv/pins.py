@@ -14,6 +14,8 @@ from verlenv.fsutil import read_text
 LOCK_DIR = "locks"
 # The platform every variant is locked for, in conda's spelling; others are listed in stacks.toml.
 LOCK_PLATFORM = "linux-64"
+# The platforms locks are made for (conda's names) -> their machine, as wheel tags and uv's --python-platform name it.
+MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 # platform.machine() -> conda's platform name.
 MACHINE_PLATFORMS = {"x86_64": "linux-64", "amd64": "linux-64", "aarch64": "linux-aarch64", "arm64": "linux-aarch64"}
 

@@ -23,13 +23,14 @@ from packaging import tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from verlenv import pins
 from verlenv.errors import UserError
 from verlenv.pins import LockedPin
 from verlenv.sources import sha256_file
 
 INDEX = os.environ.get("VERLENV_INDEX_URL", "https://pypi.org/simple")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-ARCHES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+ARCHES = pins.MACHINES
 # The lock's hashes include wheels for newer glibcs than its manylinux_2_28 resolution target (llguidance
 # 1.7.6 has x86_64 wheels for 2.31 only, else a Rust sdist); 2.34 (RHEL 9; Ubuntu 22.04 has 2.35) takes them.
 GLIBC = "2.34"

@@ -126,12 +126,10 @@ def source_tree() -> Path:
 def suite_pins(platform: str, python: str, glibc: str) -> dict[str, LockedPin]:
     """verlenv's own dependencies and pyproject.toml's `test` group, resolved by uv for the target with hashes; the
     tool wheels held at the versions this verlenv runs with, so the node's tools stay the ones that made the bundle.
-    With them a node that reaches no index runs the suite, e.g. its GPU tests (`nox -s tests -- -m gpu`)."""
+    With them a node that reaches no index runs the suite, e.g. its GPU tests (`nox -s tests -- -m gpu`). `platform`
+    is one fetch.target_tags accepted (resolve_tools asks it first)."""
     from verlenv import lock
 
-    machine = lock.MACHINES.get(platform)
-    if machine is None:
-        raise UserError(f"no bundle platform {platform!r}; valid: {', '.join(lock.MACHINES)}")
     with tempfile.TemporaryDirectory() as tmp:
         held = Path(tmp) / "tools.txt"
         held.write_text("".join(f"{p.name}=={p.version}\n" for p in tool_pins()))
@@ -139,7 +137,7 @@ def suite_pins(platform: str, python: str, glibc: str) -> dict[str, LockedPin]:
         pyproject = source_tree() / "pyproject.toml"
         cmd = [lock.uv_bin(), "pip", "compile", str(pyproject), "--group", f"{pyproject}:test",
                "--constraint", str(held), "--python-version", python,
-               "--python-platform", f"{machine}-manylinux_{glibc.replace('.', '_')}", "--generate-hashes",
+               "--python-platform", lock.uv_platform(platform, glibc), "--generate-hashes",
                "--no-header", "--no-annotate", "--quiet", "--no-config", "--default-index", lock.INDEX, "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=lock.uv_env())
         if proc.returncode != 0:

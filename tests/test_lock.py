@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from verlenv import catalog, cli, lock, pins
 from verlenv.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
+STANDIN_UV = ROOT / "tests" / "data" / "programs" / "standin_uv.py"
 CATALOG = catalog.load(ROOT / "stacks.toml")
 
 
@@ -392,3 +394,33 @@ def test_a_failed_resolution_writes_nothing(tmp_path, capsys):
     assert "resolved verl-0.9-fsdp" in err
     assert "verlenv lock: uv could not resolve verl-0.9-megatron (exit 1, see above); no lock was written" in err
     assert {p: p.read_bytes() for p in (tmp_path / "locks").rglob("*") if p.is_file()} == before
+
+
+def test_one_depths_resolutions_run_side_by_side_and_an_extension_after_its_base(tmp_path, monkeypatch):
+    """`verlenv lock` of a stack: fsdp's two platforms and sglang (which extends nothing) at once, then megatron,
+    constrained by fsdp's linux-64 lock. Each stand-in resolution (tests/data/programs/standin_uv.py) holds until its
+    siblings have started: run one after another, the first would wait out its guard and fail."""
+    path = copy_tree(tmp_path)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    first = ["verl-0.9-fsdp@linux-64", "verl-0.9-fsdp@linux-aarch64", "verl-0.9-sglang@linux-64"]
+    uv = tmp_path / "uv"
+    uv.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN_UV}" "$@"\n')
+    uv.chmod(0o755)
+    monkeypatch.setattr(lock, "uv_bin", lambda: str(uv))
+    monkeypatch.setenv("STANDIN_UV_DIR", str(marks))
+    monkeypatch.setenv("STANDIN_UV_LOCKS", str(ROOT / "locks"))
+    monkeypatch.setenv("STANDIN_UV_BESIDE", json.dumps({me: [o for o in first if o != me] for me in first}))
+    monkeypatch.setenv("STANDIN_UV_GUARD_S", "120")
+    cat = catalog.load(path)
+
+    planned = lock.relock(cat, lock.selected(cat, "verl-0.9", None))
+
+    assert sorted(v.key for v in planned) == ["verl-0.9-fsdp", "verl-0.9-megatron", "verl-0.9-sglang"]
+    started = {p.stem: json.loads(p.read_text()) for p in marks.glob("*.started")}
+    assert sorted(started) == sorted([*first, "verl-0.9-megatron@linux-64"])
+    megatron = started["verl-0.9-megatron@linux-64"]
+    assert "verl-0.9-fsdp@linux-64" in megatron["finished"] and "--constraints" in megatron["argv"]
+    for v in planned:
+        for platform in v.platforms:
+            assert pins.lock_path(tmp_path, v, platform).read_text() == pins.lock_path(ROOT, v, platform).read_text()

@@ -21,6 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from verlenv import catalog, conda_layer, pins, render
@@ -129,9 +130,10 @@ def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
             base_pins: dict[str, pins.LockedPin] | None) -> str:
     """Run `uv pip compile` for one variant and platform in workdir; return the lock's text."""
     key = variant.key
-    # A folder per platform: the input names below stay the same, and uv writes them into the lock.
-    workdir = workdir / platform
-    workdir.mkdir(exist_ok=True)
+    # A folder per variant and platform: the input names below stay the same (uv writes them into the lock), and
+    # resolutions side by side never share a file.
+    workdir = workdir / key / platform
+    workdir.mkdir(parents=True)
     # Relative names: uv writes them into the `# via -r ...` annotations, so the lock stays path-free.
     (workdir / f"{key}.in").write_text("\n".join(resolver_requirements(variant)) + "\n")
     out = f"{key}.{platform}.txt"
@@ -147,8 +149,12 @@ def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
     # linux-64 keeps the messages it had when it was the only platform.
     shown = key if platform == pins.LOCK_PLATFORM else f"{key} for {platform}"
     started = time.monotonic()
-    result = subprocess.run(cmd, cwd=workdir, env=uv_env(), stdout=subprocess.DEVNULL, check=False)
+    # uv's messages are taken whole and printed at once: resolutions run side by side (relock).
+    result = subprocess.run(cmd, cwd=workdir, env=uv_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, check=False)
     seconds = time.monotonic() - started
+    if result.stderr:
+        print(result.stderr, end="" if result.stderr.endswith("\n") else "\n", file=sys.stderr)
     if result.returncode != 0:
         raise UserError(f"uv could not resolve {shown} (exit {result.returncode}, see above); no lock was written",
                         exit_code=1)
@@ -283,12 +289,19 @@ def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.
         return ((texts.get((base.key, platform)) or pins.lock_path(cat.root, base, platform).read_text())
                 if base else None)
 
+    def one(v: catalog.Variant, platform: str) -> str:
+        base = base_text(v, platform)
+        return resolve(v, platform, Path(tmp), uv, pins.parse_lock(base, v.extends) if base else None)
+
+    # A resolution mostly waits on the index (uv below 1 % CPU): every variant of one depth, each platform, at once;
+    # a variant after the base it is constrained by. The first failure in plan order is the one raised.
     with tempfile.TemporaryDirectory(prefix="verlenv-lock-") as tmp:
-        for v in plan:
-            for platform in v.platforms:
-                base = base_text(v, platform)
-                texts[v.key, platform] = resolve(v, platform, Path(tmp), uv,
-                                                 pins.parse_lock(base, v.extends) if base else None)
+        for depth in sorted({_depth(v) for v in plan}):
+            level = [(v, platform) for v in plan if _depth(v) == depth for platform in v.platforms]
+            with ThreadPoolExecutor(max_workers=len(level)) as pool:
+                futures = [pool.submit(one, v, platform) for v, platform in level]
+            for (v, platform), future in zip(level, futures):
+                texts[v.key, platform] = future.result()
     for v in plan:
         reference = pins.parse_lock(texts[v.key, pins.LOCK_PLATFORM])
         for platform in v.platforms:

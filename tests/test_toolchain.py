@@ -388,3 +388,28 @@ def test_the_run_time_cuda_home_is_made_inside_the_env_and_links_minus_lcuda(tmp
     needed = subprocess.run(["readelf", "-d", str(tmp_path / "mod.so")], capture_output=True, text=True).stdout
     assert "libcuda" not in needed
     assert toolchain.runtime_cuda_home(str(tmp_path / "no-wheels"), prefix) is None
+
+
+def test_torch_is_asked_once_per_install_of_it(tmp_path, monkeypatch):
+    """The torch probe's answer is kept in verlenv's cache under a key of torch's files: the next build's toolchain
+    does not import torch again, and a torch changed on disk is asked again. (A stand-in torch package, a test
+    double: the env's real torch is not this test's to change.)"""
+    site, imports = tmp_path / "site", tmp_path / "imports.txt"
+    torch = site / "torch"
+    (torch / "_C").mkdir(parents=True)
+    (torch / "__init__.py").write_text(f"open({str(imports)!r}, 'a').write('imported\\n')\n"
+                                       "from torch import _C, version\n__version__ = version.__version__\n")
+    (torch / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda = '13.0'\n")
+    (torch / "_C" / "__init__.py").write_text("_GLIBCXX_USE_CXX11_ABI = True\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("VERLENV_CACHE", str(tmp_path / "cache"))
+
+    first = toolchain.torch_info(sys.executable)
+    assert (first.torch, first.cuda, first.cxx11_abi, first.torch_lib) == ("2.11.0+cu130", "13.0", True,
+                                                                           str(torch / "lib"))
+    assert toolchain.torch_info(sys.executable) == first
+    assert imports.read_text().splitlines() == ["imported"]
+
+    (torch / "version.py").write_text("__version__ = '2.11.0a0+cu130'\ncuda = '13.0'\n")  # torch rebuilt
+    assert toolchain.torch_info(sys.executable).torch == "2.11.0a0+cu130"
+    assert imports.read_text().splitlines() == ["imported", "imported"]

@@ -58,3 +58,8 @@ def read_text(path: Path, what: str = "") -> str:
         raise UserError(f"{shown}: not UTF-8 text (byte {e.start}); give a text file") from None
     except OSError as e:
         raise UserError(f"{shown}: cannot be read ({e.strerror})") from None
+
+
+def cache_dir() -> Path:
+    """verlenv's own cache ($VERLENV_CACHE, else ~/.cache/verlenv): downloads, built wheels, torch's probed facts."""
+    return Path(os.environ.get("VERLENV_CACHE", Path.home() / ".cache" / "verlenv"))

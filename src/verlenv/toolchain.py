@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlenv.errors import UserError
+from verlenv.fsutil import cache_dir, write_atomic
 
 TARGET_TRIPLE = "x86_64-linux"
 # Where NVIDIA's installers put toolkits (cuda-X.Y, and cuda: a link to one of them).
@@ -90,8 +91,53 @@ class Toolchain:
         )
 
 
+# Where torch's files are and what they are now, without importing it (a few ms, where importing torch takes
+# seconds): the key of the probe's answer kept in the cache. A reinstall or rebuild of torch changes an inode, size or
+# mtime here, and so the key.
+_TORCH_FILES_PROBE = r"""
+import glob, importlib.util, json, os, sys
+spec = importlib.util.find_spec("torch")
+root = os.path.dirname(spec.origin) if spec and spec.origin else None
+names = ["__init__.py", "version.py", "lib/libtorch_cpu.so", *glob.glob("_C*.so", root_dir=root or ".")]
+stats = {n: [s.st_ino, s.st_size, s.st_mtime_ns] for n in names if root
+         for s in [os.stat(os.path.join(root, n)) if os.path.exists(os.path.join(root, n)) else None] if s}
+print(json.dumps({"executable": sys.executable, "prefix": sys.prefix, "torch_root": root, "files": stats}))
+"""
+
+
+def _torch_cache_file(python: str) -> Path | None:
+    """The cache file of the torch probe's answer for this interpreter's torch as its files are now; None where
+    they cannot be read (no torch, an interpreter that is not one)."""
+    try:
+        out = subprocess.run([python, "-c", _TORCH_FILES_PROBE], capture_output=True, text=True, timeout=60)
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    if not isinstance(found, dict) or not found.get("torch_root") or not found.get("files"):
+        return None
+    key = hashlib.sha256(json.dumps([str(Path(python).resolve()), found], sort_keys=True).encode()).hexdigest()
+    return cache_dir() / "torch-info" / f"{key[:32]}.json"
+
+
 def torch_info(python: str) -> TorchInfo:
-    """Ask the env's own interpreter about its torch (the tool need not share that env)."""
+    """Ask the env's own interpreter about its torch (the tool need not share that env). The answer is kept in
+    verlenv's cache under a key of torch's files: the next build of the same env does not import torch again."""
+    cache = _torch_cache_file(python)
+    if cache is not None:
+        try:
+            return TorchInfo(**json.loads(cache.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass  # not there yet, or unreadable: asked again below, and written anew
+    info = _ask_torch(python)
+    if cache is not None:
+        try:
+            write_atomic(cache, json.dumps(info.__dict__, indent=1) + "\n")
+        except OSError:
+            pass  # a read-only cache: every build asks again
+    return info
+
+
+def _ask_torch(python: str) -> TorchInfo:
     try:
         out = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, check=True).stdout
     except FileNotFoundError:

@@ -23,7 +23,7 @@ from packaging import tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from verlenv import pins
+from verlenv import fsutil, pins
 from verlenv.errors import UserError
 from verlenv.pins import LockedPin
 from verlenv.sources import sha256_file
@@ -49,8 +49,7 @@ class RemoteFile:
     kind: str  # "wheel" or "sdist"
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("VERLENV_CACHE", Path.home() / ".cache" / "verlenv"))
+cache_dir = fsutil.cache_dir
 
 
 def glibc_minor(glibc: str) -> int:

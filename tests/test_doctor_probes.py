@@ -100,6 +100,39 @@ def test_unresolved_symbols_of_a_real_shared_object(tmp_path):
                                            readable["_ZN3c105ErrorC1ENS_14SourceLocationESs"])
 
 
+@needs_gxx
+def test_struct_readings_of_symbols_and_links_are_pyelftools_own(tmp_path):
+    """The doctor reads symbol tables and DT_NEEDED with struct (pyelftools took seconds an env): on real objects
+    (libstdc++, libc, libm, a g++-built extension) each reading equals pyelftools' symbol-by-symbol one."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    provider = gxx(tmp_path / "libc10.so", PROVIDER)
+    ext = gxx(tmp_path / "ext.so", STALE_EXTENSION, f"-L{tmp_path}", "-lc10")
+    objects = [ext, provider, *(system_lib(n) for n in ("libstdc++.so.6", "libc.so.6", "libm.so.6"))]
+    linked = {}
+    for path in objects:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            dynsym = elf.get_section_by_name(".dynsym")
+            binds = {symbols.STB_GLOBAL: "STB_GLOBAL", symbols.STB_WEAK: "STB_WEAK"}  # what the doctor tells apart
+            slow = [(s.name, s["st_info"]["bind"] if s["st_info"]["bind"] in binds.values() else "other",
+                     s["st_shndx"] == "SHN_UNDEF") for s in dynsym.iter_symbols()]
+            fast = [(name, binds.get(bind, "other"), shndx == symbols.SHN_UNDEF)
+                    for name, bind, shndx in symbols._symbols(elf, dynsym)]
+            assert slow == fast, path
+            assert len(slow) == len(fast) > 5, path
+            dynamic = elf.get_section_by_name(".dynamic")
+            assert isinstance(dynamic, DynamicSection)
+            links = tuple(t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED")
+            f.seek(0)
+            assert symbols._needed64(f) == links, path
+            linked[path] = links
+    assert "libc10.so" in linked[ext] and "libc.so.6" in linked[objects[2]]  # libstdc++ links libc
+    assert symbols.needed(ext) == list(linked[ext]) and symbols.versioned_needs(ext)  # glibc's versions, at least
+    assert symbols.exported(provider, ["_ZN3c107presentEi", "_ZN3c10nothereEi"]) == {"_ZN3c107presentEi"}
+
+
 TORCH_VERSION_PY = """\
 from typing import Optional
 

@@ -209,8 +209,11 @@ def linking_objects(site_packages: list[str], skip: list[str], links) -> list[Pa
     found = []
     skip = {os.path.realpath(s) for s in skip}
     for sp in site_packages:
+        # os.walk never enters a linked folder: below the real site-packages, a folder's real path is its own.
+        sp = os.path.normpath(sp)
+        real = os.path.realpath(sp)
         for dirpath, dirnames, filenames in os.walk(sp):
-            if os.path.realpath(dirpath) in skip:
+            if real + dirpath[len(sp):] in skip:
                 dirnames.clear()
                 continue
             for fn in filenames:

@@ -1,10 +1,13 @@
 """C++ symbols of shared objects: what an extension needs, what torch provides, and what the names mean."""
 
+import array
 import functools
 import os
 import re
 import shutil
+import struct
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -56,8 +59,46 @@ def needed(path: Path) -> list[str]:
     return list(_needed(str(path), st.st_ino, st.st_size, st.st_mtime_ns))
 
 
+# ELF64 little-endian headers (x86_64, aarch64): the file header, a section header, a dynamic entry.
+_EHDR64 = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR64 = struct.Struct("<IIQQQQIIQQ")
+_DYN64 = struct.Struct("<qQ")
+SHT_DYNAMIC, DT_NEEDED = 6, 1
+
+
+def _needed64(f) -> tuple[str, ...] | None:
+    """DT_NEEDED of an ELF64 little-endian file read with struct (pyelftools takes a few ms a file, and a doctor reads
+    every shared object of the env); None for any other layout, which pyelftools then reads."""
+    head = f.read(_EHDR64.size)
+    if len(head) < _EHDR64.size or head[:4] != b"\x7fELF":
+        return ()
+    *_, shoff, _, _, _, _, shentsize, shnum, _ = _EHDR64.unpack(head)
+    if head[4] != 2 or head[5] != 1 or not shoff or not shnum or shentsize != _SHDR64.size:
+        return None
+    f.seek(shoff)
+    headers = list(_SHDR64.iter_unpack(f.read(shnum * shentsize)))
+    dynamic = next((h for h in headers if h[1] == SHT_DYNAMIC), None)
+    if dynamic is None:
+        return ()
+    f.seek(dynamic[4])
+    entries = f.read(dynamic[5])
+    strtab = headers[dynamic[6]]
+    f.seek(strtab[4])
+    strings = f.read(strtab[5])
+    entries = entries[:len(entries) - len(entries) % _DYN64.size]
+    return tuple(strings[v:strings.find(b"\0", v)].decode(errors="replace")
+                 for tag, v in _DYN64.iter_unpack(entries) if tag == DT_NEEDED)
+
+
 @functools.lru_cache(maxsize=4096)
 def _needed(path: str, inode: int, size: int, mtime_ns: int) -> tuple[str, ...]:
+    try:
+        with open(path, "rb") as f:
+            fast = _needed64(f)
+    except (OSError, struct.error, IndexError):
+        fast = None
+    if fast is not None:
+        return fast
     with _elf(Path(path)) as elf:
         section = _section(elf, ".dynamic") if elf else None
         if isinstance(section, DynamicSection):
@@ -65,22 +106,41 @@ def _needed(path: str, inode: int, size: int, mtime_ns: int) -> tuple[str, ...]:
     return ()
 
 
-def _dynamic_symbols(path: Path) -> list:
+# Elf64_Sym, little-endian: st_name, st_info, st_other, st_shndx, st_value, st_size. pyelftools parses a symbol at
+# a time (seconds for a doctor's few dozen extensions, with tens of thousands of symbols each); struct reads the
+# whole table at once, for the ELF class every supported platform (x86_64, aarch64) uses.
+_SYM64 = struct.Struct("<IBBHQQ")
+STB_GLOBAL, STB_WEAK, SHN_UNDEF = 1, 2, 0
+
+
+def _symbols(elf: ELFFile, dynsym) -> list[tuple[str, int, int]]:
+    """(name, binding, section index) of each entry of a symbol table, in table order."""
+    if elf.elfclass != 64 or not elf.little_endian or dynsym["sh_entsize"] != _SYM64.size:
+        return [(s.name, {"STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}.get(s["st_info"]["bind"], 0),
+                 SHN_UNDEF if s["st_shndx"] == "SHN_UNDEF" else -1) for s in dynsym.iter_symbols()]
+    strings = elf.get_section(dynsym["sh_link"]).data()
+    out = []
+    for name, info, _, shndx, _, _ in _SYM64.iter_unpack(dynsym.data()):
+        out.append((strings[name:strings.find(b"\0", name)].decode(errors="replace") if name else "", info >> 4,
+                    shndx))
+    return out
+
+
+def _dynamic_symbols(path: Path) -> list[tuple[str, int, int]]:
     with _elf(path) as elf:
         section = _section(elf, ".dynsym") if elf else None
-        return list(section.iter_symbols()) if section else []
+        return _symbols(elf, section) if section else []
 
 
 def undefined(path: Path) -> set[str]:
     """Names the object needs from others: undefined, non-weak dynamic symbols."""
-    return {s.name for s in _dynamic_symbols(path)
-            if s.name and s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["bind"] == "STB_GLOBAL"}
+    return {name for name, bind, shndx in _dynamic_symbols(path) if name and shndx == SHN_UNDEF and bind == STB_GLOBAL}
 
 
 def defined(path: Path) -> set[str]:
     """Names the object exports: defined global or weak dynamic symbols."""
-    return {s.name for s in _dynamic_symbols(path)
-            if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")}
+    return {name for name, bind, shndx in _dynamic_symbols(path)
+            if name and shndx != SHN_UNDEF and bind in (STB_GLOBAL, STB_WEAK)}
 
 
 def unresolved(so: Path, providers: Iterable[Path], only: re.Pattern | None = None) -> list[str]:
@@ -106,14 +166,15 @@ def versioned_needs(path: Path) -> dict[str, set[str]]:
         if not (dynsym and versym and verneed):
             return {}
         library = {aux["vna_other"]: need.name for need, auxes in verneed.iter_versions() for aux in auxes}
+        # .gnu.version: one half-word per symbol table entry, in the ELF's byte order.
+        versions = array.array("H", versym.data())
+        if elf.little_endian != (sys.byteorder == "little"):
+            versions.byteswap()
         out: dict[str, set[str]] = {}
-        for i, sym in enumerate(dynsym.iter_symbols()):
-            if not sym.name or sym["st_shndx"] != "SHN_UNDEF":
-                continue
-            ndx = versym.get_symbol(i)["ndx"]
-            # Index 0/1 (local/global, no version) come back as names; bit 15 marks a hidden version.
-            if isinstance(ndx, int) and (lib := library.get(ndx & 0x7FFF)):
-                out.setdefault(lib, set()).add(sym.name)
+        for (name, _, shndx), ndx in zip(_symbols(elf, dynsym), versions):
+            # Index 0/1: local/global, no version; bit 15 marks a hidden version.
+            if name and shndx == SHN_UNDEF and ndx > 1 and (lib := library.get(ndx & 0x7FFF)):
+                out.setdefault(lib, set()).add(name)
         return out
 
 
@@ -183,18 +244,15 @@ def abi_hint(symbol: str, readable: str | None = None) -> str:
 
 
 def exported(lib: Path, names: Iterable[str]) -> set[str]:
-    """Which of `names` the library defines, looked up in its symbol hash table: no scan of every symbol,
-    which takes seconds on libtorch_cpu.so. Falls back to `defined` for libraries without a hash table."""
-    names = set(names)
-    with _elf(Path(lib)) as elf:
-        if elf is None:
-            return set()
-        table = _section(elf, ".gnu.hash") or _section(elf, ".hash")
-        if table is None or not hasattr(table, "get_symbol"):
-            return names & defined(Path(lib))
-        found = set()
-        for name in names:
-            s = table.get_symbol(name)
-            if s is not None and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK"):
-                found.add(name)
-        return found
+    """Which of `names` the library defines. A doctor asks torch's and the CUDA libraries again for each extension:
+    each library's exports are read once while it stays the same file."""
+    try:
+        st = os.stat(lib)
+    except OSError:
+        return set()
+    return set(names) & _exports(str(lib), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _exports(path: str, inode: int, size: int, mtime_ns: int) -> frozenset[str]:
+    return frozenset(defined(Path(path)))

@@ -18,6 +18,10 @@ ALIVE_GUARD_S = 600  # a hang guard: nodes that never come up fail the start aft
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # the plasma store's floor is 75 MiB; nothing big travels
 LOCK = Path(__file__).resolve().parents[1] / "locks" / "verl-0.9-fsdp.linux-64.txt"  # the default env's
 COMMON = ("--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats")
+# The worker nodes share the head's session folder on this one host, and the head's log monitor forwards every
+# worker's output from it: Ray asks for one log monitor per physical host ("to avoid log duplication on the
+# driver", `ray start --help`). One per node sent each line once per node and took about 13 s of CPU each.
+WORKER = ("--include-log-monitor", "false")
 
 
 def placed(gpu: str, node: int) -> dict:
@@ -100,7 +104,8 @@ class LocalCluster:
         ip = f"127.0.0.{2 + self.ever}"
         self.ever += 1
         _start(str(Path(python).parent / "ray"),
-               ["--address", self.address, "--node-ip-address", ip, *COMMON, *args], {**_base(), **extra}, self, ip)
+               ["--address", self.address, "--node-ip-address", ip, *COMMON, *WORKER, *args], {**_base(), **extra},
+               self, ip)
         self.workers.append(ip)
         _wait_alive(python, self.address, 1 + len(self.workers))
         return ip
@@ -174,7 +179,7 @@ def start(head_python: str, workers: list[tuple], head_env: dict | None = None) 
         # One at a time: a raylet has 30 s to register, which parallel starts on a small machine exceed.
         for i, (python, extra, *args) in enumerate(workers, start=2):
             _start(str(Path(python).parent / "ray"),
-                   ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON,
+                   ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON, *WORKER,
                     *(args[0] if args else ())],
                    {**_base(), **extra}, cluster, f"127.0.0.{i}")
         cluster.workers += [f"127.0.0.{i}" for i in range(2, 2 + len(workers))]

@@ -1,6 +1,6 @@
 """What the whole suite shares: the skip of GPU tests where no NVIDIA GPU is visible, the default stack's env
 (found as every test finds it: $VERLENV_CLUSTER_ENV, else .venv-verl-0.9-fsdp in this checkout) and one real Ray
-cluster started from it for the cluster tests that leave it as they found it."""
+cluster started from it for the cluster tests, which leave its nodes as they found them."""
 
 import functools
 import os
@@ -31,7 +31,7 @@ def gpu_visible() -> bool:
 # (pytest-xdist's own `--dist loadgroup` reads marks by a node id attribute pytest 9.2 no longer has.)
 XDIST_SCOPES = {
     "ray": ("test_cluster_placement", "test_cluster_trainer", "test_verl_trainer_check", "test_cluster_ray",
-            "test_doctor_ray_logs", "test_cluster_compare"),
+            "test_cluster_doctor_logs", "test_cluster_compare"),
     "gpu": ("test_kernel_scripts", "test_check_sglang"),
 }
 # The longest scopes, longest first (`--durations` of a 2-worker run, 2026-11-28: the Ray modules ≈ 1000 s together,
@@ -116,8 +116,9 @@ def pytest_runtest_teardown(item, nextitem):
 def gpu_cluster(env_python):
     """A real Ray cluster on this machine (tests/ray_nodes.py): a CPU head and two worker nodes that Ray gives one GPU
     each (`--num-gpus 1`; none exists here), each with its own place in a job (CUDA_VISIBLE_DEVICES 1 and 0, Slurm
-    ids, ranks). A test that adds a node removes it before it ends. Stopped after its last test
-    (STOPPED_AFTER_LAST_USER)."""
+    ids, ranks). A test that adds a node removes it before it ends. Its first user, test_cluster_doctor_logs, reads
+    the session logs of a healthy job and leaves one failure's line in a worker's log, which no later user reads
+    (tests/test_suite_scopes.py holds that order). Stopped after its last test (STOPPED_AFTER_LAST_USER)."""
     import ray_nodes
 
     one_gpu = ("--num-gpus", "1")

@@ -51,7 +51,7 @@ def test_the_users_of_a_shared_session_fixture_share_one_worker(fixture):
 def test_every_module_that_starts_ray_clusters_shares_one_worker():
     starts = {path.stem for path in TESTS.glob("test_*.py")
               if re.search(r"\bray_nodes\b|\bgpu_cluster\b", path.read_text()) and path.stem != "test_suite_scopes"}
-    assert {"test_cluster_ray", "test_doctor_ray_logs", "test_cluster_placement"} <= starts
+    assert {"test_cluster_ray", "test_cluster_doctor_logs", "test_cluster_placement"} <= starts
     assert {xdist_scope(f"tests/{m}.py::test_x") for m in starts} == {"ray"}
 
 
@@ -154,3 +154,14 @@ def test_a_session_cluster_stops_after_its_last_user_not_at_the_sessions_end(tmp
                            "-p", "no:randomly", str(tmp_path)], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)
     assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_the_session_logs_test_is_the_first_to_use_the_session_cluster(collected):
+    """test_cluster_doctor_logs asserts that a healthy job leaves nothing in the cluster's session logs: it must run
+    before any other test's job (a failing stand-in trainer among them) writes there, in one process and on the
+    ray scope's worker alike."""
+    users = uses("gpu_cluster") | {p.stem for p in TESTS.glob("test_*.py")
+                                   if "gpu_cluster" in p.read_text() and p.stem != "test_suite_scopes"}
+    for order in (collected, xdist_order(collected)):
+        first = next(n for n in order if Path(n.partition("::")[0]).stem in users)
+        assert first.startswith("tests/test_cluster_doctor_logs.py::"), first

@@ -1,18 +1,16 @@
-"""`verlenv doctor --ray` reads each node's own Ray session logs, on a real three-node Ray cluster on this machine
-(tests/ray_nodes.py; the nodes share one session folder, so each reads the files its own raylet started): a healthy
-job leaves nothing to report, and a flash-attn ABI error printed by a task on one worker node is named on that node
-only. Needs the default env (`nox -s env`, or VERLENV_CLUSTER_ENV=<its python>)."""
+"""`verlenv doctor --ray` reads each node's own Ray session logs, on the suite's real three-node Ray cluster on this
+machine (tests/conftest.py's gpu_cluster, tests/ray_nodes.py; the nodes share one session folder, so each reads the
+files its own raylet started): a healthy job leaves nothing to report, and a flash-attn ABI error printed by a task
+on one worker node is named on that node only. Needs the default env (`nox -s env`, or
+VERLENV_CLUSTER_ENV=<its python>)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import ray_nodes
 from verlenv.cluster.verdict import node_problems
 from verlenv.doctor import diagnose_path, ray_session
 
@@ -26,60 +24,9 @@ RUN_TIMEOUT_S = 600
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-# A healthy job: tasks and an actor on every node, each printing what jobs print; returns each node's IP.
-HEALTHY_JOB = r"""
-import ray, sys
-ray.init(address=sys.argv[1], logging_level="ERROR")
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
-
-@ray.remote(num_cpus=0)
-def step(i):
-    print(f"step {i}: loss 0.{i}", flush=True)
-    print(f"step {i}: WARNING nothing to do", file=sys.stderr, flush=True)
-    return ray.util.get_node_ip_address()
-
-@ray.remote(num_cpus=0)
-class Counter:
-    def add(self, n):
-        print("added", n, flush=True)
-        return n
-
-alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-print(sorted(ray.get([step.options(scheduling_strategy=On(n, soft=False)).remote(i) for i, n in enumerate(alive)])))
-counters = [Counter.options(scheduling_strategy=On(n, soft=False)).remote() for n in alive]
-print(ray.get([c.add.remote(1) for c in counters]))
-"""
-
-PLANT = r"""
-import ray, sys
-ray.init(address=sys.argv[1], logging_level="ERROR")
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On
-
-@ray.remote(num_cpus=0)
-def fail_import(line):
-    print(line, file=sys.stderr, flush=True)
-    return ray.get_runtime_context().get_node_id()
-
-node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == sys.argv[2])
-assert ray.get(fail_import.options(scheduling_strategy=On(node, soft=False)).remote(sys.argv[3])) == node
-"""
-
-
-@pytest.fixture(scope="module")
-def env_python() -> str:
-    python = Path(os.environ.get("VERLENV_CLUSTER_ENV") or ROOT / ".venv-verl-0.9-fsdp" / "bin" / "python")
-    if not python.exists():
-        pytest.skip(f"no default env at {python}: make it with `nox -s env` (or set VERLENV_CLUSTER_ENV)")
-    return str(python)
-
-
-@pytest.fixture(scope="module")
-def cluster(env_python):
-    c = ray_nodes.start(env_python, [(env_python, {}), (env_python, {})])
-    try:
-        yield c
-    finally:
-        c.stop()
+# Programs run in the env; each one's docstring says what it does.
+HEALTHY_JOB = ROOT / "tests" / "data" / "programs" / "ray_healthy_job.py"
+PLANT = ROOT / "tests" / "data" / "programs" / "ray_plant_failure.py"
 
 
 def doctor_ray(cluster) -> tuple[int, dict, str]:
@@ -94,8 +41,11 @@ def session_folder(cluster) -> Path:
     return Path(cluster.temp_dir) / "session_latest" / "logs"
 
 
-def test_each_node_reads_its_own_session_logs_and_names_a_failure_there(cluster, env_python):
-    job = subprocess.run([env_python, "-c", HEALTHY_JOB, cluster.address], capture_output=True, text=True, check=False,
+def test_each_node_reads_its_own_session_logs_and_names_a_failure_there(gpu_cluster, env_python):
+    """On the session's cluster (tests/conftest.py's gpu_cluster), before any other test ran a job there: this
+    module's name sorts it first among the cluster's users, so its session folder holds only Ray's own files."""
+    cluster = gpu_cluster
+    job = subprocess.run([env_python, str(HEALTHY_JOB), cluster.address], capture_output=True, text=True, check=False,
                          timeout=RUN_TIMEOUT_S)
     assert job.returncode == 0, job.stderr[-2000:]
 
@@ -113,7 +63,7 @@ def test_each_node_reads_its_own_session_logs_and_names_a_failure_there(cluster,
     assert all(files) and sum(files) <= len(list(session_folder(cluster).rglob("*.*")))
 
     planted_on = cluster.workers[0]
-    plant = subprocess.run([env_python, "-c", PLANT, cluster.address, planted_on, FLASH_ATTN_ABI],
+    plant = subprocess.run([env_python, str(PLANT), cluster.address, planted_on, FLASH_ATTN_ABI],
                            capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
     assert plant.returncode == 0, plant.stderr[-2000:]
 

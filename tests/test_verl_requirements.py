@@ -21,7 +21,6 @@ from verlenv.fsutil import write_atomic
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = catalog.load(ROOT / "stacks.toml")
 CASES = [(v, p) for v in CATALOG.all_variants() for p in v.platforms]
-MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 
 
 def cache_dir() -> Path:
@@ -57,7 +56,7 @@ def marker_env(variant: catalog.Variant, platform: str) -> dict[str, str]:
     python = variant.stack.python
     return default_environment() | {"python_version": python, "python_full_version": python + ".0",
                                     "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
-                                    "platform_machine": MACHINES[platform], "implementation_name": "cpython",
+                                    "platform_machine": pins.MACHINES[platform], "implementation_name": "cpython",
                                     "platform_python_implementation": "CPython"}
 
 

@@ -26,7 +26,6 @@ from verlenv.errors import UserError
 
 # The index uv resolves against, through its JSON form (PEP 691): every file with its url and sha256.
 SIMPLE_JSON = "https://pypi.org/simple/{name}/"
-ARCHES = pins.MACHINES
 
 
 def lock_spec(sources: list[Path]):
@@ -130,7 +129,7 @@ def conda_entries(records: list, spec, platform: str) -> list:
 
 def wheel_tags(platform: str, python: str = "3.12", glibc: str = catalog.DEFAULT_GLIBC) -> list[Tag]:
     """What pip on that CPython and glibc accepts for the platform, most preferred first."""
-    arch, version = ARCHES[platform], tuple(int(part) for part in python.split("."))
+    arch, version = pins.MACHINES[platform], tuple(int(part) for part in python.split("."))
     interpreter = f"cp{version[0]}{version[1]}"
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
     platforms = []
@@ -250,7 +249,7 @@ def snapshot_problems(root: Path) -> list[str]:
         return [f"{path}: cannot read ({e}); run `verlenv conda-snapshot`"]
     single = set(read_config(root).get("single_source", []))
     problems = []
-    for platform in ARCHES:
+    for platform in pins.MACHINES:
         for url, record in snapshot_records(root, platform).items():
             if platform == "linux-aarch64" and "/noarch/" in url:
                 continue  # noarch is read with linux-64 already

@@ -28,8 +28,6 @@ from verlenv import catalog, conda_layer, pins, render
 from verlenv.errors import UserError
 from verlenv.fsutil import read_text, write_atomic
 
-# Conda's platform name -> the machine of uv's --python-platform (<machine>-manylinux_<glibc>).
-MACHINES = pins.MACHINES
 INDEX = "https://pypi.org/simple"
 COMPILE_COMMAND = "nox -s lock"
 CONDA_PROBE_URL = "https://conda.anaconda.org/conda-forge/linux-64/repodata.json"
@@ -69,7 +67,7 @@ def resolver_overrides(variant: catalog.Variant) -> list[str]:
 
 def uv_platform(platform: str, glibc: str) -> str:
     """uv's --python-platform for a conda platform name on a glibc: <machine>-manylinux_<glibc>."""
-    return f"{MACHINES[platform]}-manylinux_{glibc.replace('.', '_')}"
+    return f"{pins.MACHINES[platform]}-manylinux_{glibc.replace('.', '_')}"
 
 
 def python_platform(variant: catalog.Variant, platform: str) -> str:

@@ -30,7 +30,6 @@ from verlenv.sources import sha256_file
 
 INDEX = os.environ.get("VERLENV_INDEX_URL", "https://pypi.org/simple")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-ARCHES = pins.MACHINES
 # The lock's hashes include wheels for newer glibcs than its manylinux_2_28 resolution target (llguidance
 # 1.7.6 has x86_64 wheels for 2.31 only, else a Rust sdist); 2.34 (RHEL 9; Ubuntu 22.04 has 2.35) takes them.
 GLIBC = "2.34"
@@ -49,8 +48,6 @@ class RemoteFile:
     kind: str  # "wheel" or "sdist"
 
 
-cache_dir = fsutil.cache_dir
-
 
 def glibc_minor(glibc: str) -> int:
     major, _, minor = glibc.partition(".")
@@ -65,9 +62,9 @@ def target_tags(platform: str, python: str, glibc: str = GLIBC) -> list[tags.Tag
     Unlike an installer, which prefers the newest manylinux its machine runs, a bundle prefers the oldest: the
     same release's wheel then runs on more of the nodes it is carried to.
     """
-    if platform not in ARCHES:
-        raise UserError(f"no bundle platform {platform!r}; valid: {', '.join(ARCHES)}")
-    arch, top = ARCHES[platform], glibc_minor(glibc)
+    if platform not in pins.MACHINES:
+        raise UserError(f"no bundle platform {platform!r}; valid: {', '.join(pins.MACHINES)}")
+    arch, top = pins.MACHINES[platform], glibc_minor(glibc)
     named = [(m, f"manylinux_2_{m}_{arch}") for m in range(5, top + 1)]
     named += [(minor, f"{legacy}_{arch}") for minor, legacy in _LEGACY[arch] if minor <= top]
     plats = [name for _, name in sorted(named, key=lambda pair: (pair[0], not pair[1].startswith("manylinux_")))]
@@ -162,7 +159,7 @@ def resolve(pins: list[LockedPin], platform: str, python: str, glibc: str = GLIB
 
 def cached(sha256: str) -> Path | None:
     """The cache's copy of a file, or None; a copy that fails its hash is removed."""
-    path = cache_dir() / "files" / sha256
+    path = fsutil.cache_dir() / "files" / sha256
     if not path.is_file():
         return None
     if sha256_file(path) != sha256:
@@ -172,7 +169,7 @@ def cached(sha256: str) -> Path | None:
 
 
 def _download(f: RemoteFile, advance) -> Path:
-    folder = cache_dir() / "files"
+    folder = fsutil.cache_dir() / "files"
     folder.mkdir(parents=True, exist_ok=True)
     for attempt in range(3):
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{f.sha256[:16]}.", suffix=".part")

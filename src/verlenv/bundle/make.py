@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from verlenv import __version__, catalog, wheelcache
+from verlenv import __version__, catalog, fsutil, wheelcache
 from verlenv.bundle import build_inputs as inputs, fetch, kernel_cache as kcache
 from verlenv.errors import UserError
 from verlenv.install import find_python
@@ -207,7 +207,7 @@ def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: 
 
 def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:
     """A wheel built once from a verified sdist and cached by the sdist's sha256; pure-Python only."""
-    folder = fetch.cache_dir() / "built" / f.sha256
+    folder = fsutil.cache_dir() / "built" / f.sha256
     wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
     if wheels:
         return wheels[0]
@@ -314,7 +314,7 @@ def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *
     try:
         files = []
         # A build's inputs first: a source that fails its check stops the bundle before the lock's downloads.
-        for w, path in inputs.carry_sources(list(sources), tmp / inputs.SOURCES_DIR, fetch.cache_dir()):
+        for w, path in inputs.carry_sources(list(sources), tmp / inputs.SOURCES_DIR, fsutil.cache_dir()):
             files.append(_entry(path, inputs.SOURCE, w.recipe.package, w.version, sha256_file(path), list(w.variants),
                                 kind=w.recipe.source.kind, source=w.recipe.source.source_id(w.version)))
         toolkit_note = None

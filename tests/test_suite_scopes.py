@@ -160,8 +160,7 @@ def test_the_session_logs_test_is_the_first_to_use_the_session_cluster(collected
     """test_cluster_doctor_logs asserts that a healthy job leaves nothing in the cluster's session logs: it must run
     before any other test's job (a failing stand-in trainer among them) writes there, in one process and on the
     ray scope's worker alike."""
-    users = uses("gpu_cluster") | {p.stem for p in TESTS.glob("test_*.py")
-                                   if "gpu_cluster" in p.read_text() and p.stem != "test_suite_scopes"}
+    users = uses("gpu_cluster")
     for order in (collected, xdist_order(collected)):
         first = next(n for n in order if Path(n.partition("::")[0]).stem in users)
         assert first.startswith("tests/test_cluster_doctor_logs.py::"), first

@@ -98,9 +98,12 @@ _TORCH_FILES_PROBE = r"""
 import glob, importlib.util, json, os, sys
 spec = importlib.util.find_spec("torch")
 root = os.path.dirname(spec.origin) if spec and spec.origin else None
-names = ["__init__.py", "version.py", "lib/libtorch_cpu.so", *glob.glob("_C*.so", root_dir=root or ".")]
-stats = {n: [s.st_ino, s.st_size, s.st_mtime_ns] for n in names if root
-         for s in [os.stat(os.path.join(root, n)) if os.path.exists(os.path.join(root, n)) else None] if s}
+stats = {}
+if root:
+    for name in ["__init__.py", "version.py", "lib/libtorch_cpu.so", *glob.glob("_C*.so", root_dir=root)]:
+        if os.path.exists(path := os.path.join(root, name)):
+            s = os.stat(path)
+            stats[name] = [s.st_ino, s.st_size, s.st_mtime_ns]
 print(json.dumps({"executable": sys.executable, "prefix": sys.prefix, "torch_root": root, "files": stats}))
 """
 

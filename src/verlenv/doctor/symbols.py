@@ -111,13 +111,14 @@ def _needed(path: str, inode: int, size: int, mtime_ns: int) -> tuple[str, ...]:
 # whole table at once, for the ELF class every supported platform (x86_64, aarch64) uses.
 _SYM64 = struct.Struct("<IBBHQQ")
 STB_GLOBAL, STB_WEAK, SHN_UNDEF = 1, 2, 0
+_BINDINGS = {"STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}  # pyelftools' names of the two the doctor tells apart
 
 
 def _symbols(elf: ELFFile, dynsym) -> list[tuple[str, int, int]]:
     """(name, binding, section index) of each entry of a symbol table, in table order."""
     if elf.elfclass != 64 or not elf.little_endian or dynsym["sh_entsize"] != _SYM64.size:
-        return [(s.name, {"STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}.get(s["st_info"]["bind"], 0),
-                 SHN_UNDEF if s["st_shndx"] == "SHN_UNDEF" else -1) for s in dynsym.iter_symbols()]
+        return [(s.name, _BINDINGS.get(s["st_info"]["bind"], 0), SHN_UNDEF if s["st_shndx"] == "SHN_UNDEF" else -1)
+                for s in dynsym.iter_symbols()]
     strings = elf.get_section(dynsym["sh_link"]).data()
     out = []
     for name, info, _, shndx, _, _ in _SYM64.iter_unpack(dynsym.data()):

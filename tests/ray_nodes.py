@@ -149,7 +149,13 @@ def _base() -> dict:
             # used) would otherwise print its "over 95% full" warning into the session logs that doctor --ray reads
             # (F36) on a nearly full disk. The diagnosis itself is tested on given usage figures
             # (test_doctor_node_probes).
-            "RAY_local_fs_capacity_threshold": "1.0"}
+            "RAY_local_fs_capacity_threshold": "1.0",
+            # The head's health checks of each raylet: a node that answers none for about 20 s (3 s each, 5 in a
+            # row, one a second) is dead, where Ray's defaults (10 s each, every 3 s) took about 65 s to declare a
+            # stopped or killed node dead, the tests that stop or kill one idle meanwhile. A raylet that shares two
+            # loaded cores still answers a health check in milliseconds: the checks ask for no work of it.
+            "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "3000",
+            "RAY_health_check_failure_threshold": "5"}
 
 
 def refresh_files_record(python: str) -> None:

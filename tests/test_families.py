@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 
-from test_kernel_scripts import KERNELS, torch_python
+from test_kernel_scripts import KERNELS, has_modules, torch_python
 from test_rows import MISTRAL_ROW
 from test_verify_profiles import REPO
 from verlenv import catalog, families
@@ -157,8 +157,7 @@ def in_env(tmp_path_factory) -> dict:
     python = torch_python()
     if python is None:
         pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
-    probe = subprocess.run([python, "-c", "import verl, hydra, transformers, qwen_vl_utils"], capture_output=True)
-    if probe.returncode != 0:
+    if not has_modules(python, "verl", "hydra", "transformers", "qwen_vl_utils"):
         pytest.skip("the torch environment lacks verl, hydra, transformers or qwen_vl_utils")
     cat = catalog.load(REPO / "stacks.toml")
     # The table's rows, a test-only row added by data alone (test_rows.py), and the real configs shrunk.

@@ -398,11 +398,17 @@ def torch_python() -> str | None:
     for python in filter(None, candidates):
         if not os.path.isfile(python):
             continue
-        probe = subprocess.run([python, "-c", "import importlib.util, sys; "
-                                "sys.exit(importlib.util.find_spec('torch') is None)"], capture_output=True)
-        if probe.returncode == 0:
+        if has_modules(python, "torch"):
             return python
     return None
+
+
+def has_modules(python: str, *names: str) -> bool:
+    """The env of `python` holds every named top-level module: found by its import system, not imported (importing
+    verl, vLLM or transformers takes several seconds of CPU; a program that needs them imports them itself, and a
+    broken import then fails that program's test, with its error)."""
+    code = "import importlib.util, sys; sys.exit(any(importlib.util.find_spec(n) is None for n in sys.argv[1:]))"
+    return subprocess.run([python, "-c", code, *names], capture_output=True).returncode == 0
 
 
 # A program run in the env; its docstring says what it does.
@@ -432,6 +438,14 @@ def on_cpu(tmp_path_factory) -> dict:
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "driver.json").read_text())
+
+
+def test_an_envs_modules_are_found_without_importing_them(tmp_path, monkeypatch):
+    # A module that fails when imported is found all the same: the probe only looks for it.
+    (tmp_path / "exits_on_import.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert has_modules(sys.executable, "json", "exits_on_import")
+    assert not has_modules(sys.executable, "json", "no_such_module_here")
 
 
 @pytest.mark.slow

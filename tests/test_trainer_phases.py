@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from test_kernel_scripts import load, torch_python
+from test_kernel_scripts import has_modules, load, torch_python
 from test_verify_profiles import REPO
 from verlenv import backends
 
@@ -188,8 +188,7 @@ def library_lines(tmp_path_factory) -> tuple[list[dict], float]:
     python = torch_python()
     if python is None:
         pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
-    probe = subprocess.run([python, "-c", "import verl, vllm, ray, flashinfer"], capture_output=True)
-    if probe.returncode != 0:
+    if not has_modules(python, "verl", "vllm", "ray", "flashinfer"):
         pytest.skip("the torch environment lacks verl, vLLM, Ray or FlashInfer")
     out = tmp_path_factory.mktemp("phases") / "lines.json"
     launch = local(2026, 11, 26, 10, 0, 0)

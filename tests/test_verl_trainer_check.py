@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_kernel_scripts import KERNELS, load, torch_python
+from test_kernel_scripts import KERNELS, has_modules, load, torch_python
 from test_verify_profiles import REPO
 from verlenv import catalog, families
 from verlenv.cluster.trainer import trainer_spec
@@ -204,8 +204,7 @@ def in_env(tmp_path_factory) -> dict:
     python = torch_python()
     if python is None:
         pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
-    probe = subprocess.run([python, "-c", "import verl, hydra, pyarrow, transformers"], capture_output=True)
-    if probe.returncode != 0:
+    if not has_modules(python, "verl", "hydra", "pyarrow", "transformers"):
         pytest.skip("the torch environment lacks verl, hydra, pyarrow or transformers")
     out = tmp_path_factory.mktemp("verl-trainer")
     proc = subprocess.run([python, str(IN_ENV), str(KERNELS), str(out), tables_file(out)], capture_output=True,

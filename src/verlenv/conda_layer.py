@@ -140,11 +140,16 @@ def wheel_tags(platform: str, python: str = "3.12", glibc: str = catalog.DEFAULT
     return [*cpython_tags(version, platforms=platforms), *compatible_tags(version, interpreter, platforms)]
 
 
+@functools.lru_cache(maxsize=None)  # a lock picks hundreds of pins' files for a few platforms: ~800 tags each
+def _tag_rank(platform: str, python: str, glibc: str) -> dict[Tag, int]:
+    return {tag: i for i, tag in enumerate(wheel_tags(platform, python, glibc))}
+
+
 def pick_file(files: list[dict], pin: pins.LockedPin, platform: str, python: str = "3.12",
               glibc: str = catalog.DEFAULT_GLIBC) -> dict | None:
     """The file pip would install for a pin: the best-tagged wheel whose sha256 the lock lists, else its sdist."""
     allowed = {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}
-    rank = {tag: i for i, tag in enumerate(wheel_tags(platform, python, glibc))}
+    rank = _tag_rank(platform, python, glibc)
     best, best_rank, sdist = None, len(rank), None
     for f in files:
         if f.get("hashes", {}).get("sha256") not in allowed:

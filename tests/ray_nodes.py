@@ -150,10 +150,11 @@ def _base() -> dict:
             # (F36) on a nearly full disk. The diagnosis itself is tested on given usage figures
             # (test_doctor_node_probes).
             "RAY_local_fs_capacity_threshold": "1.0",
-            # The head's health checks of each raylet: a node that answers none for about 20 s (3 s each, 5 in a
-            # row, one a second) is dead, where Ray's defaults (10 s each, every 3 s) took about 65 s to declare a
-            # stopped or killed node dead, the tests that stop or kill one idle meanwhile. A raylet that shares two
-            # loaded cores still answers a health check in milliseconds: the checks ask for no work of it.
+            # The head's health checks of each raylet: a node that answers none of 5 in a row (1 s apart, 3 s
+            # each) is dead, about 20 s after it stopped; with Ray's defaults (3 s apart, 10 s each) the test
+            # that stops a node waited about 50 s more for that (test_cluster_ray's hung node: 63.7 s -> 20.2 s).
+            # A health check is one RPC the raylet's event loop answers without other work, which a raylet on
+            # two loaded cores still does in far less than 3 s (three runs beside a CPU hog: docs/benchmarks).
             "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "3000",
             "RAY_health_check_failure_threshold": "5"}
 

@@ -16,11 +16,10 @@ import sys
 
 import pytest
 
-from test_kernel_scripts import KERNELS, REPO, load, results_of
+from test_kernel_scripts import KERNELS, REPO, has_modules, load, results_of
 from verlenv import backends, catalog, families, gpus
 from verlenv.cluster.trainer import trainer_spec
 
-HAS_SGLANG = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
 IMPORT_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib.util as u; "
                  "s = u.spec_from_file_location('c', sys.argv[1] + '/check_sglang.py'); "
                  "s.loader.exec_module(u.module_from_spec(s))")
@@ -42,7 +41,7 @@ def sglang_python() -> str | None:
     """A python whose env has SGLang: $SGLANG_PYTHON, else this checkout's .venv-* envs."""
     candidates = [os.environ.get("SGLANG_PYTHON", ""), str(REPO / ".venv-verl-0.9-sglang" / "bin" / "python")]
     for python in filter(None, candidates + sorted(map(str, REPO.glob(".venv-*/bin/python")))):
-        if os.path.exists(python) and subprocess.run([python, "-c", HAS_SGLANG], capture_output=True).returncode == 0:
+        if os.path.exists(python) and has_modules(python, "sglang"):
             return python
     return None
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from test_kernel_scripts import has_modules
 from verlenv import catalog, families, packages, pins, recipes
 from verlenv.verify import static
 
@@ -31,10 +32,7 @@ def python() -> str:
     for candidate in filter(None, candidates):
         if not Path(candidate).is_file():
             continue
-        code = ("import importlib.util as u, sys; "
-                "sys.exit(u.find_spec('megatron.bridge') is None or u.find_spec('verl') is None)")
-        probe = subprocess.run([candidate, "-c", code], capture_output=True, check=False)
-        if probe.returncode == 0:
+        if has_modules(candidate, "megatron.bridge", "verl"):
             return candidate
     pytest.skip(f"no megatron env with Megatron-Bridge: install .venv-{VARIANT.key} and build megatron-bridge into it "
                 "(see this file's docstring), or set VERLENV_TEST_MEGATRON_PYTHON")

@@ -48,7 +48,6 @@ class RemoteFile:
     kind: str  # "wheel" or "sdist"
 
 
-
 def glibc_minor(glibc: str) -> int:
     major, _, minor = glibc.partition(".")
     if major != "2" or not minor.isdigit() or not 5 <= int(minor) <= 99:

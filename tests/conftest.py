@@ -24,15 +24,16 @@ def gpu_visible() -> bool:
 # tests stay on one worker, so its module-scoped fixtures (a venv, a Ray cluster, a build) are made once; these
 # scopes join modules that must also share one worker:
 # - "ray": every module that starts Ray clusters on this machine's loopback addresses (127.0.0.2, .3, ...), and so
-#   the session's one cluster (gpu_cluster) and verl's composed configs (verl_composed) are made once. Two clusters
-#   starting at once on two workers took the 2 cores long enough for verify's 300 s all-reduce to time out
-#   (test_cluster_placement, 2026-11-28); one after another, as in one process, they never did.
+#   the session's one cluster (gpu_cluster) and verl's composed configs (verl_composed) are made once, and no two
+#   clusters start at once on two cores. (verify's 300 s all-reduce timed out in test_cluster_placement on
+#   2026-11-28 and 2026-11-29: Ray's workers ran at nice 15, behind the other worker's tests; test clusters now run
+#   them at nice 0, tests/ray_nodes.py.)
 # - "gpu": the GPU tests share the one visible GPU, as verify's checks do: one at a time.
 # (pytest-xdist's own `--dist loadgroup` reads marks by a node id attribute pytest 9.2 no longer has.)
 XDIST_SCOPES = {
     "ray": ("test_cluster_placement", "test_cluster_trainer", "test_verl_trainer_check", "test_cluster_ray",
             "test_cluster_doctor_logs", "test_cluster_compare"),
-    "gpu": ("test_kernel_scripts", "test_check_sglang"),
+    "gpu": ("test_kernel_scripts", "test_check_sglang", "test_cluster_allreduce_gpu"),
 }
 # The longest scopes, longest first (`--durations` of a 2-worker run, 2026-11-28: the Ray modules ≈ 1000 s together,
 # then 250, 220, 176 s): the workers start with them, so that no long one is left to run alone at the end.

@@ -156,7 +156,12 @@ def _base() -> dict:
             # A health check is one RPC the raylet's event loop answers without other work, which a raylet on
             # two loaded cores still does in far less than 3 s (three runs beside a CPU hog: docs/benchmarks).
             "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "3000",
-            "RAY_health_check_failure_threshold": "5"}
+            "RAY_health_check_failure_threshold": "5",
+            # Ray starts its workers at nice 15, so that a node's own daemons stay responsive when the node's work
+            # takes every core. Here the work beside them is the rest of the suite, at nice 0, and it starved them:
+            # beside two busy loops, the three-node gloo all-reduce took 45-92 s instead of about 6 s and one of 12
+            # timed out; at nice 0, 12 of 12 took 7-11 s (benchmarks/allreduce_under_load.py, docs/benchmarks).
+            "RAY_worker_niceness": "0"}
 
 
 def refresh_files_record(python: str) -> None:

@@ -9,6 +9,7 @@ Needs the default env (`nox -s env`, or VERLENV_CLUSTER_ENV=<its python>).
 """
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,23 @@ def test_an_identity_difference_fails_naming_the_fact_and_the_node(gpu_cluster, 
     assert data["differences"][0]["values"][odd_name] == "expandable_segments:True"
     assert "env:PYTORCH_CUDA_ALLOC_CONF" in err and "result: FAIL" in err
     assert data["trainer"] == {"status": "skipped", "reason": "--skip-cluster-trainer"}
+
+
+def test_the_allreduce_names_the_rank_that_cannot_take_part_and_its_step(gpu_cluster, env_python, tmp_path):
+    """Each fault ends the all-reduce with one line that names the rank, its node and the step, at once where Ray or
+    the rank says so (not after the ranks' 300 s), after the step's bound where a rank only waits."""
+    out = tmp_path / "faults.json"
+    proc = subprocess.run([env_python, str(ROOT / "tests" / "data" / "programs" / "allreduce_faults.py"),
+                           str(ROOT / "src"), gpu_cluster.address, str(out)],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    gone, first_gpu = data["gone"][:12], data["gpus"][0][:12]
+    assert all(not data[k]["ok"] for k in ("node_gone", "no_gpu_node", "gpu_taken", "gpu_unseen")), data
+    assert data["node_gone"]["error"].startswith(f"rank 1 (node {gone}) failed to start: ActorUnschedulableError")
+    assert data["no_gpu_node"]["error"].startswith("rank 0 (node the-head) failed to start: ActorUnschedulableError")
+    # Both ranks want the node's one GPU: one holds it, the other waits for it and is named.
+    assert re.fullmatch(rf"rank [01] \(node {first_gpu}\) did not start within 2 s", data["gpu_taken"]["error"])
+    # Ray's GPU resource is not a GPU: the first rank to find none says so, in torch's words.
+    assert re.match(r"rank [01] \(node [0-9a-f]{12}\) failed to finish: RuntimeError: .*NVIDIA driver",
+                    data["gpu_unseen"]["error"]), data["gpu_unseen"]

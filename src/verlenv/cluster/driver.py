@@ -95,7 +95,8 @@ def _get(ref) -> dict:
     return {"state": "error" if result.get("error") else "checked", **result}
 
 
-def cross_node_allreduce(answered: dict[str, dict], nodes: dict[str, dict], backend: str) -> dict | None:
+def cross_node_allreduce(answered: dict[str, dict], nodes: dict[str, dict], backend: str,
+                         names: dict[str, str]) -> dict | None:
     if backend == "off":
         return None
     if backend == "gloo":  # CPU nodes: one rank per node
@@ -106,7 +107,7 @@ def cross_node_allreduce(answered: dict[str, dict], nodes: dict[str, dict], back
         if not places:
             return {"ok": True, "skipped": "no GPU in the cluster: the NCCL all-reduce needs GPUs", "backend": backend}
     progress(f"all-reduce over {sum(n for _, n in places)} ranks on {len(places)} node(s) ({backend})")
-    return allreduce.run(places, backend)
+    return allreduce.run(places, backend, names=names)
 
 
 class Unreachable(Exception):
@@ -181,7 +182,7 @@ def main(argv: list[str]) -> int:
         progress(f"{len(nodes)} alive node(s): {', '.join(sorted(names.values()))}")
         checked = check_nodes(request, nodes, options.node_timeout, node.doctor if doctor else node.check)
         answered = {i: r for i, r in checked.items() if r["state"] == "checked"}
-        reduce = None if doctor else cross_node_allreduce(answered, nodes, options.allreduce)
+        reduce = None if doctor else cross_node_allreduce(answered, nodes, options.allreduce, names)
         rows = []
         for node_id in sorted(nodes, key=lambda i: names[i]):
             rows.append({"name": names[node_id], "node_id": node_id,

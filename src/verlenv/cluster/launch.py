@@ -23,7 +23,7 @@ from verlenv.verify.options import VerifyOptions
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONNECT_S = 120  # joining the cluster and shipping verlenv to it, beyond the nodes' own time
-ALLREDUCE_S = 420  # allreduce.run's own bound (300 s per step) plus starting its actors
+ALLREDUCE_S = 1020  # allreduce.run's bounds: its ranks start, rank 0 opens its store (300 s each), the reduce (360 s)
 TRAINER_S = 1800  # cluster/trainer.py's BUDGET_S: verl's trainer (900 s) and three rounds of tasks on every node
 UNREACHABLE = 3  # the driver's exit code when the cluster's address does not answer
 STOP_S = 30  # a stopped driver's time to stop its node tasks and clean up before it is killed

@@ -3,8 +3,8 @@ rendezvous at a store rank 0 holds on its node's address as Ray reports it, an e
 bus bandwidth.
 
 Three steps, each with its own bound, so a failure says which rank, on which node, at which step: every rank's actor
-starts (a new worker process each, which a busy node may be slow to start); rank 0 opens the store; the ranks meet
-there and reduce. The first rank that fails is reported at once; the others are not waited for."""
+starts and imports torch (a new worker process each, which a busy node may be slow to start); rank 0 opens the
+store; the ranks meet there and reduce. The first rank that fails is reported at once; the others are not waited for."""
 
 import datetime
 import time
@@ -31,6 +31,10 @@ class Rank:
     """One process of the all-reduce, pinned to a node (and, for NCCL, given one GPU by Ray)."""
 
     def ready(self) -> bool:
+        """Up, with torch imported: seconds of CPU that would otherwise count against the rendezvous's bound, while
+        the ranks already there wait."""
+        import torch.distributed  # noqa: F401
+
         return True
 
     def open_store(self, world: int, timeout_s: float) -> tuple[str, int]:

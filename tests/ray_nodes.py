@@ -159,8 +159,8 @@ def _base() -> dict:
             "RAY_health_check_failure_threshold": "5",
             # Ray starts its workers at nice 15, so that a node's own daemons stay responsive when the node's work
             # takes every core. Here the work beside them is the rest of the suite, at nice 0, and it starved them:
-            # beside two busy loops, the three-node gloo all-reduce took 45-92 s instead of about 6 s and one of 12
-            # timed out; at nice 0, 12 of 12 took 7-11 s (benchmarks/allreduce_under_load.py, docs/benchmarks).
+            # beside two busy loops at nice 0, the three-node gloo all-reduce took 126-157 s and 2 of 6 timed out
+            # (75 s a step); at nice 0, 6 of 6 took 8-10 s (benchmarks/allreduce_under_load.py, docs/benchmarks).
             "RAY_worker_niceness": "0"}
 
 

@@ -85,7 +85,8 @@ def test_the_allreduce_names_the_rank_that_cannot_take_part_and_its_step(gpu_clu
     assert all(not data[k]["ok"] for k in ("node_gone", "no_gpu_node", "gpu_taken", "gpu_unseen")), data
     assert data["node_gone"]["error"].startswith(f"rank 1 (node {gone}) failed to start: ActorUnschedulableError")
     assert data["no_gpu_node"]["error"].startswith("rank 0 (node the-head) failed to start: ActorUnschedulableError")
-    # The node's one GPU is held by another actor: the rank waits for it and is named once the step's bound is up.
+    # The node's one GPU is held by another job's placement group: the rank waits for it and is named once the
+    # step's bound is up.
     assert data["gpu_taken"]["error"] == f"rank 0 (node {first_gpu}) did not start within 2 s"
     # Ray's GPU resource is not a GPU: the first rank to find none says so, in torch's words.
     assert re.match(r"rank [01] \(node [0-9a-f]{12}\) failed to finish: RuntimeError: .*NVIDIA driver",

@@ -42,9 +42,10 @@ class Rank:
         and bound again later may be taken in between."""
         import torch.distributed as dist
 
-        self.store = dist.TCPStore(ray.util.get_node_ip_address(), 0, world, is_master=True,
-                                   timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
-        return ray.util.get_node_ip_address(), self.store.port
+        host = ray.util.get_node_ip_address()
+        self.store = dist.TCPStore(host, 0, world, is_master=True, timeout=datetime.timedelta(seconds=timeout_s),
+                                   wait_for_workers=False)
+        return host, self.store.port
 
     def run(self, rank: int, world: int, host: str, port: int, backend: str, sizes: tuple[int, ...],
             timeout_s: float) -> dict:

@@ -7,6 +7,7 @@ python families_in_env.py KERNELS OUT.json TABLES.json
 TABLES.json: {"specs": {variant: trainer spec}, "families": [family rows]}
 """
 
+import inspect
 import json
 import math
 import os
@@ -54,15 +55,18 @@ def model_inputs(paths: dict, family: dict, row: dict):
     text = processor.apply_chat_template(raw, add_generation_prompt=True, tokenize=False)
     inputs = processor(text=[text], images=images, return_tensors="pt")
     words = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
-    facts = {"dataset_items": len(dataset), "image_tokens": words.count("<|image_pad|>"),
+    facts = {"dataset_items": len(dataset), "processor": type(processor).__name__, "image_tokens": words.count("<|image_pad|>"),
              "pixel_rows": int(inputs["pixel_values"].shape[0]), "raw_has_image": any(
                  c.get("type") == "image" for c in raw[0]["content"] if isinstance(c, dict))}
-    return {k: v for k, v in inputs.items() if k != "mm_token_type_ids"}, facts
+    return inputs, facts
 
 
 def train_step(paths: dict, family: dict, row: dict) -> dict:
     model = getattr(transformers, family["model_class"]).from_pretrained(paths["model"], dtype=torch.float32)
     inputs, facts = model_inputs(paths, family, row)
+    # Qwen3.5 computes its mRoPE positions from the processor's mm_token_type_ids; Qwen2.5-VL's forward takes none.
+    if "mm_token_type_ids" not in inspect.signature(model.forward).parameters:
+        inputs.pop("mm_token_type_ids", None)
     out = model(**inputs, labels=inputs["input_ids"])
     out.loss.backward()
     grads = {name: p.grad.norm().item() for name, p in model.named_parameters() if p.grad is not None}
@@ -81,6 +85,7 @@ def train_step(paths: dict, family: dict, row: dict) -> dict:
 def rollout_tokenizer(paths: dict, family: dict) -> dict:
     """verl's rollout tokenizes through a Continuous Token builder chosen by the config's model_type, made as its
     agent loop makes it (verl/experimental/agent_loop/agent_loop.py): which builder, or why it cannot be made."""
+    from verl.utils.tokenizer import continuous_token_wiring
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(paths["model"])
@@ -89,9 +94,11 @@ def rollout_tokenizer(paths: dict, family: dict) -> dict:
     try:
         builder = create_continuous_token_builder(tokenizer, hf_model_type=model_type, chat_template_kwargs={},
                                                   mm_processor_kwargs={}, processor=processor)
-        return {"model_type": model_type, "builder": type(builder).__name__, "error": None}
+        # verl gives a model-specific builder only to the model types it validated one for (others: the generic one).
+        return {"model_type": model_type, "builder": type(builder).__name__, "error": None,
+                "verl_maps_type": model_type in continuous_token_wiring._MODEL_TYPE_TO_FAMILY}
     except Exception as e:  # noqa: BLE001 - the failure is the result
-        return {"model_type": model_type, "builder": None, "error": f"{type(e).__name__}: {e}"}
+        return {"model_type": model_type, "builder": None, "error": f"{type(e).__name__}: {e}", "verl_maps_type": None}
 
 
 def composed(paths: dict, family: dict) -> dict:

@@ -10,9 +10,10 @@ import transformers  # noqa: E402
 from verl.utils import hf_processor, hf_tokenizer  # noqa: E402
 
 folder, family = sys.argv[2], json.loads(sys.argv[3])
-_models.build_config(family).save_pretrained(folder)  # AutoProcessor finds the processor by the model's type
+config = _models.build_config(family)
+config.save_pretrained(folder)  # AutoProcessor finds the processor by the model's type
 written = _models.write_tokenizer(folder)
-_models.write_processor(folder, written)
+_models.write_processor(folder, written, config)
 tokenizer, processor = hf_tokenizer(folder), hf_processor(folder)
 text = f"w1 w2 {_models.TURN_END}{_models.NEWLINE}w3"
 print(json.dumps({"transformers": transformers.__version__, "processor": type(processor).__name__,

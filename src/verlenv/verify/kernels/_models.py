@@ -36,9 +36,9 @@ CHAT_TEMPLATE = (
     "{% elif c['type'] == 'video' or 'video' in c %}<|vision_start|><|video_pad|><|vision_end|> "
     "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %} {% endfor %}"
     "{% if add_generation_prompt %}assistant : {% endif %}")
-# The images an image family's rows carry: small, so each is a few image tokens (56 px / 14 px patches / 2x2 merge).
-IMAGE_PX = 56
-IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS = 28 * 28, 112 * 112
+# The images an image family's rows carry: small, 2 x 2 merged tokens (Qwen2.5-VL: 56 px of 14 px patches merged
+# 2 x 2; Qwen3-VL and Qwen3.5: 64 px of 16 px patches).
+IMAGE_TOKENS_PER_SIDE = 2
 # How many filler words a question has (randrange bounds): 16 lengths, so a mini-batch of 4 prompts all of one length
 # is rare (1 in 4096), and the longest prompt stays well inside the check's max_prompt_length.
 QUESTION_WORDS = (2, 18)
@@ -137,9 +137,21 @@ def build_model(family: dict, torch):
     std = logits(model, torch).std().item()
     if not math.isfinite(std) or std <= 0:
         raise ValueError(f"{family['name']}: the random model's logits have std {std}; cannot scale them")
-    with torch.no_grad():
-        final_norm(model).weight.mul_(family["logit_std"] / std)
+    scale_norm(final_norm(model), family["logit_std"] / std, torch)
     return model
+
+
+def scale_norm(norm, factor: float, torch) -> None:
+    """Multiply the norm's gain by factor. Most norms multiply by their weight; zero-centred ones (Qwen3-Next,
+    Qwen3.5: `x * (1 + weight)`, weights initialised to 0) by 1 + weight, where scaling the weight does nothing. Which
+    one is measured: with the weight zeroed, a multiplying norm outputs zeros."""
+    with torch.no_grad():
+        weight = norm.weight
+        kept = weight.detach().clone()
+        weight.zero_()
+        probe = torch.randn(2, weight.shape[-1], dtype=weight.dtype)
+        offset = bool(norm(probe).abs().max() > 0)
+        weight.copy_((1 + kept) * factor - 1 if offset else kept * factor)
 
 
 def sampling_stats(model, torch) -> dict:
@@ -179,41 +191,71 @@ def tokenizer_for(processor_class, tokenizer):
     return wrapped
 
 
-def write_processor(directory, tokenizer):
-    """An image family's processor (Qwen2-VL's image and video processors with the check's tokenizer), saved beside
-    the model as a hub model has it, so verl's dataset and the rollout engine both load it from the model path."""
-    from transformers import AutoProcessor, Qwen2_5_VLProcessor, Qwen2VLImageProcessor
-    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+def _mapped_class(mapping: dict, model_type: str):
+    """The class transformers' own auto mapping names for model_type: 5.x maps to {"torchvision": ..., "pil": ...},
+    4.x to (slow, fast) or one name."""
+    import transformers
 
-    size = {"shortest_edge": IMAGE_MIN_PIXELS, "longest_edge": IMAGE_MAX_PIXELS}
-    tokenizer = tokenizer_for(Qwen2_5_VLProcessor, tokenizer)
-    processor = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(size=size),
-                                    video_processor=Qwen2VLVideoProcessor(size=size), tokenizer=tokenizer,
-                                    chat_template=CHAT_TEMPLATE)
+    names = mapping.get(model_type)
+    if isinstance(names, dict):
+        names = names.get("torchvision") or next(iter(names.values()))
+    elif isinstance(names, (tuple, list)):
+        names = next(name for name in names if name)
+    if not names:
+        raise ValueError(f"transformers {transformers.__version__} names no processor for model_type {model_type!r}")
+    return getattr(transformers, names)
+
+
+def vision_factor(config) -> int:
+    """Pixels per merged image token along one side: the vision tower's patch times its spatial merge."""
+    vision = config.vision_config
+    return vision.patch_size * vision.spatial_merge_size
+
+
+def write_processor(directory, tokenizer, config):
+    """An image family's processor, the classes transformers' auto mappings name for the model's type (so the next
+    VL family needs no code), sized from its vision config (patch, merge) and given the check's tokenizer; saved
+    beside the model as a hub model has it, so verl's dataset and the rollout engine both load it from there."""
+    from transformers import AutoProcessor
+    from transformers.models.auto import image_processing_auto, processing_auto, video_processing_auto
+
+    model_type, vision = config.model_type, config.vision_config
+    factor = vision_factor(config)
+    # Images of factor^2 to (4 factor)^2 pixels: a few merged tokens each.
+    size = {"shortest_edge": factor * factor, "longest_edge": (4 * factor) ** 2}
+    geometry = {"patch_size": vision.patch_size, "merge_size": vision.spatial_merge_size,
+                "temporal_patch_size": vision.temporal_patch_size}
+    processor_class = _mapped_class(processing_auto.PROCESSOR_MAPPING_NAMES, model_type)
+    image = _mapped_class(image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES, model_type)(size=size, **geometry)
+    video = _mapped_class(video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES, model_type)(size=size, **geometry)
+    processor = processor_class(image_processor=image, video_processor=video,
+                                tokenizer=tokenizer_for(processor_class, tokenizer), chat_template=CHAT_TEMPLATE)
     processor.save_pretrained(directory)
     return AutoProcessor.from_pretrained(directory)
 
 
-def image_bytes(rng: random.Random) -> bytes:
-    """A seeded PNG of coloured blocks: different images give different vision tokens."""
+def image_bytes(rng: random.Random, px: int) -> bytes:
+    """A seeded PNG of coloured blocks, px wide: different images give different vision tokens."""
     from PIL import Image
 
-    image = Image.new("RGB", (IMAGE_PX, IMAGE_PX))
-    block = IMAGE_PX // 4
-    for x in range(0, IMAGE_PX, block):
-        for y in range(0, IMAGE_PX, block):
+    image = Image.new("RGB", (px, px))
+    block = px // 4
+    for x in range(0, px, block):
+        for y in range(0, px, block):
             image.paste(tuple(rng.randrange(256) for _ in range(3)), (x, y, x + block, y + block))
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()
 
 
-def dataset_rows(count: int, seed: int = 0, inputs: str = "text") -> list[dict]:
+def dataset_rows(count: int, seed: int = 0, inputs: str = "text", image_px: int = 0) -> list[dict]:
     """GSM8K-shaped rows, as verl's gsm8k preprocessing writes them (chat prompt, data_source, reward_model,
     extra_info); for an image family each prompt starts with verl's `<image>` placeholder and the row carries the
     image in verl's `images` column. Questions vary in length, as a user's do: a batch of one length takes other
     paths (no prompt padding), and verl 0.9.1 cannot split an equal-length batch of mRoPE position ids (verl#7899),
     a failure of verl's that real data rarely meets and that the doctor names (F52)."""
+    if inputs == "images" and image_px <= 0:
+        raise ValueError("image rows need the image's size in pixels (image_px)")
     rng = random.Random(seed)
     filler = [w for w in words() if w.startswith("w")]
     rows = []
@@ -226,7 +268,7 @@ def dataset_rows(count: int, seed: int = 0, inputs: str = "text") -> list[dict]:
                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
                "extra_info": {"split": "train", "index": index, "answer": str(a + b), "question": question}}
         if inputs == "images":
-            row["images"] = [{"bytes": image_bytes(rng)}]
+            row["images"] = [{"bytes": image_bytes(rng, image_px)}]
         rows.append(row)
     return rows
 
@@ -243,8 +285,11 @@ def write_family(directory, torch, family: dict, rows: int) -> dict:
     returns their paths and the model's sampling stats."""
     paths = {"model": os.path.join(directory, "model"), "data": os.path.join(directory, "train.parquet")}
     tokenizer = write_tokenizer(paths["model"])
+    image_px = 0
     if family["inputs"] == "images":
-        write_processor(paths["model"], tokenizer)
+        config = build_config(family)
+        write_processor(paths["model"], tokenizer, config)
+        image_px = IMAGE_TOKENS_PER_SIDE * vision_factor(config)
     paths["stats"] = write_model(paths["model"], torch, family)
-    write_dataset(paths["data"], dataset_rows(rows, inputs=family["inputs"]))
+    write_dataset(paths["data"], dataset_rows(rows, inputs=family["inputs"], image_px=image_px))
     return paths

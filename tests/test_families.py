@@ -185,7 +185,8 @@ def test_each_family_trains_a_step_on_cpu_with_the_envs_transformers(in_env, nam
     r = in_env[name]
     assert r["loss"] > 0 and r["grad_nonzero"] == r["with_grad"] == r["params_total"], r
     assert r["config"]["vocab_size"] == 512 and r["config"]["num_hidden_layers"] == 2
-    # Tiny: it starts in seconds on any GPU (DeepSeek-V3's published MLA ranks, q 1536 and kv 512, are most of its 6.3M).
+    # Tiny: it starts in seconds on any GPU (DeepSeek-V3's published MLA ranks, q 1536 and kv 512, make most of its
+    # 6.3M parameters).
     assert r["params"] < 8_000_000
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(r["files"]) and r["rows"] == 16
 

@@ -55,7 +55,8 @@ def model_inputs(paths: dict, family: dict, row: dict):
     text = processor.apply_chat_template(raw, add_generation_prompt=True, tokenize=False)
     inputs = processor(text=[text], images=images, return_tensors="pt")
     words = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
-    facts = {"dataset_items": len(dataset), "processor": type(processor).__name__, "image_tokens": words.count("<|image_pad|>"),
+    facts = {"dataset_items": len(dataset), "processor": type(processor).__name__,
+             "image_tokens": words.count("<|image_pad|>"),
              "pixel_rows": int(inputs["pixel_values"].shape[0]), "raw_has_image": any(
                  c.get("type") == "image" for c in raw[0]["content"] if isinstance(c, dict))}
     return inputs, facts

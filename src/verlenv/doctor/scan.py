@@ -82,8 +82,10 @@ class Patterns:
 @cache
 def holds_keyword(failures: tuple[Failure, ...] | None = None) -> Callable[[str], object]:
     """A test that a (lower-cased) text holds any keyword, for the matcher's lines: one RE2 search."""
-    words = {k for f in (failures or knowledge.load()) for k in f.keywords}
-    return re2.compile("|".join(re2.escape(w) for w in sorted(words))).search
+    failures = failures or knowledge.load()
+    words = [re2.escape(w) for w in sorted({k for f in failures for k in f.keywords})]
+    words += sorted({p for f in failures for p in f.keyword_patterns})
+    return re2.compile("|".join(words)).search
 
 
 @cache
@@ -96,7 +98,9 @@ def _patterns(failures: tuple[Failure, ...]) -> Patterns:
                 by_context.setdefault("(?i)" + _escape(c), []).append((f.id, i))
             for p in s.context_patterns:
                 by_context.setdefault(p.pattern, []).append((f.id, i))
-    return Patterns(tuple("(?i)" + _literal(w) for w in words),
+    # A keyword pattern is matched as written, within one line: it is there because its literal part is common.
+    patterns = sorted({p for f in failures for p in f.keyword_patterns})
+    return Patterns(tuple(["(?i)" + _literal(w) for w in words] + ["(?i)" + p for p in patterns]),
                     tuple((src, tuple(keys)) for src, keys in by_context.items()))
 
 

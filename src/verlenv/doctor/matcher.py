@@ -125,6 +125,10 @@ class _Index:
     rank: dict
     keyword_patterns: tuple = ()  # (source, compiled): keywords that are regular expressions
     benign: object = None  # the benign-line rule, or None
+    # Every signature in one RE2 set: one pass over a text says which signatures can match, so a line that holds
+    # a common keyword costs one search, not one per signature of every failure the keyword admits.
+    signature_set: object = None
+    signature_keys: tuple = ()
 
 
     @staticmethod
@@ -141,7 +145,24 @@ class _Index:
             frozenset((f.id, i) for f in ordered for i, s in enumerate(f.signatures) if s.context),
             tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_literals),
             tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_patterns),
-            by_keyword, {f.id: n for n, f in enumerate(ordered)}, patterns, benign)
+            by_keyword, {f.id: n for n, f in enumerate(ordered)}, patterns, benign, *_signature_set(ordered))
+
+
+def _signature_set(failures: tuple[Failure, ...]) -> tuple:
+    """(an RE2 set of every signature, the (failure id, index) of each), or (None, ()) without google-re2."""
+    try:
+        import re2
+    except ImportError:
+        return None, ()
+    options = re2.Options()
+    options.max_mem = 64 << 20  # the default would make the DFA give up on a set this size
+    keys, signatures = [], re2.Set.SearchSet(options)
+    for f in failures:
+        for i, s in enumerate(f.signatures):
+            signatures.Add(s.pattern.pattern.encode())
+            keys.append((f.id, i))
+    signatures.Compile()
+    return signatures, tuple(keys)
 
 
 @cache
@@ -175,6 +196,8 @@ class Matcher:
         self._keywords = [k for k in index.by_keyword if k not in dict(index.keyword_patterns)]
         self._keyword_patterns = index.keyword_patterns
         self._benign = index.benign
+        self._signature_set = index.signature_set
+        self._signature_keys = index.signature_keys
         self._rank = index.rank
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
@@ -234,10 +257,18 @@ class Matcher:
     def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set,
              shown: str | None = None, benign: bool = False) -> None:
         found = {f.id: f for k in keywords for f in self._by_keyword[k]}
+        possible = None  # the signatures the RE2 set says can match this text
+        if self._signature_set is not None:
+            keys = self._signature_keys
+            possible = {keys[n] for n in self._signature_set.Match(text.encode("utf-8", "surrogatepass")) or ()}
+            if not possible:
+                return
         for f in sorted(found.values(), key=lambda f: self._rank[f.id]):
             for i, sig in enumerate(f.signatures):
                 key = (f.id, i)
                 if key in skip or key in matched or (benign and not sig.on_benign):
+                    continue
+                if possible is not None and key not in possible:
                     continue
                 m = sig.pattern.search(text)
                 if m and sig.unless is not None and sig.unless.search(text):

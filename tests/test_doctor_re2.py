@@ -3,13 +3,15 @@ keeps its split (issue 52)."""
 
 import hashlib
 import io
+import sys
+from pathlib import Path
 
 import pytest
 import re2
 
 from test_doctor_match import LOGS, excerpt, expected_id
 from verlenv.doctor import diagnose_text, knowledge, scan
-from verlenv.doctor.matcher import Matcher
+from verlenv.doctor.matcher import Matcher, diagnose_lines
 from verlenv.errors import UserError
 
 FRESH = LOGS / "heldout-2026"
@@ -124,3 +126,32 @@ def test_fresh_dev_failures_are_named_by_their_kind():
 def test_a_signature_unless_drops_the_match():
     # F14's pattern matches, its `unless` (the lookahead it had) drops it: vllm._C missing is not a version skew
     assert [d.id for d in diagnose_text("ModuleNotFoundError: No module named 'vllm._C'\n")] == []
+
+
+def test_nccl_info_lines_do_not_stop_the_scanner():
+    fed = []
+
+    class Counting(Matcher):
+        def feed(self, raw, lineno=None):
+            fed.append(lineno)
+            super().feed(raw, lineno)
+
+    plugin = (b"node1:27907:27907 [1] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open "
+              b"shared object file: No such file or directory : when loading libnccl-net.so\n")
+    missing = b"ImportError: libcudart.so.13: cannot open shared object file: No such file or directory\n"
+    matcher = scan.scan(io.BytesIO(plugin * 20000 + missing), Counting(contexts_found_elsewhere=True))
+    assert len(fed) <= 3, f"{len(fed)} lines reached the matcher"
+    assert [d.id for d in matcher.result()] == ["F15"]
+
+
+def test_the_scanner_finds_what_every_line_finds_on_a_verl_run_log(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from doctor_runlog import make_run_log
+
+    log = tmp_path / "run.log"
+    make_run_log(log, 300_000, seed=5)
+    text = log.read_text()
+    found = diagnose_text(text)
+    assert [(d.id, [(e.first, e.last) for e in d.evidence]) for d in found] == \
+           [(d.id, [(e.first, e.last) for e in d.evidence]) for d in diagnose_lines(text.splitlines())]
+    assert [d.id for d in found] == ["F10"]  # the failing line at its end, nothing from the healthy lines

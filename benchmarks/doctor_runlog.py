@@ -141,6 +141,8 @@ def main() -> int:
         make_log(logs["builds"], args.mb * 10**6, "healthy-*-build.log")
         report = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                   "python": platform.python_version(), "command": " ".join(["python", *sys.argv]),
+                  "commit": subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip(),
                   "run_log_lines": lines, "logs": {}}
         found = True
         for kind, log in logs.items():

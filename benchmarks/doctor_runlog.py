@@ -11,7 +11,9 @@ nothing is one repeated string. The mix per step (MIX) is an estimate for an 8-G
 
 The run log ends with one failing line, so the whole file must be read. The build log is doctor_scan.py's
 ("builds": the real healthy build logs of tests/data/logs repeated), made and timed in the same run.
-Usage: python benchmarks/doctor_runlog.py --mb 200 --repeat 3 --out docs/benchmarks/doctor-runlog.json
+--baseline-src times another source tree's doctor (an older commit's `src`) once on each log, in the same run.
+Usage: python benchmarks/doctor_runlog.py --mb 200 --repeat 3 [--baseline-src /tmp/base/src]
+       --out docs/benchmarks/doctor-runlog.json
 """
 
 import argparse
@@ -131,6 +133,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mb", type=int, default=200, help="size of each log in MB (10^6 bytes)")
     p.add_argument("--repeat", type=int, default=1, help="run the sequence this many times")
+    p.add_argument("--baseline-src", type=Path, help="a verlenv src tree to time once beside this one")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="verlenv-doctor-runlog-"))
@@ -158,9 +161,19 @@ def main() -> int:
                 repetitions.append(run)
                 print(kind, f"{run['seconds']:.2f} s ({run['mb_per_s']} MB/s, {run['mb_per_cpu_s']} MB/cpu-s, "
                       f"{run['peak_rss_mib']} MiB) load {run['load_average']:.1f}", flush=True)
+            if args.baseline_src:
+                env = {**os.environ, "PYTHONPATH": str(args.baseline_src)}
+                base = timed([*doctor, str(log)], env)
+                base["mb_per_s"] = round(size / 1e6 / base["seconds"], 1)
+                base["mb_per_cpu_s"] = round(size / 1e6 / max(base["cpu_seconds"], 0.01), 1)
+                base["src"] = str(args.baseline_src)
+                repetitions.append({"baseline": base})
+                print(kind, f"baseline {base['seconds']:.2f} s ({base['mb_per_s']} MB/s, {base['mb_per_cpu_s']} "
+                      "MB/cpu-s)", flush=True)
             report["logs"][kind] = {"bytes": size, "repetitions": repetitions,
-                                    "best_mb_per_s": max(x["mb_per_s"] for x in repetitions),
-                                    "best_mb_per_cpu_s": max(x["mb_per_cpu_s"] for x in repetitions)}
+                                    "best_mb_per_s": max(x["mb_per_s"] for x in repetitions if "mb_per_s" in x),
+                                    "best_mb_per_cpu_s": max(x["mb_per_cpu_s"] for x in repetitions
+                                                             if "mb_per_cpu_s" in x)}
         run_log, builds = report["logs"]["verl-run"], report["logs"]["builds"]
         report["run_log_over_build_log_cpu"] = round(builds["best_mb_per_cpu_s"] / run_log["best_mb_per_cpu_s"], 2)
         report["failing_line_found"] = found

@@ -155,3 +155,9 @@ def test_the_scanner_finds_what_every_line_finds_on_a_verl_run_log(tmp_path):
     assert [(d.id, [(e.first, e.last) for e in d.evidence]) for d in found] == \
            [(d.id, [(e.first, e.last) for e in d.evidence]) for d in diagnose_lines(text.splitlines())]
     assert [d.id for d in found] == ["F10"]  # the failing line at its end, nothing from the healthy lines
+
+
+def test_an_error_right_after_a_benign_line_is_still_an_error():
+    log = ("/x/torch/utils/cpp_extension.py:1: FutureWarning: this option is deprecated:\n"
+           "ImportError: /x/sgl_kernel/common_ops.abi3.so: undefined symbol: cuGreenCtxStreamCreate\n")
+    assert [d.id for d in diagnose_text(log)] == ["F58"]

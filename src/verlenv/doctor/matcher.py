@@ -30,6 +30,7 @@ PREFIX_FORMS = (
 )
 PREFIX = re.compile(rf"^(?:\s*(?:{PREFIX_FORMS})\s*)+")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+NEW_ERROR = re.compile(r"\s*(?:[\w.]+(?:Error|Exception)|Traceback \(most recent call last\)):")
 WINDOW = 3  # lines joined to catch one message wrapped over up to three lines
 MAX_LINE = 4000  # longer lines (binary junk, minified output) are cut before matching
 SHOWN = 3  # evidence lines shown per failure
@@ -223,8 +224,10 @@ class Matcher:
         present = self._present(" ".join(lowered.split())) if text else set()
         prev = list(self._window)
         own_benign = bool(self._benign is not None and text and self._benign.search(shown))
-        # A benign message that goes on after a colon ("Failed to read commit hash:") goes on on the next line.
-        benign = own_benign or bool(prev and prev[-1][5] and prev[-1][1].endswith(":"))
+        # A benign message that goes on after a colon ("Failed to read commit hash:") goes on on the next line,
+        # unless that line starts an error of its own.
+        benign = own_benign or bool(prev and prev[-1][5] and prev[-1][1].rstrip().endswith(":")
+                                    and not NEW_ERROR.match(text))
         if present:
             self._try(text, present, self.lineno, self.lineno, matched, skip=set(), shown=shown, benign=benign)
         if text:
@@ -243,7 +246,7 @@ class Matcher:
                 joined_benign = benign or any(p[6] for p in parts)
                 for joined in _joins(pieces, [p[4] for p in parts]):
                     self._try(joined, keywords, parts[0][0], self.lineno, matched, skip, benign=joined_benign)
-        self._window.append((self.lineno, text.rstrip(), matched, present, len(shown), own_benign, benign))
+        self._window.append((self.lineno, text, matched, present, len(shown), own_benign, benign))
 
     def _present(self, lowered: str) -> set[str]:
         if self._holds_keyword is not None and not self._holds_keyword(lowered):

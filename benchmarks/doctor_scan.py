@@ -42,10 +42,10 @@ def make_log(path: Path, size: int, pattern: str) -> None:
         f.write(FAILING)
 
 
-def timed(cmd: list[str]) -> dict:
+def timed(cmd: list[str], env: dict | None = None) -> dict:
     """Wall time, peak resident memory and exit code of one command (its own rusage, not the children's)."""
     started = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     out = p.stdout.read()
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - started

@@ -1,4 +1,11 @@
-"""The knowledge base: known failures read from `failures.toml`, with their signatures compiled."""
+"""The knowledge base: known failures read from `failures.toml`, with their signatures compiled.
+
+Every pattern is compiled with RE2 (google-re2) where it is installed, as the scanner is: RE2 runs in time linear in
+the text, so no signature can backtrack on a long line (issue 52: one did, on vLLM's "Model loading took" lines).
+A host without google-re2 (the verify path's packages only) falls back to Python's `re`; the patterns are written in
+the syntax both share (tests/test_doctor_re2.py compiles every one with RE2), so a lookaround, which RE2 lacks,
+is written as a signature's `unless`.
+"""
 
 import re
 import tomllib
@@ -17,6 +24,12 @@ SEVERITIES = ("error", "warning")  # a warning is true but printed by healthy ru
 _REGEX_SYNTAX = re.compile(r"[\\^$.|?*+()\[\]{}]")
 
 
+try:
+    import re2 as _engine
+except ImportError:  # a GPU host with only the verify path's packages
+    _engine = re
+
+
 @dataclass(frozen=True)
 class Signature:
     pattern: re.Pattern
@@ -25,6 +38,8 @@ class Signature:
     context_literals: tuple[str, ...] = ()
     context_patterns: tuple[re.Pattern, ...] = ()
     warning: bool = False  # this form of the message is a warning (the family's severity, or its own)
+    unless: re.Pattern | None = None  # the text also matches this: not this failure (RE2 has no lookaround)
+    on_benign: bool = False  # the failure's message is itself printed as a warning (a benign line's form)
 
 
 @dataclass(frozen=True)
@@ -41,12 +56,23 @@ class Failure:
     severity: str = "error"
     checks: tuple[str, ...] = ()  # probes that test the fix against an env (doctor LOG --python, doctor --ray)
     packages: tuple[str, ...] = ()  # distributions whose installed versions matter to the fix
+    # Keywords as (lower-case) regular expressions, for a message whose literal part healthy runs print often
+    # (vLLM's "Model loading took" on every start): the scanner then stops only where the whole keyword matches.
+    keyword_patterns: tuple[str, ...] = ()
+
+
+def _options():
+    if _engine is re:
+        return 0
+    options = _engine.Options()
+    options.log_errors = False  # the error is ours to report, in one line
+    return options
 
 
 def _compile(text: str, where: str, path: Path) -> re.Pattern:
     try:
-        return re.compile(text)
-    except re.error as e:
+        return _engine.compile(text, _options())
+    except (re.error, getattr(_engine, "error", re.error), TypeError) as e:
         raise UserError(f"{path}: {where}: bad regular expression {text!r}: {e}") from None
 
 
@@ -64,8 +90,11 @@ def _signature(raw, where: str, path: Path, severity: str) -> Signature:
         literals = tuple(c.lower() for c in context if not _REGEX_SYNTAX.search(c))
         patterns = tuple(_compile(c, f"{where}.context", path) for c in context if _REGEX_SYNTAX.search(c))
         own = _severity(raw.get("severity", severity), where, path)
-        return Signature(_compile(raw["pattern"], where, path), context, literals, patterns, own == "warning")
-    raise UserError(f"{path}: {where}: a signature is a string or a table with 'pattern' (and 'context', 'severity')")
+        unless = _compile(raw["unless"], f"{where}.unless", path) if "unless" in raw else None
+        return Signature(_compile(raw["pattern"], where, path), context, literals, patterns, own == "warning",
+                         unless, bool(raw.get("on_benign", False)))
+    raise UserError(f"{path}: {where}: a signature is a string or a table with 'pattern' (and 'context', 'severity', "
+                    "'unless', 'on_benign')")
 
 
 def parse(data: dict, path: Path) -> tuple[Failure, ...]:
@@ -86,6 +115,8 @@ def parse(data: dict, path: Path) -> tuple[Failure, ...]:
                 title=entry["title"],
                 priority=int(entry["priority"]),
                 keywords=tuple(k.lower() for k in entry["keywords"]),
+                keyword_patterns=tuple(_compile(k, f"{fid}.keyword_patterns", path).pattern
+                                       for k in entry.get("keyword_patterns", [])),
                 signatures=tuple(_signature(s, f"{fid}.signatures[{j}]", path, severity)
                                  for j, s in enumerate(entry["signatures"])),
                 cause=" ".join(entry["cause"].split()),
@@ -108,6 +139,32 @@ def parse(data: dict, path: Path) -> tuple[Failure, ...]:
     if not failures:
         raise UserError(f"{path}: no [[failure]] entries")
     return tuple(failures)
+
+
+def compile_keyword(source: str) -> re.Pattern:
+    """A keyword pattern (failures.toml `keyword_patterns`), searched in lower-cased text."""
+    return _engine.compile(source, _options())
+
+
+def parse_benign(data: dict, path: Path) -> re.Pattern | None:
+    """The `[benign]` rule: lines that healthy runs print too (warnings, deprecations, optional-import notes)."""
+    lines = data.get("benign", {}).get("lines", [])
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise UserError(f"{path}: benign.lines must be a list of regular expressions")
+    for i, x in enumerate(lines):
+        _compile(x, f"benign.lines[{i}]", path)
+    return _compile("|".join(f"(?:{x})" for x in lines), "benign.lines", path) if lines else None
+
+
+def benign() -> re.Pattern | None:
+    """The shipped knowledge base's benign-line rule."""
+    return _shipped_benign()
+
+
+@cache
+def _shipped_benign() -> re.Pattern | None:
+    ref = resources.files("verlenv") / KB_NAME
+    return parse_benign(tomllib.loads(ref.read_text()), Path(str(ref)))
 
 
 def load(path: Path | None = None) -> tuple[Failure, ...]:

@@ -2,6 +2,8 @@
 
 Ranking rule: a failure's priority (failures.toml) first, then how many lines matched it, then where it first
 appeared. A line is credited to one failure only: the highest-priority failure whose signature matches it.
+A benign line (failures.toml's [benign]: a warning, a deprecation, an optional-import note, which healthy runs print
+too), and the line that continues it, is never evidence, unless a signature says its failure is printed that way.
 """
 
 import re
@@ -28,6 +30,7 @@ PREFIX_FORMS = (
 )
 PREFIX = re.compile(rf"^(?:\s*(?:{PREFIX_FORMS})\s*)+")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+NEW_ERROR = re.compile(r"\s*(?:[\w.]+(?:Error|Exception)|Traceback \(most recent call last\)):")
 WINDOW = 3  # lines joined to catch one message wrapped over up to three lines
 MAX_LINE = 4000  # longer lines (binary junk, minified output) are cut before matching
 SHOWN = 3  # evidence lines shown per failure
@@ -121,25 +124,51 @@ class _Index:
     context_patterns: tuple
     by_keyword: dict  # keyword -> failures it admits: one pass of substring tests per text, not one per failure
     rank: dict
+    keyword_patterns: tuple = ()  # (source, compiled): keywords that are regular expressions
+    benign: object = None  # the benign-line rule, or None
+    # Every signature in one RE2 set: one pass over a text says which signatures can match, so a line that holds
+    # a common keyword costs one search, not one per signature of every failure the keyword admits.
+    signature_set: object = None
+    signature_keys: tuple = ()
+
 
     @staticmethod
-    def of(failures: Iterable[Failure]) -> "_Index":
+    def of(failures: Iterable[Failure], benign=None) -> "_Index":
         ordered = tuple(sorted(failures, key=lambda f: -f.priority))
         by_keyword: dict[str, list[Failure]] = {}
         for f in ordered:
-            for k in f.keywords:
+            for k in (*f.keywords, *f.keyword_patterns):
                 by_keyword.setdefault(k, []).append(f)
+        sources = sorted({k for f in ordered for k in f.keyword_patterns})
+        patterns = tuple((k, knowledge.compile_keyword(k)) for k in sources)
         return _Index(
             ordered,
             frozenset((f.id, i) for f in ordered for i, s in enumerate(f.signatures) if s.context),
             tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_literals),
             tuple((c, (f.id, i)) for f in ordered for i, s in enumerate(f.signatures) for c in s.context_patterns),
-            by_keyword, {f.id: n for n, f in enumerate(ordered)})
+            by_keyword, {f.id: n for n, f in enumerate(ordered)}, patterns, benign, *_signature_set(ordered))
+
+
+def _signature_set(failures: tuple[Failure, ...]) -> tuple:
+    """(an RE2 set of every signature, the (failure id, index) of each), or (None, ()) without google-re2."""
+    try:
+        import re2
+    except ImportError:
+        return None, ()
+    options = re2.Options()
+    options.max_mem = 64 << 20  # the default would make the DFA give up on a set this size
+    keys, signatures = [], re2.Set.SearchSet(options)
+    for f in failures:
+        for i, s in enumerate(f.signatures):
+            signatures.Add(s.pattern.pattern.encode())
+            keys.append((f.id, i))
+    signatures.Compile()
+    return signatures, tuple(keys)
 
 
 @cache
 def _shipped_index() -> _Index:
-    return _Index.of(knowledge.load())
+    return _Index.of(knowledge.load(), knowledge.benign())
 
 
 class Matcher:
@@ -155,7 +184,8 @@ class Matcher:
         index = _Index.of(failures) if failures else _shipped_index()
         self.failures = list(index.failures)
         self.lineno = 0
-        self._window: deque[tuple[int, str, set, set, int]] = deque(maxlen=WINDOW)
+        # (line number, text, signatures matched, keywords, width as printed, benign by itself, benign)
+        self._window: deque[tuple[int, str, set, set, int, bool, bool]] = deque(maxlen=WINDOW)
         self._hits: list[_Hit] = []
         self._kept: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
@@ -164,7 +194,11 @@ class Matcher:
         self._context_patterns = index.context_patterns
         self._context_seen: set[tuple[str, int]] = set()
         self._by_keyword = index.by_keyword
-        self._keywords = list(index.by_keyword)
+        self._keywords = [k for k in index.by_keyword if k not in dict(index.keyword_patterns)]
+        self._keyword_patterns = index.keyword_patterns
+        self._benign = index.benign
+        self._signature_set = index.signature_set
+        self._signature_keys = index.signature_keys
         self._rank = index.rank
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
@@ -189,8 +223,13 @@ class Matcher:
         # Keywords are compared with runs of spaces squeezed (aligned columns, "size   changed").
         present = self._present(" ".join(lowered.split())) if text else set()
         prev = list(self._window)
+        own_benign = bool(self._benign is not None and text and self._benign.search(shown))
+        # A benign message that goes on after a colon ("Failed to read commit hash:") goes on on the next line,
+        # unless that line starts an error of its own.
+        benign = own_benign or bool(prev and prev[-1][5] and prev[-1][1].rstrip().endswith(":")
+                                    and not NEW_ERROR.match(text))
         if present:
-            self._try(text, present, self.lineno, self.lineno, matched, skip=set(), shown=shown)
+            self._try(text, present, self.lineno, self.lineno, matched, skip=set(), shown=shown, benign=benign)
         if text:
             # Wrapped output: join with the previous one or two lines, for signatures not matched already.
             for span in (1, 2):
@@ -204,24 +243,39 @@ class Matcher:
                 if not keywords:
                     continue
                 skip = matched.union(*(p[2] for p in parts))
+                joined_benign = benign or any(p[6] for p in parts)
                 for joined in _joins(pieces, [p[4] for p in parts]):
-                    self._try(joined, keywords, parts[0][0], self.lineno, matched, skip)
-        self._window.append((self.lineno, text, matched, present, len(shown)))
+                    self._try(joined, keywords, parts[0][0], self.lineno, matched, skip, benign=joined_benign)
+        self._window.append((self.lineno, text, matched, present, len(shown), own_benign, benign))
 
     def _present(self, lowered: str) -> set[str]:
         if self._holds_keyword is not None and not self._holds_keyword(lowered):
             return set()
-        return {k for k in self._keywords if k in lowered}
+        found = {k for k in self._keywords if k in lowered}
+        for k, pattern in self._keyword_patterns:
+            if pattern.search(lowered):
+                found.add(k)
+        return found
 
     def _try(self, text: str, keywords: set[str], first: int, last: int, matched: set, skip: set,
-             shown: str | None = None) -> None:
+             shown: str | None = None, benign: bool = False) -> None:
         found = {f.id: f for k in keywords for f in self._by_keyword[k]}
+        possible = None  # the signatures the RE2 set says can match this text
+        if self._signature_set is not None:
+            keys = self._signature_keys
+            possible = {keys[n] for n in self._signature_set.Match(text.encode("utf-8", "surrogatepass")) or ()}
+            if not possible:
+                return
         for f in sorted(found.values(), key=lambda f: self._rank[f.id]):
             for i, sig in enumerate(f.signatures):
                 key = (f.id, i)
-                if key in skip or key in matched:
+                if key in skip or key in matched or (benign and not sig.on_benign):
+                    continue
+                if possible is not None and key not in possible:
                     continue
                 m = sig.pattern.search(text)
+                if m and sig.unless is not None and sig.unless.search(text):
+                    m = None
                 if m:
                     matched.add(key)
                     if self._kept.get(f.id, 0) >= KEPT:

@@ -61,6 +61,17 @@ def _options() -> "re2.Options":
 class Patterns:
     keywords: tuple[str, ...]  # RE2 sources, each keyword as it may be wrapped
     contexts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # RE2 source -> signature keys it satisfies
+    benign: str | None = None  # failures.toml's benign-line rule: a hit on such a line is no failure...
+    on_benign: str | None = None  # ...unless the line holds a keyword of a signature printed that way
+
+    @property
+    @cache
+    def skip(self) -> tuple:
+        """(benign, on_benign) compiled for bytes, or (None, None)."""
+        if self.benign is None:
+            return None, None
+        keep = re2.compile(self.on_benign.encode(), options=_options()) if self.on_benign else None
+        return re2.compile(self.benign.encode(), options=_options()), keep
 
     @lru_cache(maxsize=4)  # each holds up to DFA_MEMORY; a directory's files mostly share one
     def sieve(self, contexts_left: frozenset[int]) -> "re2.Set":
@@ -82,8 +93,10 @@ class Patterns:
 @cache
 def holds_keyword(failures: tuple[Failure, ...] | None = None) -> Callable[[str], object]:
     """A test that a (lower-cased) text holds any keyword, for the matcher's lines: one RE2 search."""
-    words = {k for f in (failures or knowledge.load()) for k in f.keywords}
-    return re2.compile("|".join(re2.escape(w) for w in sorted(words))).search
+    failures = failures or knowledge.load()
+    words = [re2.escape(w) for w in sorted({k for f in failures for k in f.keywords})]
+    words += sorted({p for f in failures for p in f.keyword_patterns})
+    return re2.compile("|".join(words)).search
 
 
 @cache
@@ -96,8 +109,14 @@ def _patterns(failures: tuple[Failure, ...]) -> Patterns:
                 by_context.setdefault("(?i)" + _escape(c), []).append((f.id, i))
             for p in s.context_patterns:
                 by_context.setdefault(p.pattern, []).append((f.id, i))
-    return Patterns(tuple("(?i)" + _literal(w) for w in words),
-                    tuple((src, tuple(keys)) for src, keys in by_context.items()))
+    # A keyword pattern is matched as written, within one line: it is there because its literal part is common.
+    patterns = sorted({p for f in failures for p in f.keyword_patterns})
+    benign = knowledge.benign()
+    kept = sorted({k for f in failures if any(s.on_benign for s in f.signatures) for k in f.keywords})
+    return Patterns(tuple(["(?i)" + _literal(w) for w in words] + ["(?i)" + p for p in patterns]),
+                    tuple((src, tuple(keys)) for src, keys in by_context.items()),
+                    benign.pattern if benign is not None and failures == knowledge.load() else None,
+                    "(?i)" + "|".join(_literal(k) for k in kept) if kept else None)
 
 
 def scan(stream: BinaryIO, matcher: Matcher, failures: Iterable[Failure] | None = None) -> Matcher:
@@ -135,19 +154,25 @@ def scan(stream: BinaryIO, matcher: Matcher, failures: Iterable[Failure] | None 
                     matcher.saw_context(key)
             contexts_left -= seen
         if keywords:
-            _feed_hits(block, base - carried.count(b"\n"), patterns.finder(keywords), matcher)
+            _feed_hits(block, base - carried.count(b"\n"), patterns.finder(keywords), matcher, *patterns.skip)
         base += fresh.count(b"\n")
         carried = _last_lines(block)
     return matcher
 
 
-def _feed_hits(block: bytes, start: int, finder, matcher: Matcher) -> None:
-    """Feed the lines of `block` (whole lines, the first one numbered start + 1) around each keyword hit."""
+def _feed_hits(block: bytes, start: int, finder, matcher: Matcher, benign=None, keep=None) -> None:
+    """Feed the lines of `block` (whole lines, the first one numbered start + 1) around each keyword hit; a hit on
+    a benign line (NCCL's INFO lines, warnings) is passed over, as the matcher would find nothing there."""
     spans: list[list[int]] = []  # [first line, last line, offset of the first line], 0-based in this block
     counted_to, line = 0, 0
     for m in finder.finditer(block):
         line += block.count(b"\n", counted_to, m.start())
         counted_to = m.start()
+        if benign is not None and b"\n" not in block[m.start():m.end()]:
+            head, end = block.rfind(b"\n", 0, m.start()) + 1, block.find(b"\n", m.end())
+            text = block[head:end if end >= 0 else len(block)]
+            if benign.search(text) and not (keep is not None and keep.search(text)):
+                continue
         first, last = line - NEIGHBOURS, line + block.count(b"\n", m.start(), m.end()) + NEIGHBOURS
         if spans and first <= spans[-1][1] + 1:
             spans[-1][1] = max(spans[-1][1], last)

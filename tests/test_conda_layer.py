@@ -67,7 +67,8 @@ def test_lock_holds_the_solved_platforms_and_categories():
         pip = [p for p in locked.package if p.platform == platform and p.manager == "pip"]
         for category, pins_ in want.items():
             assert sorted(p.name for p in pip if category in p.categories) == sorted(pins_), (platform, category)
-    # The Megatron variant is locked for both platforms (GB200/GH200): its extra pins are in each one's megatron category.
+    # The Megatron variant is locked for both platforms (GB200/GH200): its extra pins are in each one's megatron
+    # category.
     assert {p.platform for p in locked.package if "megatron" in p.categories} == {"linux-64", "linux-aarch64"}
 
 

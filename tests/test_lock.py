@@ -398,8 +398,8 @@ def test_a_failed_resolution_writes_nothing(tmp_path, capsys):
 
 def test_one_depths_resolutions_run_side_by_side_and_an_extension_after_its_base(tmp_path, monkeypatch):
     """`verlenv lock` of a stack: fsdp's two platforms and sglang (which extends nothing) at once, then megatron's two,
-    each constrained by fsdp's lock of its platform. Each stand-in resolution (tests/data/programs/standin_uv.py) holds until its
-    siblings have started: run one after another, the first would wait out its guard and fail."""
+    each constrained by fsdp's lock of its platform. Each stand-in resolution (tests/data/programs/standin_uv.py) holds
+    until its siblings have started: run one after another, the first would wait out its guard and fail."""
     path = copy_tree(tmp_path)
     marks = tmp_path / "marks"
     marks.mkdir()

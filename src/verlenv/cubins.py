@@ -111,6 +111,18 @@ def rules() -> dict[str, str]:
     return tomllib.loads(resources.files("verlenv").joinpath("data/gpu_code.toml").read_text())["runs_on"]
 
 
+def compiles_for(package: str) -> tuple[str, ...]:
+    """data/gpu_code.toml's [compiles]: the archs `package`'s arch knob can compile for; () = any."""
+    data = tomllib.loads(resources.files("verlenv").joinpath("data/gpu_code.toml").read_text())
+    return tuple(data.get("compiles", {}).get(package, ()))
+
+
+def uncompilable(package: str, archs: list[str]) -> list[str]:
+    """The archs `package` cannot compile for ('9.0a' or '9.0+PTX' judged by their base arch)."""
+    known = compiles_for(package)
+    return [a for a in archs if known and a.split("+")[0].rstrip("af") not in known]
+
+
 def shipped() -> list[dict]:
     """data/gpu_code.toml's [[shipped]] rows: the code each upstream object carries."""
     return tomllib.loads(resources.files("verlenv").joinpath("data/gpu_code.toml").read_text())["shipped"]

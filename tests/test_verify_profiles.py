@@ -100,6 +100,10 @@ def test_blackwell_rows_carry_driver_floors_and_machines():
     assert {k: p[k].min_driver for k in ("b200", "gb200", "b300", "rtx-pro-6000")} == {
         "b200": "570.26", "gb200": "570.26", "b300": "575.51.03", "rtx-pro-6000": "570.26"}
     assert [k for k, v in p.items() if v.machine != "x86_64"] == ["gb200"]
+    # Under CUDA 13.0 (verl-0.9: 580.65.06) the stack's floor is the higher; under CUDA 12.8 (verl-0.7) the B300's.
+    assert p["b300"].driver_floor("580.65.06") == "580.65.06"
+    assert p["b300"].driver_floor("570.124.06") == "575.51.03"
+    assert p["h100"].driver_floor("580.65.06") == "580.65.06"
     assert p["gb200"].machine == "aarch64"
 
 

@@ -31,6 +31,12 @@ class GpuProfile:
     def matches(self, name: str) -> bool:
         return any(m.lower() in name.lower() for m in self.match)
 
+    def driver_floor(self, stack_min_driver: str) -> str:
+        """The driver this GPU needs under a stack: the higher of its own floor and the stack's CUDA's."""
+        def key(v: str) -> tuple[int, ...]:
+            return tuple(int(p) for p in v.split(".") if p.isdigit())
+        return max((d for d in (self.min_driver, stack_min_driver) if d), key=key, default="")
+
     def match_length(self, name: str) -> int:
         """The longest of this profile's `match` strings in `name` (0: none): "NVIDIA GB200" is gb200's, not b200's."""
         return max((len(m) for m in self.match if m.lower() in name.lower()), default=0)

@@ -94,6 +94,18 @@ def test_build_archs_still_come_from_profiles():
     assert gpus.archs_for(["h100", "rtx-pro-6000", "b200"]) == ["9.0", "10.0", "12.0"]
 
 
+def test_each_profile_row_is_a_verify_session_of_the_noxfile():
+    """One nox session per row of data/gpus.toml, made by one helper (noxfile.py), never a copied function."""
+    r = subprocess.run([sys.executable, "-m", "nox", "-f", str(REPO / "noxfile.py"), "-l"], capture_output=True,
+                       text=True, check=True)
+    listed = dict(line[2:].split(" -> ", 1) for line in r.stdout.splitlines() if line.startswith(("* ", "- ")))
+    for key, p in gpus.profiles().items():
+        sm = p.arch.replace(".", "")
+        assert listed[f"verify-{key}"] == (f"Verify against the {p.title} profile (sm_{sm}); exit 2 on another GPU "
+                                           "unless -- --force.")
+    assert "verify-b300" in listed and "verify-rtx-pro-6000" in listed
+
+
 def test_blackwell_rows_carry_driver_floors_and_machines():
     p = gpus.profiles()
     # CUDA 12.8 GA (>= 570.26) first compiles sm_100 and sm_120, CUDA 12.9 GA (>= 575.51.03) sm_103.

@@ -8,6 +8,7 @@ carries (README: Air-gapped cluster).
 
 import os
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
@@ -162,16 +163,22 @@ def verify(session: nox.Session) -> None:
     _run(session, "verify", "--gpu", "auto", *session.posargs)
 
 
-@nox.session(name="verify-a100", python=TOOL_PYTHON)
-def verify_a100(session: nox.Session) -> None:
-    """Verify against the A100 profile (sm_80); exit 2 on another GPU unless -- --force."""
-    _verify(session, "a100")
+# One verify-<gpu> session per GPU profile, the rows of src/verlenv/data/gpus.toml (its `defaults` is no profile).
+GPUS_TOML = Path(__file__).parent / "src" / "verlenv" / "data" / "gpus.toml"
+GPU_PROFILES = {key: row for key, row in tomllib.loads(GPUS_TOML.read_text()).items() if key != "defaults"}
 
 
-@nox.session(name="verify-h100", python=TOOL_PYTHON)
-def verify_h100(session: nox.Session) -> None:
-    """Verify against the H100/H200 profile (sm_90); exit 2 on another GPU unless -- --force."""
-    _verify(session, "h100")
+def _verify_session(gpu: str, row: dict) -> None:
+    def run(session: nox.Session) -> None:
+        _verify(session, gpu)
+
+    sm = row["arch"].replace(".", "")
+    run.__doc__ = f"Verify against the {row['title']} profile (sm_{sm}); exit 2 on another GPU unless -- --force."
+    nox.session(name=f"verify-{gpu}", python=TOOL_PYTHON)(run)
+
+
+for _gpu, _row in GPU_PROFILES.items():
+    _verify_session(_gpu, _row)
 
 
 @nox.session(name="verify-cluster", python=TOOL_PYTHON)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from test_build_env import build_until
-from verlenv import build as builder, catalog, recipes, sources
+from verlenv import build as builder, catalog, cubins, recipes, sources
 from verlenv.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +56,48 @@ def test_recipes_load_and_name_their_knobs():
     bridge = recipes.load(REPO, "megatron-bridge")
     assert not bridge.gpu_code and not bridge.extension_modules and bridge.import_name == "megatron.bridge"
     assert bridge.source.kind == "git" and "src" in bridge.source.paths
+
+
+@pytest.mark.parametrize("targets, flash_attn, apex", [
+    (["b200"], "100", "10.0"),
+    (["b300"], "100", "10.0"),  # sm_100 cubins run on the B300 (10.3); flash-attn 2.8.3 compiles no 103
+    (["h100", "b200"], "90;100", "9.0;10.0"),
+    (["rtx-pro-6000", "gb200"], "100;120", "10.0;12.0"),
+])
+def test_a_blackwell_gpu_reaches_each_recipes_arch_knob(targets, flash_attn, apex):
+    from verlenv import gpus
+
+    archs = gpus.archs_for(targets)
+    assert recipes.load(REPO, "flash-attn").arch_value(archs) == flash_attn  # FLASH_ATTN_CUDA_ARCHS
+    assert recipes.load(REPO, "apex").arch_value(archs) == apex  # TORCH_CUDA_ARCH_LIST
+    assert not cubins.uncompilable("flash-attn", archs)
+
+
+def test_an_arch_flash_attn_cannot_compile_is_refused_before_anything_is_fetched(cat, tmp_path):
+    """setup.py would emit no gencode for 10.3 and build a wheel without its kernels: refused in one line."""
+    assert cubins.compiles_for("flash-attn") == ("8.0", "9.0", "10.0", "12.0")
+    assert cubins.uncompilable("flash-attn", ["9.0", "10.3", "12.1", "10.0a"]) == ["10.3", "12.1"]
+    assert cubins.uncompilable("apex", ["10.3", "12.1"]) == []  # TORCH_CUDA_ARCH_LIST: what torch knows
+    with pytest.raises(UserError) as e:
+        builder.build_one(REPO, cat.variant("verl-0.9", "fsdp"), "flash-attn", sys.executable, ["9.0", "10.3"],
+                          tmp_path / "wheelhouse", tmp_path / "work")
+    assert str(e.value).startswith("flash-attn compiles for 8.0, 9.0, 10.0, 12.0 only (data/gpu_code.toml [compiles])")
+    assert "not 10.3; a later minor of the same major runs the build of its major's arch" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "wheelhouse").exists() and not (tmp_path / "work").exists()
+
+
+def test_a_build_for_a_blackwell_gpu_says_it_never_ran_there():
+    from verlenv import gpus
+
+    b200, b300 = gpus.profile("b200"), gpus.profile("b300")
+    lines = builder.verdicts("flash-attn", ["10.0"], [b200, b300], [("NVIDIA H100 80GB HBM3", "9.0")])
+    assert lines == ["flash-attn: built and cubin-checked for sm_100, not run on an NVIDIA B200 (180 GB) (run "
+                     "`nox -s verify-b200` on one)",
+                     "flash-attn: built and cubin-checked for sm_100, not run on an NVIDIA B300 (Blackwell Ultra, 288 "
+                     "GB) (run `nox -s verify-b300` on one)"]
+    # Built on a B200 itself: still not run by the build, but that is what verify on this machine is for.
+    assert builder.verdicts("flash-attn", ["10.0"], [b200], [("NVIDIA B200", "10.0")]) == []
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -140,9 +182,9 @@ def test_apex_is_refused_an_nvcc_of_another_minor_before_anything_is_fetched(tmp
 
 def test_an_unknown_gpu_is_refused(probe_root, tmp_path):
     wheelhouse = tmp_path / "wheelhouse"
-    r = verlenv_build(probe_root, "cuda-ext-probe", "--python", sys.executable, "--gpu", "b200",
+    r = verlenv_build(probe_root, "cuda-ext-probe", "--python", sys.executable, "--gpu", "v100",
                       "--wheelhouse", str(wheelhouse))
-    assert refused(r) == "unknown GPU 'b200'; valid: a100, h100, h200"
+    assert refused(r) == "unknown GPU 'v100'; valid: a100, h100, h200, b200, gb200, b300, rtx-pro-6000"
     assert not wheelhouse.exists()
 
 

@@ -453,6 +453,37 @@ def test_find_built_matches_torch_python_cuda_and_archs(tmp_path):
     assert find().fingerprint == wheelcache.fingerprint(both)
 
 
+def test_a_carried_wheel_must_hold_a_cubin_for_each_target_gpu(tmp_path):
+    """`bundle --gpu b300` takes the b200's build (sm_100 runs on 10.3), and refuses it for an RTX PRO 6000 (sm_120)
+    in one line; the cubins are read from the wheel's objects, not from what its record says."""
+    from test_cubins import elf_with_fatbin, fatbin_container
+    from verlenv import cubins, gpus
+
+    so = elf_with_fatbin(tmp_path, fatbin_container([(cubins.KIND_ELF, 90), (cubins.KIND_ELF, 100)]))
+    wheel = tmp_path / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(so, "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so")
+    built = make.Built("flash-attn", wheel, "0" * 64, "fp", {})
+    make.check_runs_on(built, [gpus.profile(g).arch for g in ("h100", "b200", "gb200", "b300")])
+    with pytest.raises(UserError) as e:
+        make.check_runs_on(built, [gpus.profile("rtx-pro-6000").arch])
+    assert str(e.value) == (f"{wheel.name} (fp): flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so has no cubin that "
+                            "runs on sm_120; rebuild it for that GPU (verlenv build flash-attn --gpu NAME) or leave it "
+                            "out (--without flash-attn)")
+
+
+def test_a_bundle_for_a_grace_gpu_must_be_for_aarch64(tmp_path, capsys, monkeypatch):
+    from verlenv import cli
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.delenv("VERLENV_ROOT", raising=False)
+    assert cli.main(["bundle", "--gpu", "gb200", "--dry-run", "--out", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err == ("verlenv bundle: --gpu gb200: an NVIDIA GB200 (Grace Blackwell, 186 GB) comes "
+                                       "with aarch64 CPUs, and this bundle is for linux-64; give --platform "
+                                       "linux-aarch64\n")
+    assert not (tmp_path / "b").exists()
+
+
 def test_find_built_matches_a_git_pin_by_its_commit(tmp_path):
     """apex is pinned by a git URL (no version): the commit its build recorded is what must match."""
     wheelhouse = tmp_path / "wheelhouse"

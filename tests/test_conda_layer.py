@@ -67,8 +67,9 @@ def test_lock_holds_the_solved_platforms_and_categories():
         pip = [p for p in locked.package if p.platform == platform and p.manager == "pip"]
         for category, pins_ in want.items():
             assert sorted(p.name for p in pip if category in p.categories) == sorted(pins_), (platform, category)
-    # The Megatron variant is x86_64 only: its extra pins are in linux-64's megatron category, nowhere else.
-    assert {p.platform for p in locked.package if "megatron" in p.categories} == {"linux-64"}
+    # The Megatron variant is locked for both platforms (GB200/GH200): its extra pins are in each one's megatron
+    # category.
+    assert {p.platform for p in locked.package if "megatron" in p.categories} == {"linux-64", "linux-aarch64"}
 
 
 def test_pip_urls_are_the_platforms_wheels():
@@ -78,7 +79,8 @@ def test_pip_urls_are_the_platforms_wheels():
     assert torch["linux-aarch64"].endswith("-cp312-cp312-manylinux_2_28_aarch64.whl")
 
 
-@pytest.mark.parametrize("platform,extras", [("linux-64", []), ("linux-64", ["megatron"]), ("linux-aarch64", [])])
+@pytest.mark.parametrize("platform,extras", [("linux-64", []), ("linux-64", ["megatron"]), ("linux-aarch64", []),
+                                             ("linux-aarch64", ["megatron"])])
 def test_conda_lock_renders_each_platform_and_category(tmp_path, platform, extras):
     extra_args = [arg for e in extras for arg in ("-e", e)]
     result = subprocess.run([sys.executable, "-m", "conda_lock", "render", "--kind", "explicit", "-p", platform,
@@ -177,8 +179,8 @@ def test_a_pin_the_lock_lacks_is_named(tmp_path, capsys):
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
     pin = pins.read_lock(pins.lock_path(ROOT, STACK.variant("megatron")))["megatron-core"]
-    assert err[:-1] == [f"conda-lock.yml: linux-64 pip megatron-core=={pin.version} (megatron) is in the uv lock, "
-                        "not here"]
+    assert err[:-1] == [f"conda-lock.yml: {platform} pip megatron-core=={pin.version} (megatron) is in the uv lock, "
+                        "not here" for platform in ("linux-64", "linux-aarch64")]
 
 
 def test_unsatisfiable_spec_names_the_missing_package():

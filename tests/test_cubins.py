@@ -14,13 +14,17 @@ from verlenv import cubins
 ENTRY_HEADER = 64
 
 
-def fatbin_container(entries: list[tuple[int, int]], payload: int = 40) -> bytes:
-    """Test double: a fatbin container written per its header layout, entries of (kind, sm) with dummy payloads."""
+def fatbin_container(entries: list[tuple], payload: int = 40) -> bytes:
+    """Test double: a fatbin container written per its header layout, entries of (kind, sm[, suffix]) with dummy
+    payloads; the suffix goes into the flags word as nvcc 13.0 writes it (0x1100011 for sm_100a, 0x1200011 for
+    sm_100f: read from its own fatbins)."""
     body = b""
-    for kind, sm in entries:
+    for kind, sm, *suffix in entries:
         header = bytearray(ENTRY_HEADER)
         struct.pack_into("<HHIQ", header, 0, kind, 0x0101, ENTRY_HEADER, payload)
         struct.pack_into("<I", header, 28, sm)
+        bits = {"": 0, "a": 1, "f": 2}[suffix[0] if suffix else ""]
+        struct.pack_into("<I", header, cubins.FLAGS_OFFSET, 0x1000011 | bits << cubins.SUFFIX_SHIFT)
         body += bytes(header) + b"\xab" * payload
     return struct.pack("<IHHQ", cubins.FATBIN_MAGIC, 1, 16, len(body)) + body
 
@@ -86,3 +90,39 @@ def test_wheel_shared_objects_extracts_only_shared_objects(tmp_path):
 @pytest.mark.parametrize("arch, sm", [("8.0", 80), ("9.0", 90), ("90", 90), ("10.0", 100), ("12.0", 120)])
 def test_sm_of(arch, sm):
     assert cubins.sm_of(arch) == sm
+
+
+def test_arch_and_family_suffixes_are_read_from_the_flags():
+    data = fatbin_container([(cubins.KIND_ELF, 100, "f"), (cubins.KIND_ELF, 103, "a"), (cubins.KIND_PTX, 100, "f"),
+                             (cubins.KIND_ELF, 120)])
+    assert [e.name for e in cubins.fatbin_entries(data)] == ["sm_100f", "sm_103a", "compute_100f", "sm_120"]
+    assert cubins.parse_code("sm_100f") == cubins.FatbinEntry("elf", 100, "f")
+    assert cubins.parse_code("compute_90") == cubins.FatbinEntry("ptx", 90)
+    with pytest.raises(ValueError, match="not a code name"):
+        cubins.parse_code("sm100")
+
+
+# (code, device) -> runs: NVIDIA's rules as data/gpu_code.toml states them.
+RUNS = [
+    ("sm_100", "10.0", True), ("sm_100", "10.3", True), ("sm_100", "12.0", False), ("sm_100", "9.0", False),
+    ("sm_100a", "10.0", True), ("sm_100a", "10.3", False),
+    ("sm_100f", "10.3", True), ("sm_103a", "10.3", True), ("sm_103", "10.0", False),
+    ("sm_120", "12.1", True), ("sm_120f", "12.1", True), ("sm_120a", "12.1", False), ("sm_121a", "12.0", False),
+    ("sm_90", "10.0", False), ("sm_90a", "9.0", True), ("sm_80", "8.9", True), ("sm_80", "9.0", False),
+    ("compute_90", "10.3", True), ("compute_103", "10.3", True), ("compute_120", "10.3", False),
+    ("compute_100f", "10.3", True), ("compute_100f", "12.0", False), ("compute_100a", "10.3", False),
+]
+
+
+@pytest.mark.parametrize("code, device, runs", RUNS)
+def test_which_code_runs_on_which_device(code, device, runs):
+    assert cubins.runs_on(cubins.parse_code(code), device) is runs
+
+
+def test_the_check_takes_family_code_and_fails_a_missing_target(tmp_path):
+    so = elf_with_fatbin(tmp_path, fatbin_container([(cubins.KIND_ELF, 90), (cubins.KIND_ELF, 100, "f"),
+                                                     (cubins.KIND_PTX, 90)]))
+    assert cubins.missing_archs([so], ["10.0", "10.3"]) == {}  # sm_100f runs on the B200 and the B300
+    assert cubins.missing_archs([so], ["12.0"]) == {str(so): [120]}  # not on sm_120: no cubin runs there...
+    assert cubins.missing_archs([so], ["12.0"], ptx=True) == {}  # ...though compute_90 would JIT there
+    assert cubins.missing_archs([so], ["12.1", "8.0"]) == {str(so): [80, 121]}

@@ -321,13 +321,28 @@ def test_the_arch_check_fails_loudly_on_the_wrong_profile(capsys):
     common, torch_checks = load("_common"), load("torch")
     h100 = common.parse_profile('{"key": "h100", "arch": "9.0", "fp8": true}')
     numbers, note = torch_checks.check_arch(fake_torch([(9, 0), (9, 0)], ["sm_80", "sm_90", "sm_100"]), h100)
-    assert numbers == {"devices": 2} and note.startswith("sm_90 in")
+    assert numbers == {"devices": 2} and note.startswith("sm_90 of sm_80 sm_90 sm_100 runs on sm_90")
     torch_checks.check_arch(fake_torch([(9, 0)], ["sm_80", "sm_90a"]), h100)  # sm_90a code runs on sm_90
     with pytest.raises(common.Failed, match=r"device 1 \(GPU 1\) is compute capability 8.0 but profile 'h100'"):
         torch_checks.check_arch(fake_torch([(9, 0), (8, 0)], ["sm_80", "sm_90"]), h100)
     assert "ERROR: device 1" in capsys.readouterr().err
-    with pytest.raises(common.Failed, match="has no sm_90 kernels"):
+    with pytest.raises(common.Failed, match="has no kernels that run on sm_90"):
         torch_checks.check_arch(fake_torch([(9, 0)], ["sm_80", "sm_86"]), h100)
+
+
+def test_the_arch_check_takes_the_family_code_verlenv_hands_over():
+    """A B300 (sm_103) runs torch 2.11's sm_100 cubins, an RTX PRO 6000 (sm_120) does not: the profile verify hands the
+    script (gpus.for_checks) names what runs there, by data/gpu_code.toml's rules."""
+    from verlenv import gpus
+
+    common, torch_checks = load("_common"), load("torch")
+    torch_211 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # its get_arch_list(): data/gpu_code.toml
+    b300 = common.parse_profile(json.dumps(gpus.profile("b300").for_checks(1)))
+    _, note = torch_checks.check_arch(fake_torch([(10, 3)], torch_211), b300)
+    assert note == "sm_100 of sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 runs on sm_103"
+    rtx = common.parse_profile(json.dumps(gpus.profile("rtx-pro-6000").for_checks(1)))
+    with pytest.raises(common.Failed, match="has no kernels that run on sm_120"):
+        torch_checks.check_arch(fake_torch([(12, 0)], ["sm_90", "sm_100"]), rtx)
 
 
 def test_cuda_state_tells_no_gpu_from_an_unusable_one(monkeypatch):

@@ -397,9 +397,9 @@ def test_a_failed_resolution_writes_nothing(tmp_path, capsys):
 
 
 def test_one_depths_resolutions_run_side_by_side_and_an_extension_after_its_base(tmp_path, monkeypatch):
-    """`verlenv lock` of a stack: fsdp's two platforms and sglang (which extends nothing) at once, then megatron,
-    constrained by fsdp's linux-64 lock. Each stand-in resolution (tests/data/programs/standin_uv.py) holds until its
-    siblings have started: run one after another, the first would wait out its guard and fail."""
+    """`verlenv lock` of a stack: fsdp's two platforms and sglang (which extends nothing) at once, then megatron's two,
+    each constrained by fsdp's lock of its platform. Each stand-in resolution (tests/data/programs/standin_uv.py) holds
+    until its siblings have started: run one after another, the first would wait out its guard and fail."""
     path = copy_tree(tmp_path)
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -418,9 +418,10 @@ def test_one_depths_resolutions_run_side_by_side_and_an_extension_after_its_base
 
     assert sorted(v.key for v in planned) == ["verl-0.9-fsdp", "verl-0.9-megatron", "verl-0.9-sglang"]
     started = {p.stem: json.loads(p.read_text()) for p in marks.glob("*.started")}
-    assert sorted(started) == sorted([*first, "verl-0.9-megatron@linux-64"])
-    megatron = started["verl-0.9-megatron@linux-64"]
-    assert "verl-0.9-fsdp@linux-64" in megatron["finished"] and "--constraints" in megatron["argv"]
+    assert sorted(started) == sorted([*first, "verl-0.9-megatron@linux-64", "verl-0.9-megatron@linux-aarch64"])
+    for platform in ("linux-64", "linux-aarch64"):
+        megatron = started[f"verl-0.9-megatron@{platform}"]
+        assert f"verl-0.9-fsdp@{platform}" in megatron["finished"] and "--constraints" in megatron["argv"]
     for v in planned:
         for platform in v.platforms:
             assert pins.lock_path(tmp_path, v, platform).read_text() == pins.lock_path(ROOT, v, platform).read_text()

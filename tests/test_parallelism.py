@@ -38,6 +38,19 @@ def test_flash_attn_jobs_never_exceed_usable_memory_or_cores(flash_attn, mem, co
     assert p.jobs == cores or peak(flash_attn, p.jobs + 1, 1) > usable(mem)
 
 
+@pytest.mark.parametrize("n_archs", [1, 2, 3, 4])  # 4: flash-attn's own default, 80;90;100;120
+@pytest.mark.parametrize("mem, cores", [(24, 2), (128, 16), (64, 64), (16, 8)])
+def test_more_archs_never_push_the_jobs_past_memory(flash_attn, mem, cores, n_archs):
+    """More archs lengthen each nvcc job (its archs compile one after another) without raising its peak; only the
+    threads that compile them side by side cost memory, and they are counted: a Blackwell build (2-4 archs) stays
+    within the same usable memory as the sm_90 one."""
+    p = parallelism_for(flash_attn.mem_per_job_gib, flash_attn.mem_per_extra_thread_gib, n_archs, mem, cores)
+    assert 1 <= p.threads <= n_archs and p.jobs * p.threads <= cores
+    assert peak(flash_attn, p.jobs, p.threads) <= usable(mem)
+    one = parallelism_for(flash_attn.mem_per_job_gib, flash_attn.mem_per_extra_thread_gib, 1, mem, cores)
+    assert p.jobs <= one.jobs  # an arch more never means more jobs
+
+
 def test_24_gib_2_cores_runs_two_flash_attn_jobs(flash_attn):
     p = parallelism_for(flash_attn.mem_per_job_gib, flash_attn.mem_per_extra_thread_gib, 2, 24, 2)
     assert (p.jobs, p.threads) == (2, 1)

@@ -24,20 +24,21 @@ def run_check(path: Path, capsys) -> tuple[int, str]:
     return rc, capsys.readouterr().err
 
 
-def test_only_verl_09_fsdp_is_locked_for_aarch64():
-    assert FSDP.platforms == ("linux-64", "linux-aarch64")
-    assert MEGATRON.platforms == ("linux-64",)
+def test_only_verl_09_fsdp_and_megatron_are_locked_for_aarch64():
+    assert FSDP.platforms == MEGATRON.platforms == ("linux-64", "linux-aarch64")  # GH200/GB200 run the Megatron actor
+    assert CATALOG.variant("verl-0.9", "sglang").platforms == ("linux-64",)
     assert all(v.platforms == ("linux-64",) for v in CATALOG.stack("verl-0.7").variants.values())
-    assert sorted(p.name for p in (ROOT / "locks").glob("*.linux-aarch64.txt")) == ["verl-0.9-fsdp.linux-aarch64.txt"]
-    assert not pins.lock_path(ROOT, MEGATRON, "linux-aarch64").exists()
+    assert sorted(p.name for p in (ROOT / "locks").glob("*.linux-aarch64.txt")) == [
+        "verl-0.9-fsdp.linux-aarch64.txt", "verl-0.9-megatron.linux-aarch64.txt"]
 
 
-def test_aarch64_lock_pins_the_linux_64_versions_and_was_resolved_for_aarch64():
-    x86 = pins.read_lock(pins.lock_path(ROOT, FSDP))
-    arm = pins.read_lock(pins.lock_path(ROOT, FSDP, "linux-aarch64"))
+@pytest.mark.parametrize("variant", [FSDP, MEGATRON], ids=["fsdp", "megatron"])
+def test_aarch64_lock_pins_the_linux_64_versions_and_was_resolved_for_aarch64(variant):
+    x86 = pins.read_lock(pins.lock_path(ROOT, variant))
+    arm = pins.read_lock(pins.lock_path(ROOT, variant, "linux-aarch64"))
     assert {n: p.version for n, p in arm.items()} == {n: p.version for n, p in x86.items()}
     assert all(p.hashes for p in arm.values())
-    record = json.loads(lock.inputs_path(ROOT, FSDP, "linux-aarch64").read_text())
+    record = json.loads(lock.inputs_path(ROOT, variant, "linux-aarch64").read_text())
     flags = record["inputs"]["uv_flags"]
     assert record["platform"] == "linux-aarch64"
     assert flags[flags.index("--python-platform") + 1] == "aarch64-manylinux_2_28"
@@ -72,7 +73,8 @@ def test_check_detects_platform_locks_with_different_versions(tmp_path, capsys):
     side.write_text(json.dumps(record))
     rc, err = run_check(path, capsys)
     assert rc == lock.EXIT_STALE
-    problems = [line for line in err.splitlines() if "verl-0.9-fsdp.linux-aarch64.txt" in line]
+    # (megatron's aarch64 lock, resolved against fsdp's, is reported stale beside it.)
+    problems = [line for line in err.splitlines() if line.startswith("locks/verl-0.9-fsdp.linux-aarch64.txt")]
     assert len(problems) == 1, err
     assert problems[0].startswith("locks/verl-0.9-fsdp.linux-aarch64.txt: pins other versions than "
                                   "verl-0.9-fsdp.linux-64.txt (numpy 2.3.5 vs 2.3.4)")
@@ -119,10 +121,10 @@ def test_catalog_rejects_bad_platforms_in_one_line(tmp_path, table, expected):
 def test_catalog_rejects_a_variant_platform_its_base_lacks(tmp_path):
     path = copy_tree(tmp_path)
     text = path.read_text()
-    # The base loses aarch64 while megatron (its `platforms` follows `extends` and comment lines) asks for it.
+    # The stack (and so fsdp) loses aarch64 while megatron, which inherited it, names it itself.
     text = text.replace('platforms = ["linux-64", "linux-aarch64"]', 'platforms = ["linux-64"]')
-    text, n = re.subn(r'(extends = "fsdp"\n(?:actor = "\w+"\n)?(?:#[^\n]*\n)*)platforms = \["linux-64"\]',
-                      r'\1platforms = ["linux-64", "linux-aarch64"]', text)
+    text, n = re.subn(r'(\[stacks."verl-0.9".variants.megatron\]\nextends = "fsdp"\n)',
+                      r'\1platforms = ["linux-64", "linux-aarch64"]\n', text)
     assert n == 1
     path.write_text(text)
     with pytest.raises(UserError, match=r"stacks.verl-0.9.variants.megatron.platforms: linux-aarch64 is not a "
@@ -149,10 +151,10 @@ def test_install_refuses_a_variant_not_locked_for_this_platform(machine, monkeyp
     machine("aarch64")
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("VERLENV_ROOT", raising=False)
-    rc = cli.main(["install", "--stack", "verl-0.9", "--variant", "megatron", "--prefix", str(ROOT / "never-created")])
+    rc = cli.main(["install", "--stack", "verl-0.9", "--variant", "sglang", "--prefix", str(ROOT / "never-created")])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err == ("verlenv install: verl-0.9-megatron is not locked for linux-aarch64 (this machine); "
+    assert err == ("verlenv install: verl-0.9-sglang is not locked for linux-aarch64 (this machine); "
                    "it is locked for: linux-64\n")
     assert not (ROOT / "never-created").exists()
 

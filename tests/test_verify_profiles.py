@@ -67,9 +67,10 @@ def empty_env(tmp_path_factory) -> str:
 
 def test_profiles_carry_arch_fp8_and_thresholds_from_data():
     p = gpus.profiles()
-    assert set(p) == {"a100", "h100", "h200"}  # `defaults` is shared data, not a profile
-    assert (p["a100"].arch, p["h100"].arch, p["h200"].arch) == ("8.0", "9.0", "9.0")
-    assert (p["a100"].fp8, p["h100"].fp8, p["h200"].fp8) == (False, True, True)
+    assert set(p) == {"a100", "h100", "h200", "b200", "gb200", "b300", "rtx-pro-6000"}  # `defaults` is no profile
+    assert {k: v.arch for k, v in p.items()} == {"a100": "8.0", "h100": "9.0", "h200": "9.0", "b200": "10.0",
+                                                  "gb200": "10.0", "b300": "10.3", "rtx-pro-6000": "12.0"}
+    assert [k for k, v in p.items() if not v.fp8] == ["a100"]
     for profile in p.values():
         t = profile.thresholds
         assert t["bf16_max_rel_err"] == 1e-2  # [defaults.thresholds]
@@ -88,6 +89,59 @@ def test_profiles_carry_arch_fp8_and_thresholds_from_data():
 
 def test_build_archs_still_come_from_profiles():
     assert gpus.archs_for(["a100", "h200"]) == ["8.0", "9.0"]
+    # A B300 runs sm_100 cubins (flash-attn 2.8.3 compiles no sm_103): its builds are the B200's.
+    assert gpus.archs_for(["b200", "b300", "gb200"]) == ["10.0"]
+    assert gpus.archs_for(["h100", "rtx-pro-6000", "b200"]) == ["9.0", "10.0", "12.0"]
+
+
+def test_each_profile_row_is_a_verify_session_of_the_noxfile():
+    """One nox session per row of data/gpus.toml, made by one helper (noxfile.py), never a copied function."""
+    r = subprocess.run([sys.executable, "-m", "nox", "-f", str(REPO / "noxfile.py"), "-l"], capture_output=True,
+                       text=True, check=True)
+    listed = dict(line[2:].split(" -> ", 1) for line in r.stdout.splitlines() if line.startswith(("* ", "- ")))
+    for key, p in gpus.profiles().items():
+        sm = p.arch.replace(".", "")
+        assert listed[f"verify-{key}"] == (f"Verify against the {p.title} profile (sm_{sm}); exit 2 on another GPU "
+                                           "unless -- --force.")
+    assert "verify-b300" in listed and "verify-rtx-pro-6000" in listed
+
+
+def test_blackwell_rows_carry_driver_floors_and_machines():
+    p = gpus.profiles()
+    # CUDA 12.8 GA (>= 570.26) first compiles sm_100 and sm_120, CUDA 12.9 GA (>= 575.51.03) sm_103.
+    assert {k: p[k].min_driver for k in ("b200", "gb200", "b300", "rtx-pro-6000")} == {
+        "b200": "570.26", "gb200": "570.26", "b300": "575.51.03", "rtx-pro-6000": "570.26"}
+    assert [k for k, v in p.items() if v.machine != "x86_64"] == ["gb200"]
+    # Under CUDA 13.0 (verl-0.9: 580.65.06) the stack's floor is the higher; under CUDA 12.8 (verl-0.7) the B300's.
+    assert p["b300"].driver_floor("580.65.06") == "580.65.06"
+    assert p["b300"].driver_floor("570.124.06") == "575.51.03"
+    assert p["h100"].driver_floor("580.65.06") == "580.65.06"
+    assert p["gb200"].machine == "aarch64"
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA B300 SXM6 AC", "b300"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"), ("NVIDIA H200 NVL", "h200"),
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA GeForce RTX 5090", None),
+])
+def test_a_gpu_name_picks_the_profile_that_names_it_most_precisely(name, key):
+    """"NVIDIA GB200" holds "B200" too: the longest match wins, whatever the rows' order."""
+    found = gpus.profile_for_name(name)
+    assert (found.key if found else None) == key
+
+
+@pytest.mark.parametrize("cap, key", [("12.0", "rtx-pro-6000"), ("12.1", "rtx-pro-6000"), ("10.3", "b300"),
+                                      ("8.9", "a100"), ("8.6", "a100"), ("9.0", "h100")])
+def test_nearest_profile_is_one_whose_build_runs_there(cap, key):
+    assert gpus.nearest_profile(cap).key == key
+
+
+def test_cubin_names_for_a_device_follow_the_family_rules():
+    assert gpus.cubin_names_for("10.0") == ["sm_100", "sm_100a", "sm_100f"]
+    b300 = gpus.cubin_names_for("10.3")
+    assert {"sm_100", "sm_100f", "sm_103", "sm_103a", "sm_103f"} <= set(b300) and "sm_100a" not in b300
+    assert gpus.cubin_names_for("12.1") == ["sm_120", "sm_120f", "sm_121", "sm_121a", "sm_121f"]
+    assert gpus.cubin_names_for("9.0") == ["sm_90", "sm_90a"]
 
 
 def gpu(d: dict) -> gpus.Gpu:
@@ -116,11 +170,15 @@ def test_a_profile_for_another_gpu_fails_loudly_unless_forced():
 
 
 def test_unknown_and_mixed_gpus_are_refused():
-    with pytest.raises(UserError, match="no GPU profile for NVIDIA GeForce RTX 4090; valid: a100, h100, h200"):
+    with pytest.raises(UserError) as e:
         gpus.select_profile("auto", [gpu(RTX)])
+    assert str(e.value) == ("no GPU profile for NVIDIA GeForce RTX 4090 (compute capability 8.9); nearest: a100 "
+                            "(sm 8.0); check against it with --gpu a100 --force; valid: " + ", ".join(gpus.profiles()))
+    with pytest.raises(UserError, match=r"5090 \(compute capability 12.0\); nearest: rtx-pro-6000 \(sm 12.0\)"):
+        gpus.select_profile("auto", [gpu({**RTX, "name": "NVIDIA GeForce RTX 5090", "compute_cap": "12.0"})])
     with pytest.raises(UserError, match="different kinds"):
         gpus.select_profile("auto", [gpu(H100), gpu(A100)])
-    with pytest.raises(UserError, match="unknown GPU 'v100'; valid: a100, h100, h200"):
+    with pytest.raises(UserError, match="unknown GPU 'v100'; valid: a100, h100, h200, b200"):
         gpus.select_profile("v100", [gpu(H100)])
 
 
@@ -160,7 +218,7 @@ def test_verify_a100_on_an_h100_exits_2_with_one_line(machine, capsys, empty_env
 
 def test_bad_input_is_one_line_and_exit_2(machine, capsys, empty_env, tmp_path):
     machine()
-    one_line_exit_2(capsys, ["verify", "--gpu", "v100"], "unknown GPU 'v100'; valid: a100, h100, h200")
+    one_line_exit_2(capsys, ["verify", "--gpu", "v100"], "unknown GPU 'v100'; valid: a100, h100, h200, b200, gb200")
     one_line_exit_2(capsys, ["verify", "--stack", "verl-0.1", "--python", empty_env],
                     "unknown stack 'verl-0.1'; valid: ")
     one_line_exit_2(capsys, ["verify", "--variant", "deepspeed", "--python", empty_env],
@@ -172,6 +230,13 @@ def test_bad_input_is_one_line_and_exit_2(machine, capsys, empty_env, tmp_path):
                     "--skip-package numpyy: unknown package; valid: ")
     one_line_exit_2(capsys, ["verify", "--python", empty_env, "--lock", str(tmp_path / "missing.txt")], "no such file")
     one_line_exit_2(capsys, ["verify", "--gpu", "h100", "--python", empty_env], "no GPU is visible on this machine")
+
+
+def test_verify_on_an_unknown_gpu_names_its_arch_and_the_nearest_profile(machine, capsys, empty_env):
+    machine({**RTX, "name": "NVIDIA GeForce RTX 5090", "compute_cap": "12.0"})
+    one_line_exit_2(capsys, ["verify", "--python", empty_env],
+                    "no GPU profile for NVIDIA GeForce RTX 5090 (compute capability 12.0); nearest: rtx-pro-6000 "
+                    "(sm 12.0); check against it with --gpu rtx-pro-6000 --force")
 
 
 def kernels_echoing_profile(folder: Path) -> Path:

@@ -54,6 +54,18 @@ def test_each_input_changes_the_fingerprint(recipe, change):
     assert wheelcache.fingerprint(inputs(recipe, **change)) != wheelcache.fingerprint(inputs(recipe))
 
 
+def test_each_blackwell_arch_set_is_a_cache_entry_of_its_own(recipe):
+    """--gpu b200 beside --gpu h100 (or both, or rtx-pro-6000) never takes another set's wheel; b300 builds the b200's
+    (sm_100 runs on 10.3), and the order the GPUs are named in changes nothing."""
+    from verlenv import gpus
+
+    sets = {tuple(g): wheelcache.fingerprint(inputs(recipe, archs=gpus.archs_for(g)))
+            for g in (["h100"], ["b200"], ["h100", "b200"], ["rtx-pro-6000"], ["b200", "rtx-pro-6000"])}
+    assert len(set(sets.values())) == len(sets)
+    assert wheelcache.fingerprint(inputs(recipe, archs=gpus.archs_for(["b300"]))) == sets[("b200",)]
+    assert wheelcache.fingerprint(inputs(recipe, archs=gpus.archs_for(["b200", "h100"]))) == sets[("h100", "b200")]
+
+
 def test_an_nvcc_equal_to_torchs_cuda_leaves_the_fingerprint_as_it_was(recipe):
     """Entries built before the nvcc could differ (every committed record) keep their fingerprints."""
     committed = json.loads((ROOT / "docs" / "builds" / "2026-11-25-h100-flash-attn.json").read_text())[0]["record"]

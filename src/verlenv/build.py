@@ -99,14 +99,21 @@ def _diagnose(log_path: Path) -> str:
 
 def build_one(root: Path, variant: catalog.Variant, package: str, python: str, archs: list[str],
               wheelhouse: Path, work: Path, jobs: int | None = None, threads: int | None = None,
-              source: Path | None = None, keep: bool = False, toolkit: Path | None = None) -> BuildResult:
+              source: Path | None = None, keep: bool = False, toolkit: Path | None = None,
+              devices: list[str] | None = None) -> BuildResult:
     """Build `package` (or take it from the cache). `source`: a local copy of its source (an sdist, a clone, a tar
-    a bundle carries); `toolkit`: a CUDA_HOME a bundle carries, used when no CUDA_HOME is set."""
+    a bundle carries); `toolkit`: a CUDA_HOME a bundle carries, used when no CUDA_HOME is set; `devices`: the
+    compute capabilities the wheel must run on besides `archs` (a B300's 10.3 for a 10.0 build), checked by the
+    arch-family rules."""
     recipe = recipes.load(root, package)
     wanted = variant.source_build(recipe.package)
     if wanted is None:
         names = ", ".join(b.name for b in variant.source_builds)
         raise UserError(f"{variant.key} does not build {package} from source; it builds: {names}")
+    if recipe.gpu_code and (unsupported := cubins.uncompilable(recipe.package, archs)):
+        raise UserError(f"{recipe.package} compiles for {', '.join(cubins.compiles_for(recipe.package))} only "
+                        f"(data/gpu_code.toml [compiles]), not {', '.join(unsupported)}; a later minor of the same "
+                        f"major runs the build of its major's arch (10.3 runs 10.0, 12.1 runs 12.0)")
     exact_minor_for = recipe.package if recipe.nvcc_match == "exact" else None  # its build refuses another minor
     info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for, toolkit=toolkit)
     print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
@@ -185,7 +192,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
                             + (f"\n{d}" if (d := _diagnose(log_path)) else ""), exit_code=1)
         wheel = next((tmp / "dist").glob("*.whl"))
         objects = cubins.wheel_shared_objects(wheel, tmp / "scan")
-        _check_cubins(recipe, objects, archs, log_path)
+        _check_cubins(recipe, objects, [*archs, *(d for d in devices or [] if d not in archs)], log_path)
         record = {
             "inputs": inputs,
             "toolchain": {"cuda_home": tc.cuda_home, "nvcc": tc.nvcc_version, "nvcc_release": tc.nvcc_release,
@@ -215,6 +222,15 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         else:
             shutil.rmtree(tmp, ignore_errors=True)
         lock.close()
+
+
+def verdicts(package: str, archs: list[str], targets: list, visible: list[tuple[str, str]]) -> list[str]:
+    """What a build proves for each target GPU profile: its cubins were checked, its kernels never ran here (a build
+    runs none; `verify` on that GPU does). One line per profile whose GPU this machine does not have."""
+    sms = ", ".join(f"sm_{a.replace('.', '')}" for a in archs)
+    here = {name for name, _ in visible}
+    return [f"{package}: built and cubin-checked for {sms}, not run on an {t.title} (run `nox -s verify-{t.key}` "
+            "on one)" for t in targets if not any(t.matches(name) for name in here)]
 
 
 def check_requires(recipe: recipes.Recipe, python: str) -> None:
@@ -277,7 +293,8 @@ def _site_paths(recipe: recipes.Recipe, info: toolchain.TorchInfo, env: dict) ->
 
 
 def _check_cubins(recipe: recipes.Recipe, objects: list[Path], archs: list[str], log_path: Path) -> None:
-    """Every requested arch must have a cubin in every CUDA object; the named extensions must be CUDA objects."""
+    """Every CUDA object must hold a cubin that runs on each arch (its own, or its family's: data/gpu_code.toml); the
+    named extensions must be CUDA objects."""
     missing = cubins.missing_archs(objects, archs)
     for module in recipe.extension_modules:
         hits = [o for o in objects if o.name.startswith(module + ".") or o.name.startswith(module + "_")]
@@ -287,7 +304,8 @@ def _check_cubins(recipe: recipes.Recipe, objects: list[Path], archs: list[str],
             raise UserError(f"{recipe.package}: {module} carries no GPU code (.nv_fatbin); log: {log_path}",
                             exit_code=1)
     if missing:
-        detail = "; ".join(f"{Path(k).name} lacks sm_{','.join(map(str, v))}" for k, v in missing.items())
+        detail = "; ".join(f"{Path(k).name} has no cubin for sm_{', sm_'.join(map(str, v))}"
+                           for k, v in missing.items())
         raise UserError(f"{recipe.package}: requested archs missing after the build: {detail}", exit_code=1)
 
 

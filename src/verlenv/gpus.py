@@ -7,6 +7,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
+from verlenv import cubins
 from verlenv.errors import UserError
 
 
@@ -21,14 +22,30 @@ class GpuProfile:
     extra: dict
     # Error bounds and throughput floors for the kernel checks (shared defaults merged in).
     thresholds: dict = field(default_factory=dict)
+    # The arch source builds compile for (b300: 10.0, whose cubins run on 10.3); the driver that first knows the GPU;
+    # the CPU it comes with (gb200: aarch64, the linux-aarch64 lock).
+    build_arch: str = ""
+    min_driver: str = ""
+    machine: str = "x86_64"
 
     def matches(self, name: str) -> bool:
         return any(m.lower() in name.lower() for m in self.match)
 
+    def driver_floor(self, stack_min_driver: str) -> str:
+        """The driver this GPU needs under a stack: the higher of its own floor and the stack's CUDA's."""
+        def key(v: str) -> tuple[int, ...]:
+            return tuple(int(p) for p in v.split(".") if p.isdigit())
+        return max((d for d in (self.min_driver, stack_min_driver) if d), key=key, default="")
+
+    def match_length(self, name: str) -> int:
+        """The longest of this profile's `match` strings in `name` (0: none): "NVIDIA GB200" is gb200's, not b200's."""
+        return max((len(m) for m in self.match if m.lower() in name.lower()), default=0)
+
     def for_checks(self, gpu_count: int) -> dict:
         """What a kernel check script receives as --profile (JSON-ready)."""
         return {"key": self.key, "title": self.title, "arch": self.arch, "fp8": self.fp8,
-                "memory_gib": list(self.memory_gib), "gpu_count": gpu_count, "thresholds": self.thresholds}
+                "memory_gib": list(self.memory_gib), "gpu_count": gpu_count, "thresholds": self.thresholds,
+                "runs_cubins": cubin_names_for(self.arch)}
 
 
 # Top-level tables of gpus.toml that are not profiles.
@@ -42,10 +59,31 @@ def profiles() -> dict[str, GpuProfile]:
     for key, t in data.items():
         if key in NOT_PROFILES:
             continue
-        known = {"title", "match", "arch", "memory_gib", "fp8", "thresholds"}
+        known = {"title", "match", "arch", "memory_gib", "fp8", "thresholds", "build_arch", "min_driver", "machine"}
         out[key] = GpuProfile(key, t["title"], tuple(t["match"]), t["arch"], tuple(t["memory_gib"]), bool(t["fp8"]),
-                              {k: v for k, v in t.items() if k not in known}, {**shared, **t.get("thresholds", {})})
+                              {k: v for k, v in t.items() if k not in known}, {**shared, **t.get("thresholds", {})},
+                              t.get("build_arch", t["arch"]), t.get("min_driver", ""), t.get("machine", "x86_64"))
     return out
+
+
+def cubin_names_for(arch: str) -> list[str]:
+    """Every cubin name (sm_100, sm_100f, sm_103a...) that runs on a device of `arch`, by data/gpu_code.toml's rules:
+    what torch.cuda.get_arch_list() must share with it."""
+    major = cubins.sm_of(arch) // 10
+    # `a` code exists from sm_90 on, `f` code from sm_100 on.
+    names = [cubins.FatbinEntry("elf", sm, suffix) for sm in range(major * 10, major * 10 + 10)
+             for suffix in ("", *("a" for _ in [0] if sm >= 90), *("f" for _ in [0] if sm >= 100))]
+    return [e.name for e in names if cubins.runs_on(e, arch)]
+
+
+def nearest_profile(arch: str) -> GpuProfile | None:
+    """The profile whose build a GPU of compute capability `arch` runs (its cubins run there; the closest arch first),
+    else the profile of the closest arch."""
+    sm, all_ = cubins.sm_of(arch), list(profiles().values())
+    if not all_:
+        return None
+    runs = [p for p in all_ if cubins.runs_on(cubins.FatbinEntry("elf", cubins.sm_of(p.build_arch)), arch)]
+    return min(runs or all_, key=lambda p: (abs(cubins.sm_of(p.arch) - sm), p.key))
 
 
 def profile(key: str) -> GpuProfile:
@@ -103,7 +141,9 @@ def gpu_details() -> list[Gpu]:
 
 
 def profile_for_name(name: str) -> GpuProfile | None:
-    return next((p for p in profiles().values() if p.matches(name)), None)
+    """The profile whose `match` names this GPU most precisely (the longest match); None if none does."""
+    found = [p for p in profiles().values() if p.matches(name)]
+    return max(found, key=lambda p: p.match_length(name)) if found else None
 
 
 def select_profile(requested: str, gpus: list[Gpu], force: bool = False) -> GpuProfile | None:
@@ -113,10 +153,13 @@ def select_profile(requested: str, gpus: list[Gpu], force: bool = False) -> GpuP
         if not gpus:
             return None
         found = {g.name: profile_for_name(g.name) for g in gpus}
-        unknown = [n for n, p in found.items() if p is None]
-        if unknown:
-            raise UserError(f"no GPU profile for {', '.join(unknown)}; valid: {', '.join(profiles())} "
-                            "(name one with --gpu NAME --force to check against it anyway)")
+        unknown = next((g for g in gpus if found[g.name] is None), None)
+        if unknown is not None:
+            near = nearest_profile(unknown.compute_capability) if _is_arch(unknown.compute_capability) else None
+            hint = (f"nearest: {near.key} (sm {near.arch}); check against it with --gpu {near.key} --force"
+                    if near else "name one with --gpu NAME --force to check against it anyway")
+            raise UserError(f"no GPU profile for {unknown.name} (compute capability {unknown.compute_capability}); "
+                            f"{hint}; valid: {', '.join(profiles())}")
         keys = sorted({p.key for p in found.values()})
         if len(keys) > 1:
             raise UserError(f"GPUs of different kinds are visible ({', '.join(names)}); "
@@ -137,20 +180,26 @@ def select_profile(requested: str, gpus: list[Gpu], force: bool = False) -> GpuP
     return wanted
 
 
+def _is_arch(text: str) -> bool:
+    major, dot, minor = text.partition(".")
+    return bool(dot) and major.isdigit() and minor.isdigit() and len(minor) == 1
+
+
 def archs_for(targets: list[str]) -> list[str]:
-    """Build archs for --gpu values; 'auto' = the visible GPUs (several -> the union)."""
+    """Build archs for --gpu values (each profile's build_arch); 'auto' = the visible GPUs (several -> the union)."""
     archs: set[str] = set()
     for target in targets:
         if target != "auto":
-            archs.add(profile(target).arch)
+            archs.add(profile(target).build_arch)
             continue
         gpus = visible_gpus()
         if not gpus:
             if sys.stdin.isatty():
                 answer = input(f"no GPU visible; build for which GPU ({', '.join(profiles())})? ").strip()
-                archs.add(profile(answer).arch)
+                archs.add(profile(answer).build_arch)
                 continue
             raise UserError(f"no GPU visible for --gpu auto; name the target: --gpu {'|'.join(profiles())}")
-        for _name, cap in gpus:
-            archs.add(cap)
+        for name, cap in gpus:
+            known = profile_for_name(name)
+            archs.add(known.build_arch if known and known.arch == cap else cap)
     return sorted(archs, key=lambda a: float(a))

@@ -9,7 +9,7 @@ stack's files are also written at the top level. The conda part stays thin (pyth
 compiler, the CUDA toolkit only where PyPI has none); the `pip:` part is the lock, pin for pin.
 
 Every file of a group lists all the group's platforms: conda-lock parses each file for the union of
-the files' platforms anyway. A variant locked for fewer platforms (megatron: x86_64 only) marks its
+the files' platforms anyway. A variant locked for fewer platforms than its group's others marks its
 pins with conda-lock's platform selector (`# [linux64]`), so no other platform gets them.
 """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from verlenv import __version__, catalog, fsutil, wheelcache
+from verlenv import __version__, catalog, cubins, fsutil, wheelcache
 from verlenv.bundle import build_inputs as inputs, fetch, kernel_cache as kcache
 from verlenv.errors import UserError
 from verlenv.install import find_python
@@ -185,9 +185,10 @@ def _torch_version(lock: Path) -> str:
 
 
 def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: list[str],
-                 only: list[str] | None = None) -> list[Built]:
+                 only: list[str] | None = None, devices: list[str] | None = None) -> list[Built]:
     """The variant's source-built wheels (those named in `only`, else all) from the wheel cache; one line naming
-    the build for a missing one."""
+    the build for a missing one, or for one with no cubin that runs on one of `devices` (the target GPUs' compute
+    capabilities, by the arch-family rules)."""
     torch = _torch_version(lock)
     tag = "cp" + variant.stack.python.replace(".", "")
     out = []
@@ -201,8 +202,21 @@ def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: 
                             f"CUDA {variant.stack.cuda}, {tag}, archs {';'.join(archs)} in {wheelhouse}; make it with "
                             f"`verlenv build {build.name} --stack {variant.stack.name} --variant {variant.name} "
                             f"--archs '{';'.join(archs)}' --wheelhouse {wheelhouse}`, or pass --no-built")
+        if devices:
+            check_runs_on(hit, devices)
         out.append(hit)
     return out
+
+
+def check_runs_on(built: Built, devices: list[str]) -> None:
+    """Every CUDA object of the wheel holds a cubin that runs on each device (compute capability); else one line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        missing = cubins.missing_archs(cubins.wheel_shared_objects(built.wheel, Path(tmp)), devices)
+        if missing:
+            so, sms = next(iter(missing.items()))
+            raise UserError(f"{built.wheel.name} ({built.fingerprint}): {Path(so).name} has no cubin that runs on "
+                            f"sm_{', sm_'.join(map(str, sms))}; rebuild it for that GPU (verlenv build "
+                            f"{built.name} --gpu NAME) or leave it out (--without {built.name})")
 
 
 def build_sdist(f: fetch.RemoteFile, sdist: Path, python: str) -> Path:

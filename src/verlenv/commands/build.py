@@ -18,7 +18,8 @@ def register(sub) -> None:
                                      "against the env's torch")
     p.add_argument("packages", nargs="*", help="packages to build (default: every source build of the variant)")
     add_env_options(p, "interpreter of the env to build for (default: active env or .venv-<stack>-<variant>)")
-    p.add_argument("--gpu", action="append", help="target GPU: a100, h100, h200 or auto (repeat for a union)")
+    p.add_argument("--gpu", action="append",
+                   help=f"target GPU: {', '.join(gpus.profiles())} or auto (repeat for a union)")
     p.add_argument("--archs", help="explicit archs, e.g. '8.0;9.0' (overrides --gpu)")
     p.add_argument("--wheelhouse", type=Path, default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
                    help="wheel cache; a shared disk lets a cluster build once")
@@ -51,15 +52,21 @@ def _main(args) -> int:
     given = [args.source or (build_inputs.carried_source(bundle, manifest, recipe, variant) if bundle else None)
              for recipe in wanted]
     if args.if_gpu and args.archs is None and (args.gpu or ["auto"]) == ["auto"] and not gpus.visible_gpus():
-        print("verlenv build: no GPU visible, nothing built (name a target with --gpu a100|h100|h200)", file=sys.stderr)
+        print(f"verlenv build: no GPU visible, nothing built (name a target with --gpu {'|'.join(gpus.profiles())})",
+              file=sys.stderr)
         return 0
     toolkit = build_inputs.unpack_toolkit(bundle, manifest) if bundle and not os.environ.get("CUDA_HOME") else None
     archs = validate.archs(args.archs) if args.archs is not None else gpus.archs_for(args.gpu or ["auto"])
+    # The named GPUs' own compute capabilities: the wheel is checked for them too (a B300's 10.3 by its 10.0 build).
+    targets = [gpus.profile(g) for g in dict.fromkeys(args.gpu or []) if g != "auto"] if args.archs is None else []
     work = (cat.root / ".verlenv").resolve()
     results = []
     for package, recipe, source in zip(packages, wanted, given):
         result = build.build_one(cat.root, variant, package, python, archs, args.wheelhouse.resolve(), work,
-                                 args.jobs, args.threads, source, args.keep, toolkit)
+                                 args.jobs, args.threads, source, args.keep, toolkit, [t.arch for t in targets])
+        if recipe.gpu_code:
+            for line in build.verdicts(recipe.package, archs, targets, gpus.visible_gpus()):
+                print(f"  {line}", file=sys.stderr)
         if not args.no_install:
             build.install_wheel(python, result.wheel, recipe)
         results.append(result)

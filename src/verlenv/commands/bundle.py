@@ -31,8 +31,8 @@ def register(sub) -> None:
                    help="leave out this one source-built wheel, e.g. apex when the nodes build it themselves "
                         "(repeatable)")
     p.add_argument("--gpu", action="append",
-                   help="source-built wheels must cover this GPU: a100, h100, h200 (repeatable; default: the stack's "
-                        "gpu_archs)")
+                   help=f"source-built wheels must cover this GPU: {', '.join(gpus.profiles())} (repeatable; default: "
+                        "the stack's gpu_archs)")
     p.add_argument("--archs", help="source-built wheels must cover these archs, e.g. '8.0;9.0' (overrides --gpu)")
     p.add_argument("--wheelhouse", type=Path,
                    default=Path(os.environ.get("VERLENV_WHEELHOUSE", ".verlenv/wheelhouse")),
@@ -97,8 +97,15 @@ def _main(args) -> int:
         if not sources:
             print("note: --build-inputs: the bundle carries every source-built wheel; no source to carry",
                   file=sys.stderr)
+    targets = [gpus.profile(g) for g in dict.fromkeys(args.gpu or []) if g != "auto"] if not args.archs else []
+    for target in targets:
+        if target.machine != pins.MACHINES.get(args.platform):
+            there = next((p for p, m in pins.MACHINES.items() if m == target.machine), target.machine)
+            raise UserError(f"--gpu {target.key}: an {target.title} comes with {target.machine} CPUs, and this bundle "
+                            f"is for {args.platform}; give --platform {there}")
     archs = ([a.strip() for a in args.archs.split(";")] if args.archs
              else gpus.archs_for(args.gpu) if args.gpu else list(stack.gpu_archs))
+    devices = [t.arch for t in targets]
     built, notes = {}, {}
     for v in variants:
         wanted = [b for b in v.source_builds if b.name not in args.without]
@@ -109,7 +116,8 @@ def _main(args) -> int:
         else:
             left = sorted(b.name for b in v.source_builds if b.name in args.without)
             built[v.name] = [] if args.dry_run else make.built_wheels(v, locks[v.name], args.wheelhouse.absolute(),
-                                                                      archs, only=[b.name for b in wanted])
+                                                                      archs, only=[b.name for b in wanted],
+                                                                      devices=devices)
             notes[v.name] = "included" if not left else f"included but {', '.join(left)} (left out: --without)"
     out = args.out or cat.root / "bundles" / f"{stack.name}-{'+'.join(names)}.{args.platform}"
     manifest = make.make(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,

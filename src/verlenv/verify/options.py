@@ -6,6 +6,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field, fields
 
+from verlenv import gpus
 from verlenv.catalog import STACK_HELP, VARIANT_HELP
 from verlenv.errors import UserError
 
@@ -23,8 +24,8 @@ def _opt(default, help: str, *, flag: str | None = None, group: str | None = Non
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    gpu: str = _opt("auto", "GPU profile; auto = the visible GPU, or the static checks only when there is none",
-                    metavar="auto|a100|h100|h200")
+    gpu: str = _opt("auto", f"GPU profile ({', '.join(gpus.profiles())}; data/gpus.toml); auto = the visible GPU, or "
+                            "the static checks only when there is none", metavar="auto|PROFILE")
     force: bool = _opt(False, "use --gpu's profile even when that GPU is not the one present")
     stack: str | None = _opt(None, STACK_HELP)
     variant: str | None = _opt(None, VARIANT_HELP)

@@ -56,8 +56,12 @@ class ProfileError(ValueError):
 class Profile:
     def __init__(self, key: str, arch: str, fp8: bool, thresholds: dict, gpu_count: int | None = None,
                  variant: str = "fsdp", thorough: bool = False, rollout_tp: int = 1, actor_tp: int = 1,
-                 beside: tuple[str, ...] = (), trainer: dict | None = None):
+                 beside: tuple[str, ...] = (), trainer: dict | None = None, runs_cubins: tuple[str, ...] = ()):
         self.key, self.arch, self.fp8, self.thresholds = key, arch, fp8, thresholds
+        # The cubin names that run on this profile's GPU (verlenv's arch-family rules: sm_100 and sm_103a on a B300);
+        # by default the arch's own.
+        sm = arch.replace(".", "")
+        self.runs_cubins = tuple(runs_cubins) or (f"sm_{sm}", f"sm_{sm}a")
         # How many GPUs the run gives the script (None: all it sees), and the env's variant (a stacks.toml name).
         self.gpu_count, self.variant = gpu_count, variant
         # What verl's trainer check runs: the variant's actor and rollout rows (data/backends.toml), the env's
@@ -123,8 +127,11 @@ def parse_profile(text: str) -> Profile:
     trainer = data.get("trainer", {})
     if problem := trainer_problem(trainer):
         raise ProfileError(f"--profile trainer: {problem}")
+    runs_cubins = data.get("runs_cubins", [])
+    if not isinstance(runs_cubins, list) or not all(isinstance(c, str) for c in runs_cubins):
+        raise ProfileError(f"--profile runs_cubins must be a list of cubin names (sm_100...), not {runs_cubins!r}")
     return Profile(key, arch, fp8, thresholds, gpu_count, variant, thorough, sizes["rollout_tp"], sizes["actor_tp"],
-                   tuple(beside), trainer)
+                   tuple(beside), trainer, tuple(runs_cubins))
 
 
 # What the trainer check reads of each part of --profile's trainer (the rows verlenv hands over).

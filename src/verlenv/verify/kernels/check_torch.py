@@ -30,11 +30,15 @@ def check_arch(torch, profile):
                             f"but profile {profile.key!r} expects {profile.arch}: wrong GPU profile for this machine")
     wanted = "sm_" + profile.arch.replace(".", "")
     arch_list = torch.cuda.get_arch_list()
-    if wanted not in arch_list and wanted + "a" not in arch_list:  # sm_90a code runs on sm_90 devices too
-        problems.append(f"torch {torch.__version__} has no {wanted} kernels (built for {' '.join(arch_list)})")
+    # Code of the arch's family counts: torch 2.11's sm_100 cubins run on a B300 (sm_103), sm_120's on sm_121.
+    runs = [a for a in arch_list if a in profile.runs_cubins]
+    if not runs:
+        problems.append(f"torch {torch.__version__} has no kernels that run on {wanted} (built for "
+                        f"{' '.join(arch_list)})")
     for problem in problems:
         print(f"ERROR: {problem}", file=sys.stderr, flush=True)
-    return _common.verdict({"devices": torch.cuda.device_count()}, problems, f"{wanted} in {' '.join(arch_list)}")
+    return _common.verdict({"devices": torch.cuda.device_count()}, problems,
+                           f"{' '.join(runs) or 'nothing'} of {' '.join(arch_list)} runs on {wanted}")
 
 
 def check_matmul(torch, profile, n=4096):

@@ -417,8 +417,11 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
     if "auto_map" in original:  # every model_type the shrink knows is one transformers ships
         changed["auto_map"] = ["removed", f"transformers ships model_type {model_type}: the check builds its own "
                                           f"{archs[0]}"]
-    # verl's known failure with an architecture is the user's too: their config of it is reported with the same link.
-    known = next((f.known_issues for f in table_.families.values() if f.model_class == archs[0] and f.known_issues), ())
+    # verl's known failure with an architecture is the user's too: their config of it is reported with the same link;
+    # and what verl's config needs for it (gpt-oss's sinks: eager attention in the actor) it needs for theirs.
+    rows = [f for f in table_.families.values() if f.model_class == archs[0]]
+    known = next((f.known_issues for f in rows if f.known_issues), ())
+    overrides = next((dict(f.overrides) for f in rows if f.overrides), {})
     return Family(name=_label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
                   model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
-                  model_type=model_type, source=str(path), shrunk=changed, known_issues=known)
+                  model_type=model_type, source=str(path), shrunk=changed, known_issues=known, overrides=overrides)

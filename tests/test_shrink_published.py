@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
@@ -49,6 +48,11 @@ def text_of(f: families.Family) -> dict:
     return f.config.get("text_config", f.config)
 
 
+def text_of_published(name: str) -> dict:
+    values = published.as_published(name)
+    return values.get("text_config", values)
+
+
 def test_the_rules_were_written_from_four_configs_and_the_others_held_out():
     assert len(published.RULES_FROM) == 4 and set(published.RULES_FROM) <= set(NAMES)
     kinds = {published.PUBLISHED[n]["values"]["model_type"] for n in published.HELD_OUT}
@@ -60,7 +64,10 @@ def test_each_published_config_shrinks_to_the_checks_size(tmp_path, name):
     f = shrunk(tmp_path, name)
     text = text_of(f)
     assert f.model_class == published.PUBLISHED[name]["values"]["architectures"][0]
-    assert text["num_hidden_layers"] == 2 and text["max_position_embeddings"] == 512
+    assert text["num_hidden_layers"] == 2
+    # 512 positions, or the published length where a YaRN scaling is written for it (gpt-oss, DeepSeek-V2/V3).
+    yarn = (text.get("rope_scaling") or {}).get("original_max_position_embeddings")
+    assert text["max_position_embeddings"] == (text_of_published(name)["max_position_embeddings"] if yarn else 512)
     assert text["hidden_size"] <= 512 and text["num_attention_heads"] == 4
     for key in ("quantization_config", "auto_map", "torch_dtype"):
         assert key not in f.config
@@ -149,22 +156,16 @@ def test_held_out_configs_keep_their_features(tmp_path):
     assert (mixtral["num_local_experts"], mixtral["num_experts_per_tok"], mixtral["intermediate_size"]) == (8, 2, 128)
 
 
-def test_a_shrunk_config_takes_the_overrides_of_its_architectures_row(tmp_path):
-    """The table's row of an architecture says what verl's config needs for it; a user's config of the same
-    architecture needs the same (a test row, added by data alone)."""
-    row = """
-[families.gpt-oss-test]
-description = "gpt-oss"
-exercises = "sinks"
-config_class = "GptOssConfig"
-model_class = "GptOssForCausalLM"
-config = { hidden_size = 256 }
-overrides = { "+actor_rollout_ref.model.override_config.attn_implementation=eager" = "sinks: HF's eager path" }
-"""
-    table = families.parse(families.DATA, tomllib.loads(families.DATA.read_text() + row))
-    f = families.shrink(write(tmp_path, published.as_published("gpt-oss-20b")), table)
-    assert f.overrides == table.families["gpt-oss-test"].overrides
-    assert families.shrink(write(tmp_path, published.as_published("GLM-4.5")), table).overrides == {}
+def test_a_shrunk_config_takes_its_architecture_rows_overrides_and_fast_path_packages(tmp_path):
+    """The table's row of an architecture says what verl's config needs for it and which packages are its fast path;
+    a user's config of the same architecture needs the same."""
+    rows = families.table().families
+    gpt = shrunk(tmp_path, "gpt-oss-20b")
+    assert gpt.overrides == rows["gpt-oss"].overrides and any("attn_implementation=eager" in o for o in gpt.overrides)
+    nxt = shrunk(tmp_path, "Qwen3-Next-80B-A3B-Instruct")
+    assert nxt.needs == rows["qwen3-next"].needs and "causal-conv1d" in nxt.needs
+    glm = shrunk(tmp_path, "GLM-4.5")
+    assert glm.overrides == {} and glm.needs == ()
 
 
 BAD = [
@@ -294,12 +295,13 @@ def test_the_shrunk_window_changes_the_output_of_the_checks_shortest_prompt(trai
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["Qwen3.5-27B", "Qwen3-Next-80B-A3B-Instruct"])
-@pytest.mark.xfail(strict=True, reason="kernels/_models.py scales the final norm's weight to set the logits' spread; "
-                   "Qwen3.5's and Qwen3-Next's RMSNorm computes x * (1 + weight) from a weight of zeros, so the "
-                   "scale does nothing (logit std 0.32, not 2.0): the check's build_model must scale (1 + weight)")
-def test_the_checks_logit_scale_reaches_zero_centred_norms(trained, class_written, name):
-    assert model(trained, class_written, name)["logit_std"] == pytest.approx(2.0, rel=0.05)
+@pytest.mark.parametrize("name", NAMES)
+def test_each_shrunk_models_sampling_stays_stochastic(trained, class_written, name):
+    """The check's logit scaling reaches each shrunk model (Qwen3.5's and Qwen3-Next's zero-centred final norm, x * (1 +
+    weight), included), and its sampling is diverse enough for GRPO, as the table's rows must be."""
+    r = model(trained, class_written, name)
+    assert r["logit_std"] == pytest.approx(2.0, rel=0.05)
+    assert r["sampling"]["entropy_min"] > 2.0 and r["sampling"]["top_prob_max"] < 0.6, r["sampling"]
 
 
 @pytest.mark.slow
@@ -344,3 +346,46 @@ def test_a_bad_config_fails_verify_in_one_line_with_exit_2_before_anything_runs(
     assert proc.returncode == 2 and len(lines) == 1 and complaint in lines[0], proc.stderr[-2000:]
     assert lines[0].startswith("verlenv verify: --model-config ")
     assert not (tmp_path / "report.json").exists() and proc.stdout == ""  # nothing ran, nothing was reported
+
+
+# ---- the trainer check's own pipeline on shrunk published configs ----------------------------------------------
+
+PIPELINE = ["Qwen3.5-27B", "Qwen3-VL-8B-Instruct", "Qwen3-Next-80B-A3B-Instruct", "gpt-oss-20b", "DeepSeek-V3"]
+
+
+@pytest.fixture(scope="module")
+def pipeline(env_python, tmp_path_factory) -> dict:
+    """What the trainer check writes for a shrunk published config (tokenizer, model, processor, rows), loaded back
+    by verl's dataset, trained a step, and verl's Hydra config composed for it in each variant
+    (tests/data/trainer/families_in_env.py, the table's rows' own test program)."""
+    from verlenv import catalog
+    from verlenv.cluster.trainer import trainer_spec
+
+    if not has_modules(env_python, "verl", "hydra", "qwen_vl_utils"):
+        pytest.skip("the torch environment lacks verl, hydra or qwen_vl_utils")
+    out = tmp_path_factory.mktemp("pipeline")
+    fams = []
+    for name in PIPELINE:
+        (out / name).mkdir()
+        fams.append(families.shrink(write(out / name, published.as_published(name))))
+    cat = catalog.load(REPO / "stacks.toml")
+    tables = out / "tables.json"
+    tables.write_text(json.dumps({"specs": {v: trainer_spec(cat.variant("verl-0.9", v)) for v in ("fsdp", "megatron")},
+                                  "families": families.table().rows(fams)}))
+    proc = subprocess.run([env_python, str(REPO / "tests" / "data" / "trainer" / "families_in_env.py"), str(KERNELS),
+                           str(out / "out.json"), str(tables)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {name: json.loads((out / "out.json").read_text())[f.name] for name, f in zip(PIPELINE, fams)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PIPELINE)
+def test_the_checks_pipeline_takes_each_shrunk_config(pipeline, name):
+    r = pipeline[name]
+    assert r["loss"] > 0 and r["grad_nonzero"] == r["with_grad"] == r["params_total"], r
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(r["files"]) and r["rows"] == 16
+    assert r["rollout_tokenizer"]["error"] is None, r["rollout_tokenizer"]
+    for variant in ("fsdp", "megatron"):
+        assert r["composed"][variant]["rollout"] == "vllm"
+    if name in ("Qwen3.5-27B", "Qwen3-VL-8B-Instruct"):  # 16 px patches: a 56 px image is 3 x 3 patches or so
+        assert r["images_in_rows"] == r["rows"] and r["vision_grad"] > 0 and r["image_tokens"] > 0, r

@@ -293,6 +293,11 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
                 value = rules["text"]["num_attention_heads"]  # no GQA in the original: none in the shrunk one
             changed[f"{where}{key}"] = [config[key], value]
             config[key] = value
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if isinstance(rope, dict) and rope.get("original_max_position_embeddings"):
+        for key in rules.get("kept_for_scaled_rope", []):
+            if f"{where}{key}" in changed:  # YaRN's factor is written for the published length
+                config[key] = changed.pop(f"{where}{key}")[0]
     for key, bound in rules.get("at_most", {}).items():
         if isinstance(config.get(key), int) and config[key] > bound:
             changed[f"{where}{key}"] = [config[key], bound]
@@ -418,10 +423,13 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
         changed["auto_map"] = ["removed", f"transformers ships model_type {model_type}: the check builds its own "
                                           f"{archs[0]}"]
     # verl's known failure with an architecture is the user's too: their config of it is reported with the same link;
-    # and what verl's config needs for it (gpt-oss's sinks: eager attention in the actor) it needs for theirs.
+    # and what verl's config needs for it (gpt-oss's sinks: eager attention in the actor) and the packages of its fast
+    # path (a DeltaNet model's causal-conv1d) it needs for theirs.
     rows = [f for f in table_.families.values() if f.model_class == archs[0]]
     known = next((f.known_issues for f in rows if f.known_issues), ())
     overrides = next((dict(f.overrides) for f in rows if f.overrides), {})
+    needs = next((f.needs for f in rows if f.needs), ())
     return Family(name=_label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
                   model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
-                  model_type=model_type, source=str(path), shrunk=changed, known_issues=known, overrides=overrides)
+                  model_type=model_type, source=str(path), shrunk=changed, known_issues=known, overrides=overrides,
+                  needs=needs)

@@ -2,7 +2,8 @@
 row it is given built as the trainer check builds it (kernels/_models.py build_model: the config through
 AutoConfig.for_model, the model class by name, float32 on CPU), one forward and backward pass (an image family's
 with an image), and what the architecture's distinctive parts did: which module classes the model holds, which
-parameters got a gradient, and whether its sliding window changes the output of a sequence as short as the check's
+parameters got a gradient, how diverse its sampling is after the check's logit scaling, and whether its sliding
+window changes the output of a sequence as short as the check's
 shortest prompt.
 
 python shrunk_models_in_env.py KERNELS ROWS.json OUT.json
@@ -84,6 +85,7 @@ def window_matters(row: dict, model, length: int) -> bool | None:
 def train_step(row: dict, length: int) -> dict:
     model = _models.build_model(row, torch)
     logit_std = _models.logits(model, torch).std().item()
+    sampling = _models.sampling_stats(model, torch)
     window = window_matters(row, model, length)
     model.train()
     batch = inputs(model.config, row["inputs"] == "images")
@@ -93,6 +95,7 @@ def train_step(row: dict, length: int) -> dict:
     text = model.config.get_text_config()
     return {"loss": out.loss.item(), "params": sum(p.numel() for p in model.parameters()), "grads": grads,
             "modules": sorted({type(m).__name__ for m in model.modules()}), "logit_std": logit_std,
+            "sampling": sampling,
             "window_matters": window, "text_config": json.loads(text.to_json_string()),
             "attn_implementation": text._attn_implementation}
 

@@ -387,5 +387,5 @@ def test_the_checks_pipeline_takes_each_shrunk_config(pipeline, name):
     assert r["rollout_tokenizer"]["error"] is None, r["rollout_tokenizer"]
     for variant in ("fsdp", "megatron"):
         assert r["composed"][variant]["rollout"] == "vllm"
-    if name in ("Qwen3.5-27B", "Qwen3-VL-8B-Instruct"):  # 16 px patches: a 56 px image is 3 x 3 patches or so
+    if name in ("Qwen3.5-27B", "Qwen3-VL-8B-Instruct"):  # the processor of the model type, sized from its tower
         assert r["images_in_rows"] == r["rows"] and r["vision_grad"] > 0 and r["image_tokens"] > 0, r

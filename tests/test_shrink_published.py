@@ -198,6 +198,10 @@ def test_a_bad_size_in_a_vl_models_sub_configs_is_one_line(tmp_path):
     config["vision_config"]["depth"] = 2.5
     with pytest.raises(UserError, match=r"vision_config\.depth is 2\.5"):
         families.shrink(write(tmp_path, config))
+    config = published.as_published("Qwen3-VL-8B-Instruct")
+    config["vision_config"]["num_position_embeddings"] = 1 << 20
+    with pytest.raises(UserError, match=r"vision_config\.num_position_embeddings=1048576 is above 4096"):
+        families.shrink(write(tmp_path, config))
 
 
 # ---- in the default env: the class, the meta-device parameter count, one training step -------------------------

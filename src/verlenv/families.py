@@ -387,7 +387,7 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
         _check_sizes(text, _size_keys(rules), rules, "text_config.", path)
     if vision_rules is not None and isinstance(config.get("vision_config"), dict):
         sized = {k for k, v in vision_rules.get("set", {}).items() if isinstance(v, int)} | set(vision_rules.get(
-            "follow", {}))
+            "follow", {})) | set(rules.get("keep", {}))
         _check_sizes(config["vision_config"], sized, rules, "vision_config.", path)
     if vision_rules is not None and text is None:
         # Older VL configs keep the language model's keys at the top level.

@@ -217,7 +217,73 @@ def read_config(path: Path) -> dict:
     return data
 
 
+def _rules(shrink_rules: dict, model_type: str) -> dict:
+    """The [shrink] rules with those of [shrink.model.<model_type>] over them (a table of rules key by key)."""
+    rules = dict(shrink_rules)
+    for key, value in shrink_rules.get("model", {}).get(model_type, {}).items():
+        rules[key] = {**rules[key], **value} if isinstance(value, dict) and isinstance(rules.get(key), dict) else value
+    return rules
+
+
+def _size_keys(rules: dict) -> set[str]:
+    return set(rules["text"]) | set(rules.get("keep", {})) | set(rules.get("at_most", {})) | set(rules.get("ratio", {}))
+
+
+def _check_sizes(config: dict, keys, rules: dict, where: str, path: Path) -> None:
+    """Each size key the config has is a whole number above zero (at_most keys: zero too), a kept one within its
+    bound; null is a key the model does without (a sliding_window of None, DeepSeek-V2-Lite's q_lora_rank)."""
+    at_most, keep = rules.get("at_most", {}), rules.get("keep", {})
+    for key in sorted(keys):
+        value = config.get(key)
+        if value is None:
+            continue
+        low = 0 if key in at_most else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UserError(f"--model-config {path}: {where}{key} is {json.dumps(value)}; a size is a whole number "
+                            f"{'of 0 or more' if low == 0 else 'above 0'}")
+        if key in keep and value > keep[key]:
+            raise UserError(f"--model-config {path}: {where}{key}={value} is above {keep[key]}, the largest the shrink "
+                            f"keeps as published ({DATA.name} [shrink] keep): the model would not be tiny")
+
+
+def _layer_picks(config: dict, rules: dict, old_layers: int, layers: int) -> list[int]:
+    """Which of the original layers the shrunk model's layers are: the first ones, or for a model whose layers are
+    of several kinds (each_kind lists), the first layer of each kind and then the first others, in their order."""
+    for key in rules.get("each_kind", []):
+        kinds = config.get(key)
+        if isinstance(kinds, list) and len(kinds) == old_layers:
+            first = {kind: i for i, kind in reversed(list(enumerate(kinds)))}
+            picks = set(first.values())
+            picks |= set([i for i in range(old_layers) if i not in picks][:max(0, layers - len(picks))])
+            return sorted(picks)
+    return list(range(min(layers, old_layers)))
+
+
+def _interval_kinds(config: dict, rules: dict, old_layers: int) -> None:
+    """Layer kinds said by an interval key alone written out as layer_types, as transformers derives them."""
+    for key, spec in rules.get("interval", {}).items():
+        interval = config.get(key)
+        if isinstance(interval, int) and interval > 0 and not isinstance(config.get("layer_types"), list):
+            config["layer_types"] = [spec["kind"] if (i + 1) % interval == 0 else spec["other"]
+                                     for i in range(old_layers)]
+
+
+def _agree_intervals(config: dict, rules: dict, changed: dict, where: str) -> None:
+    """Each interval key set to the interval the shrunk layer_types follow (Qwen3.5's 4 -> 2 for [linear, full])."""
+    kinds = config.get("layer_types")
+    for key, spec in rules.get("interval", {}).items():
+        if key not in config or not isinstance(kinds, list):
+            continue
+        fits = [n for n in range(1, len(kinds) + 2)
+                if kinds == [spec["kind"] if (i + 1) % n == 0 else spec["other"] for i in range(len(kinds))]]
+        value = fits[0] if fits else None  # no interval says these kinds: layer_types does alone
+        if value != config[key]:
+            changed[f"{where}{key}"] = [config[key], value]
+            config[key] = value
+
+
 def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
+    original = dict(config)
     old_layers = config.get("num_hidden_layers")
     old_hidden, old_heads = config.get("hidden_size"), config.get("num_attention_heads")
     old_head_dim = config.get("head_dim") or (old_hidden // old_heads if old_hidden and old_heads else None)
@@ -227,8 +293,24 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
                 value = rules["text"]["num_attention_heads"]  # no GQA in the original: none in the shrunk one
             changed[f"{where}{key}"] = [config[key], value]
             config[key] = value
-    if "num_experts_per_tok" in config and "num_experts" in config:
-        config["num_experts_per_tok"] = min(config["num_experts_per_tok"], config["num_experts"])
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if isinstance(rope, dict) and rope.get("original_max_position_embeddings"):
+        for key in rules.get("kept_for_scaled_rope", []):
+            if f"{where}{key}" in changed:  # YaRN's factor is written for the published length
+                config[key] = changed.pop(f"{where}{key}")[0]
+    for key, bound in rules.get("at_most", {}).items():
+        if isinstance(config.get(key), int) and config[key] > bound:
+            changed[f"{where}{key}"] = [config[key], bound]
+            config[key] = bound
+    for key, base in rules.get("ratio", {}).items():
+        if config.get(key) and original.get(base) and config.get(base):
+            ratio = max(1, original[key] // original[base])
+            if config[key] != config[base] * ratio:
+                changed[f"{where}{key}"] = [config[key], config[base] * ratio]
+                config[key] = config[base] * ratio
+    for key in ("num_experts", "n_routed_experts", "num_local_experts"):
+        if "num_experts_per_tok" in config and isinstance(config.get(key), int):
+            config["num_experts_per_tok"] = min(config["num_experts_per_tok"], config[key])
     if not config.get("head_dim") and old_head_dim and rules.get("keep_head_dim"):
         # No head_dim key: the head is hidden/heads, so the hidden size follows the heads kept at the original head.
         hidden = config["num_attention_heads"] * old_head_dim
@@ -236,18 +318,28 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
             changed[f"{where}hidden_size"] = [old_hidden, hidden]
             config["hidden_size"] = hidden
     layers = config.get("num_hidden_layers")
+    if not (isinstance(old_layers, int) and layers):
+        return
+    _interval_kinds(config, rules, old_layers)
+    picks = _layer_picks(config, rules, old_layers, layers)
+    if len(picks) != layers:  # more kinds than layers kept: a layer of each
+        changed[f"{where}num_hidden_layers"] = [old_layers, len(picks)]
+        config["num_hidden_layers"] = layers = len(picks)
     for key in rules.get("per_layer", []):
-        if isinstance(config.get(key), list) and old_layers and layers:
-            changed[f"{where}{key}"] = [len(config[key]), layers]
-            config[key] = config[key][:layers]
+        if isinstance(config.get(key), list):
+            kept = [config[key][i] for i in picks] if len(config[key]) == old_layers else config[key][:layers]
+            changed[f"{where}{key}"] = [len(config[key]) if key in original else
+                                        "from " + ", ".join(k for k in rules.get("interval", {}) if k in config), kept]
+            config[key] = kept
     for key in rules.get("layer_indexes", []):
-        if isinstance(config.get(key), list) and layers:
-            config[key] = [i for i in config[key] if isinstance(i, int) and i < layers]
+        if isinstance(config.get(key), list):
+            config[key] = [picks.index(i) for i in config[key] if i in picks]
+    _agree_intervals(config, rules, changed, where)
 
 
 def _known_keys(rules: dict) -> set[str]:
-    """Every key the rules set, scale, follow or name as not a size."""
-    known = set(rules["text"]) | {"head_dim"} | set(rules.get("not_sizes", []))
+    """Every key the rules set, scale, keep, follow or name as not a size."""
+    known = _size_keys(rules) | {"head_dim"} | set(rules.get("not_sizes", [])) | set(rules.get("interval", {}))
     for vision in rules.get("vision", {}).values():
         known |= set(vision.get("set", {})) | set(vision.get("follow", {}))
     return known
@@ -283,12 +375,20 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
                         f"{', '.join(rules['model_types'])} ({table_.path.name} [shrink])")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         raise UserError(f"--model-config {path}: no architectures list; it names the model class to build")
-    if "auto_map" in original:
-        raise UserError(f"--model-config {path}: its model is remote code (auto_map); the check builds only "
-                        "architectures transformers ships")
+    rules = _rules(rules, model_type)
+    # What a tiny random bf16 model does without: quantized weights' format, remote code, the hub's bookkeeping.
+    for key in ("auto_map", "quantization_config", "_name_or_path", "transformers_version", "torch_dtype", "dtype"):
+        config.pop(key, None)
     vision_rules = rules.get("vision", {}).get(model_type)
     changed: dict = {}
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    _check_sizes(config, _size_keys(rules), rules, "", path)
+    if text is not None:
+        _check_sizes(text, _size_keys(rules), rules, "text_config.", path)
+    if vision_rules is not None and isinstance(config.get("vision_config"), dict):
+        sized = {k for k, v in vision_rules.get("set", {}).items() if isinstance(v, int)} | set(vision_rules.get(
+            "follow", {})) | set(rules.get("keep", {}))
+        _check_sizes(config["vision_config"], sized, rules, "vision_config.", path)
     if vision_rules is not None and text is None:
         # Older VL configs keep the language model's keys at the top level.
         _shrink_text(config, rules, changed, "")
@@ -317,12 +417,19 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
     if problems := _too_big(config, rules) + (_too_big(text, rules, "text_config.") if text is not config else []):
         raise UserError(f"--model-config {path}: does not know how to shrink {', '.join(problems[:3])} "
                         f"(not a size key of {table_.path.name} [shrink])")
-    for key in ("auto_map", "quantization_config", "_name_or_path", "transformers_version", "torch_dtype", "dtype"):
-        config.pop(key, None)
     if "quantization_config" in original:
         changed["quantization_config"] = ["removed", "the check trains bf16 weights"]
-    # verl's known failure with an architecture is the user's too: their config of it is reported with the same link.
-    known = next((f.known_issues for f in table_.families.values() if f.model_class == archs[0] and f.known_issues), ())
+    if "auto_map" in original:  # every model_type the shrink knows is one transformers ships
+        changed["auto_map"] = ["removed", f"transformers ships model_type {model_type}: the check builds its own "
+                                          f"{archs[0]}"]
+    # verl's known failure with an architecture is the user's too: their config of it is reported with the same link;
+    # and what verl's config needs for it (gpt-oss's sinks: eager attention in the actor) and the packages of its fast
+    # path (a DeltaNet model's causal-conv1d) it needs for theirs.
+    rows = [f for f in table_.families.values() if f.model_class == archs[0]]
+    known = next((f.known_issues for f in rows if f.known_issues), ())
+    overrides = next((dict(f.overrides) for f in rows if f.overrides), {})
+    needs = next((f.needs for f in rows if f.needs), ())
     return Family(name=_label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
                   model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
-                  model_type=model_type, source=str(path), shrunk=changed, known_issues=known)
+                  model_type=model_type, source=str(path), shrunk=changed, known_issues=known, overrides=overrides,
+                  needs=needs)

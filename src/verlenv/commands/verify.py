@@ -75,7 +75,15 @@ def checked(options: VerifyOptions, cat: catalog.Catalog) -> tuple[catalog.Varia
         raise UserError(f"--actor-tp {options.actor_tp}: verl's {actor.name} actor of the {variant.name} variant is "
                         "not tensor-parallel" + (f"; a variant whose actor is takes it (--variant "
                                                  f"{' or '.join(parallel)})" if parallel else ""))
-    return variant, runner.family_rows(options)
+    rows = runner.family_rows(options)
+    shrunk = [row for row in rows if row["source"] != "families.toml"]  # the --model-config ones
+    if shrunk:  # built in the env on the meta device: its class exists there and the model is tiny
+        from verlenv import families
+        from verlenv.verify import model_probe
+
+        python = validate.python3(options.python or default_python(variant, cat.root, "verify"))
+        model_probe.check(python, shrunk, families.table().shrink["max_params"])
+    return variant, rows
 
 
 def handle(args) -> int:

@@ -1,0 +1,60 @@
+"""Run by the env's own python before `verify --model-config` runs anything: each shrunk config (a family row, read as
+JSON from stdin) built as the trainer check builds it (_models.build_config: AutoConfig.for_model of its model_type),
+its model class looked up in the env's transformers, and the model made on the meta device (no memory, no weights) to
+count its parameters. Prints one JSON list: per row, its name and either its parameter count or the error, one line.
+"""
+
+import importlib
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _models  # noqa: E402
+
+
+def classes_of(transformers, model_type: str) -> list[str]:
+    """The model classes transformers ships for a model_type that a config.json's architectures may name."""
+    try:
+        module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    except ImportError:
+        return []
+    return sorted(n for n in getattr(module, "__all__", []) if n.endswith(("ForCausalLM", "ForConditionalGeneration")))
+
+
+def probe(row: dict, torch, transformers) -> dict:
+    name, version = row["model_class"], transformers.__version__
+    out = {"name": row["name"]}
+    cls = getattr(transformers, name, None)
+    if not isinstance(cls, type):
+        valid = ", ".join(classes_of(transformers, row["model_type"])) or "none"
+        return {**out, "error": f"architectures names {name}, which transformers {version} of the env does not have "
+                                f"(its {row['model_type']} classes: {valid})"}
+    try:
+        config = _models.build_config(row)
+    except Exception as e:  # transformers' own validation of the shrunk config, in its words
+        return {**out, "error": f"transformers {version} refuses the shrunk config: {type(e).__name__}: "
+                                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+    if cls.config_class is not None and not isinstance(config, cls.config_class):
+        return {**out, "error": f"architectures names {name}, a model of {cls.config_class.__name__}, not of "
+                                f"model_type {row['model_type']} ({type(config).__name__})"}
+    try:
+        with torch.device("meta"):
+            model = cls(config)
+    except Exception as e:
+        return {**out, "error": f"transformers {version} cannot build {name} from the shrunk config: "
+                                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+    return {**out, "params": sum(p.numel() for p in model.parameters())}
+
+
+def main() -> None:
+    rows = json.load(sys.stdin)
+    import torch
+    import transformers
+
+    print(json.dumps([probe(row, torch, transformers) for row in rows]))
+
+
+if __name__ == "__main__":
+    main()

@@ -24,9 +24,14 @@ def test_the_committed_reports_give_the_llama_column():
     assert cell(data, "verl-0.7", "fsdp", "fast", "llama")["status"] == "pass"  # visit C, with its built flash-attn
     assert cell(data, "verl-0.7", "megatron", "fast", "llama") == {"status": "not run"}
     assert set(families.table().names()) <= set(data["families"])
-    # Every family of the table has trained in verl-0.9's fsdp env (visit E, H200), Qwen2.5-VL included.
-    assert {f: cell(data, "verl-0.9", "fsdp", "fast", f)["status"] for f in families.table().names()} == dict.fromkeys(
-        families.table().names(), "pass")
+    # The five families of visit E (H200) trained in verl-0.9's fsdp env, Qwen2.5-VL included; the seven 2026 rows have
+    # no GPU report yet (visit J ran out of device time), and the matrix says so rather than guess.
+    proven = ("llama", "qwen2", "qwen3", "qwen3-moe", "qwen2.5-vl")
+    assert {f: cell(data, "verl-0.9", "fsdp", "fast", f)["status"] for f in proven} == dict.fromkeys(proven, "pass")
+    unproven = [f for f in families.table().names() if f not in proven]
+    assert len(unproven) >= 7
+    assert {f: cell(data, "verl-0.9", "fsdp", "fast", f)["status"] for f in unproven} == dict.fromkeys(unproven,
+                                                                                                       "not run")
     # Megatron (visit F, H200): the text families pass; Qwen2.5-VL's failure, counted by its report, is recognised since
     # as Megatron-Bridge's (the family table's megatron known issue), with its link.
     text = ("llama", "qwen2", "qwen3", "qwen3-moe")

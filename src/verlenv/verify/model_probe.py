@@ -1,6 +1,6 @@
 """A shrunk --model-config checked in the env before anything runs: its class exists in the env's transformers and
 the model built from it is tiny. The tool's own venv has no transformers, so the env's python builds it on the meta
-device (kernels/probe_shrunk_models.py): the config code the trainer check runs, so what passes here builds there."""
+device (kernels/_probe_shrunk_models.py): the config code the trainer check runs, so what passes here builds there."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from verlenv.errors import UserError
 
-PROBE = Path(__file__).with_name("kernels") / "probe_shrunk_models.py"
+PROBE = Path(__file__).with_name("kernels") / "_probe_shrunk_models.py"
 TIMEOUT_S = 300  # importing torch and transformers on a loaded machine; the build itself is on the meta device
 
 

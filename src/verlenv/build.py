@@ -107,6 +107,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     if wanted is None:
         names = ", ".join(b.name for b in variant.source_builds)
         raise UserError(f"{variant.key} does not build {package} from source; it builds: {names}")
+    built_archs = recipe.archs_built(archs) if recipe.gpu_code else []  # host-only code: one build serves all archs
     exact_minor_for = recipe.package if recipe.nvcc_match == "exact" else None  # its build refuses another minor
     info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for, toolkit=toolkit)
     print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
@@ -115,9 +116,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     if tc.warning:
         print(f"  warning: {tc.warning}", file=sys.stderr)
     version = recipe.source.version_for(wanted.version)
-    # Host-only code is the same binary for every GPU: one build serves all archs.
-    inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info,
-                                archs if recipe.gpu_code else [], tc.nvcc_version)
+    inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info, built_archs, tc.nvcc_version)
     fp = wheelcache.fingerprint(inputs)
     try:
         hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
@@ -159,7 +158,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         env = {**os.environ, **tc.env, **recipe.env, recipe.jobs_variable: str(jobs)}
         # The env's own tools (ninja, cmake) as if it were activated; the toolchain's nvcc stays first.
         env["PATH"] = f"{tc.cuda_home}/bin:{Path(python).parent}:{env['PATH']}"
-        if recipe.gpu_code:
+        if recipe.gpu_code and recipe.arch_variable:
             env[recipe.arch_variable] = recipe.arch_value(archs)
         if recipe.threads_variable:
             env[recipe.threads_variable] = str(threads)

@@ -76,7 +76,8 @@ def test_causal_conv1d_compiles_its_own_fixed_arch_list_and_never_downloads():
     ('kind = "svn"', "source.kind is 'svn'; valid: pypi-sdist, git, local-dir"),
     ('arch_format = "sm"', "build.arch_format is 'sm'; valid: nodot, dotted"),
     ("drop arch_variable", "missing key build.arch_variable (or build.fixed_archs, or set build.gpu_code = false)"),
-    ('fixed_archs = ["9.0"]', "build.arch_variable and build.fixed_archs exclude each other; keep the one setup.py reads"),
+    ('fixed_archs = ["9.0"]',
+     "build.arch_variable and build.fixed_archs exclude each other; keep the one setup.py reads"),
     ("drop tree_sha256", "missing key source.tree_sha256"),
     ('nvcc_match = "minor"', "build.nvcc_match is 'minor'; valid: major, exact"),
     ('paths = ["src"]', "source.paths is for git sources only (it names what `git archive` exports)"),
@@ -135,7 +136,8 @@ def test_a_package_the_variant_does_not_build_is_refused(tmp_path):
     r = verlenv_build(REPO, "apex", "--variant", "fsdp", "--python", sys.executable, "--archs", "9.0",
                       "--wheelhouse", str(wheelhouse))
     line = refused(r)
-    assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn, causal-conv1d", line), line
+    assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn, causal-conv1d",
+                        line), line
     assert not wheelhouse.exists()
 
 

@@ -110,8 +110,9 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     built_archs = recipe.archs_built(archs) if recipe.gpu_code else []  # host-only code: one build serves all archs
     exact_minor_for = recipe.package if recipe.nvcc_match == "exact" else None  # its build refuses another minor
     info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for, toolkit=toolkit)
+    fixed = f" (its setup.py compiles {';'.join(built_archs)})" if recipe.fixed_archs else ""
     print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
-          f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}", file=sys.stderr)
+          f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}{fixed}", file=sys.stderr)
     print(f"  toolchain: {tc.describe()}", file=sys.stderr)
     if tc.warning:
         print(f"  warning: {tc.warning}", file=sys.stderr)

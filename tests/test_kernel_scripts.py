@@ -49,7 +49,7 @@ FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
 # The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
-HELPERS = ("_common", "_engines", "_models", "_phases")
+HELPERS = ("_common", "_engines", "_models", "_phases", "_kernel_paths")
 
 
 def load(name: str):

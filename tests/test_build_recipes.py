@@ -100,10 +100,26 @@ def test_a_build_for_a_blackwell_gpu_says_it_never_ran_there():
     assert builder.verdicts("flash-attn", ["10.0"], [b200], [("NVIDIA B200", "10.0")]) == []
 
 
+def test_causal_conv1d_compiles_its_own_fixed_arch_list_and_never_downloads():
+    """causal-conv1d 1.7.0's setup.py passes its own -gencode list (torch then ignores TORCH_CUDA_ARCH_LIST): the recipe
+    names that list, a requested arch outside it is one line, and one build (fingerprinted on the list) serves all."""
+    conv = recipes.load(REPO, "causal-conv1d")
+    assert conv.gpu_code and conv.arch_variable is None and conv.threads_variable is None
+    assert conv.env["CAUSAL_CONV1D_FORCE_BUILD"] == "TRUE" and conv.extension_modules == ("causal_conv1d_cuda",)
+    assert conv.archs_built(["9.0"]) == conv.archs_built(["8.0", "9.0"]) == list(conv.fixed_archs)
+    assert {"8.0", "9.0", "10.0", "12.0"} <= set(conv.fixed_archs)
+    with pytest.raises(UserError, match=r"^causal-conv1d cannot be built for 8\.6: its setup.py compiles a fixed list"):
+        conv.archs_built(["8.0", "8.6"])
+    flash = recipes.load(REPO, "flash-attn")
+    assert flash.archs_built(["9.0"]) == ["9.0"]
+
+
 @pytest.mark.parametrize("bad, message", [
     ('kind = "svn"', "source.kind is 'svn'; valid: pypi-sdist, git, local-dir"),
     ('arch_format = "sm"', "build.arch_format is 'sm'; valid: nodot, dotted"),
-    ("drop arch_variable", "missing key build.arch_variable (or set build.gpu_code = false)"),
+    ("drop arch_variable", "missing key build.arch_variable (or build.fixed_archs, or set build.gpu_code = false)"),
+    ('fixed_archs = ["9.0"]',
+     "build.arch_variable and build.fixed_archs exclude each other; keep the one setup.py reads"),
     ("drop tree_sha256", "missing key source.tree_sha256"),
     ('nvcc_match = "minor"', "build.nvcc_match is 'minor'; valid: major, exact"),
     ('paths = ["src"]', "source.paths is for git sources only (it names what `git archive` exports)"),
@@ -118,7 +134,7 @@ def test_a_malformed_recipe_is_refused_in_one_line(tmp_path, bad, message):
         text = text.replace('kind = "local-dir"', bad)
     elif bad.startswith("paths"):
         text = text.replace('kind = "local-dir"', f'kind = "local-dir"\n{bad}')
-    elif bad.startswith("nvcc_match"):
+    elif bad.startswith(("nvcc_match", "fixed_archs")):
         text = text.replace('arch_format = "dotted"', f'arch_format = "dotted"\n{bad}')
     else:
         text = text.replace('arch_format = "dotted"', bad)
@@ -162,7 +178,8 @@ def test_a_package_the_variant_does_not_build_is_refused(tmp_path):
     r = verlenv_build(REPO, "apex", "--variant", "fsdp", "--python", sys.executable, "--archs", "9.0",
                       "--wheelhouse", str(wheelhouse))
     line = refused(r)
-    assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn", line), line
+    assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn, causal-conv1d",
+                        line), line
     assert not wheelhouse.exists()
 
 

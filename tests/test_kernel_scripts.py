@@ -31,6 +31,8 @@ PROFILE = json.dumps({"key": "h100", "arch": "9.0", "fp8": True, "thresholds": {
 NOT_INSTALLED = {
     "torch": "torch not installed",
     "flash_attn": "flash-attn not installed",
+    "gated_delta_rule": "flash-linear-attention not installed",
+    "causal_conv1d": "causal-conv1d not installed",
     "apex": "NVIDIA apex not installed",
     "transformer_engine": "transformer-engine not installed",
     "megatron_core": "megatron-core not installed",
@@ -42,12 +44,12 @@ NOT_INSTALLED = {
     "verl_trainer": "verl not installed",
 }
 # The package a script's results are filed under, where it is not the script's name.
-PACKAGE_OF = {"verl_trainer": "verl"}
+PACKAGE_OF = {"verl_trainer": "verl", "gated_delta_rule": "flash-linear-attention"}
 FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
 # The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
-HELPERS = ("_common", "_engines", "_models", "_phases")
+HELPERS = ("_common", "_engines", "_models", "_phases", "_kernel_paths")
 
 
 def load(name: str):

@@ -41,7 +41,7 @@ def test_resolver_input_has_source_builds_but_no_git_urls():
     flags = lock.uv_flags(megatron)
     assert flags[flags.index("--exclude-newer") + 1] == megatron.stack.exclude_newer
     no_emit = [flags[i + 1] for i, f in enumerate(flags) if f == "--no-emit-package"]
-    assert no_emit == ["flash-attn", "transformer-engine-torch"]
+    assert no_emit == ["causal-conv1d", "flash-attn", "transformer-engine-torch"]
     assert "--exclude-newer-package" not in flags
 
 

@@ -173,8 +173,9 @@ def test_the_packaged_scripts_accept_the_profile_verify_sends():
     """Contract: every packaged script takes the profile from gpus.toml and answers with valid results
     (here, without torch: each says its package is not installed)."""
     found = runner.scripts(runner.KERNELS_DIR)
-    assert [runner.package_of(p) for p in found] == ["torch", "triton", "flash-attn", "apex", "transformer-engine",
-                                                      "megatron-core", "vllm", "sglang", "nccl", "verl", "verl"]
+    assert [runner.package_of(p) for p in found] == ["torch", "triton", "flash-attn", "flash-linear-attention",
+                                                      "causal-conv1d", "apex", "transformer-engine", "megatron-core",
+                                                      "vllm", "sglang", "nccl", "verl", "verl"]
     scope = runner.Scope(packages.table().required("megatron", "vllm"))
     for profile in gpus.profiles().values():
         for script in found:

@@ -114,17 +114,17 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         raise UserError(f"{recipe.package} compiles for {', '.join(cubins.compiles_for(recipe.package))} only "
                         f"(data/gpu_code.toml [compiles]), not {', '.join(unsupported)}; a later minor of the same "
                         f"major runs the build of its major's arch (10.3 runs 10.0, 12.1 runs 12.0)")
+    built_archs = recipe.archs_built(archs) if recipe.gpu_code else []  # host-only code: one build serves all archs
     exact_minor_for = recipe.package if recipe.nvcc_match == "exact" else None  # its build refuses another minor
     info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for, toolkit=toolkit)
+    fixed = f" (its setup.py compiles {';'.join(built_archs)})" if recipe.fixed_archs else ""
     print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
-          f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}", file=sys.stderr)
+          f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}{fixed}", file=sys.stderr)
     print(f"  toolchain: {tc.describe()}", file=sys.stderr)
     if tc.warning:
         print(f"  warning: {tc.warning}", file=sys.stderr)
     version = recipe.source.version_for(wanted.version)
-    # Host-only code is the same binary for every GPU: one build serves all archs.
-    inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info,
-                                archs if recipe.gpu_code else [], tc.nvcc_version)
+    inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info, built_archs, tc.nvcc_version)
     fp = wheelcache.fingerprint(inputs)
     try:
         hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
@@ -166,7 +166,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
         env = {**os.environ, **tc.env, **recipe.env, recipe.jobs_variable: str(jobs)}
         # The env's own tools (ninja, cmake) as if it were activated; the toolchain's nvcc stays first.
         env["PATH"] = f"{tc.cuda_home}/bin:{Path(python).parent}:{env['PATH']}"
-        if recipe.gpu_code:
+        if recipe.gpu_code and recipe.arch_variable:
             env[recipe.arch_variable] = recipe.arch_value(archs)
         if recipe.threads_variable:
             env[recipe.threads_variable] = str(threads)

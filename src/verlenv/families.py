@@ -39,9 +39,12 @@ class Family:
     # Upstream failures verl has with this family: url, fix, summary, signature (a regex of its output), and the
     # variants they happen in (none named: every variant).
     known_issues: tuple[dict, ...] = ()
-    # The packages whose kernels are this family's fast path (families.toml `needs`): without one, transformers or
-    # vLLM falls back to a slower torch path, which verify reports.
-    needs: tuple[str, ...] = ()
+    # The fast kernel packages (rows of packages.toml) it trains on, each with what runs slowly without it
+    # ("its gated-DeltaNet short convolution on torch's path"); verify says so when one is missing.
+    needs: dict[str, str] = field(default_factory=dict)
+    # The kind of attention vLLM runs it with (a kind of data/kernel_paths.toml: "mla", "sinks"): the trainer check
+    # expects the backend vLLM picks for it on the GPU.
+    attention: str | None = None
 
     def known_failure(self, texts, variant: str) -> dict | None:
         """The known issue of this family in `variant` whose signature one of `texts` shows, or None. The trainer
@@ -62,7 +65,7 @@ class Family:
                 "overrides": list(self.overrides), "logit_std": defaults["logit_std"],
                 "embedding_scale": defaults["embedding_scale"], "source": self.source,
                 "shrunk": self.shrunk, "known_issues": [dict(i) for i in self.known_issues],
-                "needs": list(self.needs)}
+                "needs": dict(self.needs), "attention": self.attention}
 
 
 @dataclass(frozen=True)
@@ -102,10 +105,10 @@ def _text(row: dict, key: str, where: str, path: Path, default: str | None = Non
     return value
 
 
-def _reasons(row: dict, key: str, where: str, path: Path) -> dict[str, str]:
+def _reasons(row: dict, key: str, where: str, path: Path, shape: str = "override = reason") -> dict[str, str]:
     value = row.get(key, {})
     if not isinstance(value, dict) or not all(isinstance(v, str) and v.strip() for v in value.values()):
-        raise UserError(f"{path}: {where}.{key} must be a table of override = reason")
+        raise UserError(f"{path}: {where}.{key} must be a table of {shape}")
     return dict(value)
 
 
@@ -152,7 +155,7 @@ def parse(path: Path, data: dict) -> Table:
         if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", name) or name == ALL:
             raise UserError(f"{path}: {where}: a family's name is lowercase letters, digits, '.' and '-', not {ALL!r}")
         known = {"description", "exercises", "config_class", "model_class", "inputs", "config", "token_ids",
-                 "overrides", "known_issue", "needs"}
+                 "overrides", "known_issue", "needs", "attention"}
         if unknown := sorted(set(row) - known):
             raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(known))}")
         inputs = _text(row, "inputs", where, path, "text")
@@ -162,15 +165,14 @@ def parse(path: Path, data: dict) -> Table:
         token_ids = row.get("token_ids", {})
         if not isinstance(config, dict) or not isinstance(token_ids, dict):
             raise UserError(f"{path}: {where}.config and .token_ids must be tables")
-        needs = row.get("needs", [])
-        if not isinstance(needs, list) or not all(isinstance(n, str) and n for n in needs):
-            raise UserError(f"{path}: {where}.needs must be a list of package names")
         families[name] = Family(name=name, description=_text(row, "description", where, path),
                                 exercises=_text(row, "exercises", where, path),
                                 model_class=_text(row, "model_class", where, path), inputs=inputs, config=config,
                                 config_class=_text(row, "config_class", where, path), token_ids=dict(token_ids),
                                 overrides=_reasons(row, "overrides", where, path),
-                                known_issues=_known_issues(row, where, path), needs=tuple(needs))
+                                known_issues=_known_issues(row, where, path),
+                                needs=_reasons(row, "needs", where, path, "package = what runs slowly without it"),
+                                attention=_text(row, "attention", where, path) if "attention" in row else None)
     if not families:
         raise UserError(f"{path}: no [families.<name>] rows")
     fast = defaults.get("fast", [])

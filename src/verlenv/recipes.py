@@ -40,11 +40,23 @@ class Recipe:
     site_paths: dict[str, tuple[str, ...]]
     pip_args: tuple[str, ...]
     nvcc_match: str = "major"
+    # The archs setup.py always compiles, for a package whose setup.py has no arch knob (causal-conv1d): the requested
+    # archs must be among them, and one build serves every request.
+    fixed_archs: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
         """The recipe's own content is part of the build fingerprint."""
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+    def archs_built(self, archs: list[str]) -> list[str]:
+        """The archs a build compiles for `archs`: its fixed list, which must hold them all, or `archs` themselves."""
+        if not self.fixed_archs:
+            return archs
+        if missing := [a for a in archs if a not in self.fixed_archs]:
+            raise UserError(f"{self.package} cannot be built for {';'.join(missing)}: its setup.py compiles a fixed "
+                            f"list ({';'.join(self.fixed_archs)}, {self.path})")
+        return list(self.fixed_archs)
 
     def arch_value(self, archs: list[str]) -> str:
         return ";".join(a.replace(".", "") if self.arch_format == "nodot" else a for a in archs)
@@ -92,6 +104,7 @@ def load(root: Path, package: str) -> Recipe:
             site_paths={k: tuple(v) for k, v in build.get("site_paths", {}).items()},
             pip_args=tuple(build.get("pip_args", [])),
             nvcc_match=build.get("nvcc_match", "major"),
+            fixed_archs=tuple(str(a) for a in build.get("fixed_archs", [])),
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None
@@ -99,8 +112,12 @@ def load(root: Path, package: str) -> Recipe:
         # A value of another type than the recipe format's (a table for a string, a word for a number).
         raise UserError(f"{path}: malformed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                         f"compare it with recipes/flash-attn/recipe.toml") from None
-    if recipe.gpu_code and not recipe.arch_variable:
-        raise UserError(f"{path}: missing key build.arch_variable (or set build.gpu_code = false)")
+    if recipe.gpu_code and not recipe.arch_variable and not recipe.fixed_archs:
+        raise UserError(f"{path}: missing key build.arch_variable (or build.fixed_archs, or set build.gpu_code = "
+                        "false)")
+    if recipe.arch_variable and recipe.fixed_archs:
+        raise UserError(f"{path}: build.arch_variable and build.fixed_archs exclude each other; keep the one setup.py "
+                        "reads")
     if recipe.arch_format not in ARCH_FORMATS:
         raise UserError(f"{path}: build.arch_format is {recipe.arch_format!r}; valid: {', '.join(ARCH_FORMATS)}")
     if recipe.nvcc_match not in NVCC_MATCHES:

@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 from verlenv import backends, catalog, families, gpus, packages
 from verlenv.doctor import facts as facts_mod
 from verlenv.errors import UserError
-from verlenv.verify import static
+from verlenv.verify import kernel_paths, static
 from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST, STATUSES, CheckResult
 from verlenv.verify.static import Scope
@@ -99,13 +99,16 @@ class Settings:
         memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
         parallel = 1 if self.thorough else max(1, min(len(self.families), int(memory // TRAINER_GIB)))
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
-                "overrides": dict(self.variant.trainer_overrides), "families": self.families, "parallel": parallel}
+                "overrides": dict(self.variant.trainer_overrides), "families": self.families, "parallel": parallel,
+                # The fallback lines and attention backends the check reads its run's output with (_kernel_paths.py).
+                "kernel_paths": kernel_paths.table()}
 
 
 def family_rows(o: VerifyOptions) -> list[dict]:
     """The families a run trains, as rows: --family (or the defaults of the mode), and each --model-config shrunk;
     the table's defaults only when neither was given."""
     table = families.table()
+    kernel_paths.check_rows(table)  # each row's needs and attention kind name rows of their tables
     chosen = table.select(list(o.family), o.thorough) if o.family or not o.model_config else []
     shrunk = [families.shrink(Path(path), table) for path in o.model_config]
     names = [f.name for f in chosen + shrunk]
@@ -213,6 +216,9 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
     pins = _pins(s)
     if whole_env:
         results.append(_lock_result(s, installed, pins))
+        # A family this run trains whose fast kernels are missing would train on a slow path: say so, in words.
+        provided = frozenset(pins) | frozenset(b.name for b in s.variant.source_builds)
+        results += kernel_paths.check_family_kernels(s.families, installed, provided, unbuilt_ok, families.table())
     intact = packages.table().intact()
     protected = [n for n, pkg in intact.items() if scope.wants(pkg) and (n in installed or n in pins)]
     object_dists = [d for p in packages.table().packages.values() if scope.wants(p.name) for d, _ in p.objects]

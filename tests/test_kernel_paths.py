@@ -210,3 +210,24 @@ def test_a_rollout_on_another_backend_is_said_in_words():
     assert "logged no attention backend" in paths.backend_problem(family, TABLE, "9.0", ["no vLLM here"])
     assert paths.backend_problem(family, TABLE, "12.0", []) is None  # the table was not read for Blackwell
     assert paths.backend_problem({"name": "llama", "config": {}}, TABLE, "9.0", []) is None
+
+
+def test_the_trainer_check_fails_a_family_run_on_its_slow_path_or_another_backend():
+    """check_verl_trainer judges each family's run with the packaged table: a family that needs the DeltaNet kernels
+    fails when transformers printed its fallback line, an MLA or sinks family when vLLM chose another backend than its
+    own order gives on sm_90; a family that names neither is not judged so."""
+    trainer = load("verl_trainer")
+    table = kernel_paths.table()
+    rows = {f.name: f.row(families.table().defaults) for f in families.table().families.values()}
+    fallback = ("[transformers] The fast path is not available because one of the required library is not "
+                "installed. Falling back to torch implementation.")
+    chosen = "INFO cuda.py:1 Using {} attention backend out of potential backends: ['FLASH_ATTN_MLA', 'FLASHMLA']."
+    problems = trainer.kernel_path_problems(rows["qwen3-next"], table, "9.0", ["step:1", fallback])
+    assert len(problems) == 1 and problems[0].startswith("family qwen3-next trained on a slow path"), problems
+    assert trainer.kernel_path_problems(rows["qwen3-next"], table, "9.0", ["step:1"]) == []
+    assert trainer.kernel_path_problems(rows["llama"], table, "9.0", [fallback]) == []  # needs nothing: not judged
+    mla = rows["deepseek-v3"]
+    assert trainer.kernel_path_problems(mla, table, "9.0", [chosen.format("FLASH_ATTN_MLA")]) == []
+    wrong = trainer.kernel_path_problems(mla, table, "9.0", [chosen.format("TRITON_MLA")])
+    assert len(wrong) == 1 and "used backend TRITON_MLA, not FLASH_ATTN_MLA" in wrong[0], wrong
+    assert trainer.kernel_path_problems(mla, None, "9.0", [chosen.format("TRITON_MLA")]) == []  # an older profile

@@ -39,6 +39,7 @@ import time
 import traceback
 
 import _common
+import _kernel_paths
 import _models
 import _phases
 
@@ -535,6 +536,7 @@ class TrainerCheck:
         finally:
             self.abandon()
         numbers, problems = judge(steps, weights)
+        problems += kernel_path_problems(self.family, self.trainer.get("kernel_paths"), self.profile.arch, texts)
         numbers.update({"family": self.family["name"], "gpus": self.gpus, "rollout_tp": self.profile.rollout_tp,
                         "actor_tp": self.profile.actor_tp, "wall_s": run.wall_s})
         numbers.update({f"init_{k}": v for k, v in self.paths["init"].items()})
@@ -567,6 +569,17 @@ class TrainerCheck:
                 + (f", beside {beside} other trainer(s)" if beside else "")
                 + f"; step times {times} s; {run.wall_s:.0f} s in all")
         return _common.verdict(numbers, problems, note, known)
+
+
+def kernel_path_problems(family: dict, paths: dict | None, arch: str, texts) -> list[str]:
+    """A family that names its fast kernels (needs) or attention kind fails when its run fell back to a slow path or
+    its rollout took another attention backend than vLLM's own order gives for it: a proof on the slow path is not the
+    proof users need (docs/slow-paths.md)."""
+    if not paths:
+        return []
+    found = _kernel_paths.slow_paths(texts, paths["fallbacks"], family["name"]) if family.get("needs") else []
+    backend = _kernel_paths.backend_problem(family, paths, arch, texts)
+    return found + ([backend] if backend else [])
 
 
 def known_failure(family: dict, texts, variant: str) -> dict | None:

@@ -4,12 +4,11 @@ variant; the check script gets the rows whole, so a new backend is a row."""
 
 import functools
 import re
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_text
+from verlenv.fsutil import read_toml
 
 DATA = Path(__file__).with_name("data") / "backends.toml"
 # The fields a row's overrides may name, filled by the check.
@@ -158,10 +157,7 @@ def parse(path: Path, data: dict) -> Table:
 
 def load(path: Path | None = None) -> Table:
     path = Path(path) if path else DATA
-    try:
-        data = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path)
     return parse(path, data)
 
 

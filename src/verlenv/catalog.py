@@ -1,7 +1,6 @@
 """The catalog: `stacks.toml`, the only place versions live."""
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from packaging.utils import canonicalize_name
 
 from verlenv import backends
 from verlenv.errors import UserError
-from verlenv.fsutil import read_text
+from verlenv.fsutil import read_toml
 
 CATALOG_NAME = "stacks.toml"
 DEFAULT_VARIANT = "fsdp"
@@ -148,10 +147,7 @@ def find_root(start: Path | None = None) -> Path:
 
 def load(path: Path | None = None) -> Catalog:
     path = Path(path) if path else find_root() / CATALOG_NAME
-    try:
-        data = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path)
     return parse(path, data)
 
 

@@ -8,12 +8,11 @@ import copy
 import functools
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_text
+from verlenv.fsutil import read_toml
 
 DATA = Path(__file__).with_name("data") / "families.toml"
 INPUTS = ("text", "images")
@@ -186,10 +185,7 @@ def parse(path: Path, data: dict) -> Table:
 
 def load(path: Path | None = None) -> Table:
     path = Path(path) if path else DATA
-    try:
-        data = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path)
     return parse(path, data)
 
 

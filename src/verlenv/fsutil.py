@@ -3,6 +3,7 @@ that fail in one line."""
 
 import os
 import tempfile
+import tomllib
 from pathlib import Path
 
 from verlenv.errors import UserError
@@ -63,3 +64,11 @@ def read_text(path: Path, what: str = "") -> str:
 def cache_dir() -> Path:
     """verlenv's own cache ($VERLENV_CACHE, else ~/.cache/verlenv): downloads, built wheels, torch's probed facts."""
     return Path(os.environ.get("VERLENV_CACHE", Path.home() / ".cache" / "verlenv"))
+
+
+def read_toml(path: Path) -> dict:
+    """A table file's data (stacks.toml, a recipe, data/*.toml), or one line saying why it cannot be read or parsed."""
+    try:
+        return tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None

@@ -4,14 +4,13 @@ it here; a new package is a row."""
 
 import fnmatch
 import functools
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_text
+from verlenv.fsutil import read_toml
 
 DATA = Path(__file__).with_name("data") / "packages.toml"
 # What a row's required_by may name: every variant, or the variants of one actor or rollout (stacks.toml).
@@ -208,10 +207,7 @@ def parse(path: Path, data: dict) -> Table:
 
 def load(path: Path | None = None) -> Table:
     path = Path(path) if path else DATA
-    try:
-        data = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path)
     return parse(path, data)
 
 

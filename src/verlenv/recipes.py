@@ -1,13 +1,12 @@
 """Build recipes: `recipes/<package>/recipe.toml`, declarative data for the one builder."""
 
 import hashlib
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from verlenv import sources
 from verlenv.errors import UserError
-from verlenv.fsutil import read_text
+from verlenv.fsutil import read_toml
 
 ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TORCH_CUDA_ARCH_LIST)
 # "major": any nvcc of torch's CUDA major, the exact minor preferred (torch's own rule); "exact": only torch's
@@ -74,10 +73,7 @@ def load(root: Path, package: str) -> Recipe:
     path = recipes_dir(root) / package / "recipe.toml"
     if not path.is_file():
         raise UserError(f"no recipe for {package!r}; recipes: {', '.join(available(root)) or 'none'}")
-    try:
-        data = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path)
     try:
         build = data["build"]
         source = data["source"]

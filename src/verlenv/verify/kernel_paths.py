@@ -5,12 +5,11 @@ output with (verify/kernels/_kernel_paths.py)."""
 
 import functools
 import re
-import tomllib
 from pathlib import Path
 
 from verlenv import families as families_mod, packages
 from verlenv.errors import UserError
-from verlenv.fsutil import read_text
+from verlenv.fsutil import read_toml
 from verlenv.verify.results import CheckResult
 
 DATA = Path(__file__).parents[1] / "data" / "kernel_paths.toml"
@@ -53,10 +52,7 @@ def parse(path: Path, data: dict) -> dict:
 
 def load(path: Path | None = None) -> dict:
     path = Path(path) if path else DATA
-    try:
-        data = tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path)
     return parse(path, data)
 
 

@@ -39,13 +39,13 @@ LOG_TAIL = 80  # lines of the trainer's output kept in the report when it fails
 
 
 def check_module():
-    """kernels/check_verl_trainer.py as a module: it imports its siblings `_common`, `_models` and `_phases` by those
-    names (it runs as a script in verify), so those names are given the packaged modules first."""
-    from verlenv.verify.kernels import _common, _models
+    """kernels/check_verl_trainer.py as a module: it imports its siblings `_common`, `_kernel_paths`, `_models` and
+    `_phases` by those names (it runs as a script in verify), so those names are given the packaged modules first."""
+    from verlenv.verify.kernels import _common, _kernel_paths, _models
 
-    sys.modules.setdefault("_common", _common)
-    sys.modules.setdefault("_models", _models)
-    sys.modules.setdefault("_phases", _phases)
+    for name, module in (("_common", _common), ("_kernel_paths", _kernel_paths), ("_models", _models),
+                         ("_phases", _phases)):
+        sys.modules.setdefault(name, module)
     return importlib.import_module("verlenv.verify.kernels.check_verl_trainer")
 
 

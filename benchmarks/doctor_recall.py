@@ -36,18 +36,19 @@ def excerpt(path: Path) -> str:
     return path.read_text().partition("\n")[2]
 
 
-def score(paths: list[Path], seen: set[str]) -> dict:
+def score(paths: list[Path], group_of, groups: tuple[str, ...]) -> dict:
+    """Each excerpt's diagnosis, and recall, precision and misses per group (group_of(family) names an excerpt's
+    group; "negative" ones must draw no diagnosis) and over all of them."""
     from verlenv.doctor import diagnose_text
 
     rows = []
     for p in paths:
         found = [d.id for d in diagnose_text(excerpt(p))]
         want = family(p)
-        group = "negative" if want in NEGATIVE else ("seen" if want in seen else "unseen")
-        rows.append({"file": p.name, "family": want, "group": group, "found": found,
+        rows.append({"file": p.name, "family": want, "group": group_of(want), "found": found,
                      "right": found[:1] == [want] if want not in NEGATIVE else not found})
     out = {"rows": rows}
-    for group in ("seen", "unseen", "all"):
+    for group in (*groups, "all"):
         picked = [r for r in rows if r["group"] == group or (group == "all" and r["group"] != "negative")]
         named = [r for r in rows if r["found"] and (group == "all" or r["group"] in (group, "negative"))]
         out[group] = {
@@ -62,26 +63,16 @@ def score(paths: list[Path], seen: set[str]) -> dict:
     return out
 
 
+def score_known(paths: list[Path], seen: set[str]) -> dict:
+    """The older sets: a family is "seen" when the development set has an excerpt of it."""
+    return score(paths, lambda f: "negative" if f in NEGATIVE else ("seen" if f in seen else "unseen"),
+                 ("seen", "unseen"))
+
+
 def score_fresh(paths: list[Path]) -> dict:
     """The 2026 set: recall at install / load time and at run time, precision, false alarms on the negatives."""
-    out = score(paths, set())
-    rows = out["rows"]
-    for r in rows:
-        r["group"] = "negative" if r["family"] in NEGATIVE else (
-            "install" if r["family"] in INSTALL_TIME else "run")
-    for group in ("install", "run", "all"):
-        picked = [r for r in rows if r["group"] == group or (group == "all" and r["group"] != "negative")]
-        named = [r for r in rows if r["found"] and (group == "all" or r["group"] in (group, "negative"))]
-        out[group] = {
-            "excerpts": len(picked),
-            "families": len({r["family"] for r in picked}),
-            "recall": round(sum(r["right"] for r in picked) / len(picked), 3) if picked else None,
-            "precision": round(sum(r["found"][0] == r["family"] for r in named) / len(named), 3) if named else None,
-            "missed": [r["file"] for r in picked if not r["right"]],
-        }
-    for gone in ("seen", "unseen"):
-        out.pop(gone, None)
-    return out
+    return score(paths, lambda f: "negative" if f in NEGATIVE else ("install" if f in INSTALL_TIME else "run"),
+                 ("install", "run"))
 
 
 def check_split() -> None:
@@ -106,8 +97,8 @@ def main() -> int:
     runtime = sorted((LOGS / "heldout-runtime").glob("*.log"))
     seen = {family(q) for q in development}
     check_split()
-    report = {"development": score(development, seen), "heldout": score(heldout, seen),
-              "heldout-runtime": score(runtime, seen),
+    report = {"development": score_known(development, seen), "heldout": score_known(heldout, seen),
+              "heldout-runtime": score_known(runtime, seen),
               "2026-dev": score_fresh(sorted((FRESH / "dev").glob("*.log"))),
               "2026-heldout": score_fresh(sorted((FRESH / "heldout").glob("*.log")))}
     for name, r in report.items():

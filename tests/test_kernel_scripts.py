@@ -445,16 +445,19 @@ EXPECTED = {
 NEEDS = {"triton": "triton", "verl": "verl", "vllm": "transformers and tokenizers"}
 
 
-@pytest.fixture(scope="module")
-def on_cpu(tmp_path_factory) -> dict:
+def run_on_cpu(driver: Path, out: Path) -> dict:
+    """A program that runs kernel checks' CPU scenarios in the torch env (skipped without one): its driver.json."""
     python = torch_python()
     if python is None:
         pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
-    out = tmp_path_factory.mktemp("kernels-on-cpu")
-    proc = subprocess.run([python, str(CPU_DRIVER), str(KERNELS), str(out)], capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run([python, str(driver), str(KERNELS), str(out)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((out / "driver.json").read_text())
+    return {"python": python, **json.loads((out / "driver.json").read_text())}
+
+
+@pytest.fixture(scope="module")
+def on_cpu(tmp_path_factory) -> dict:
+    return run_on_cpu(CPU_DRIVER, tmp_path_factory.mktemp("kernels-on-cpu"))
 
 
 def test_an_envs_modules_are_found_without_importing_them(tmp_path, monkeypatch):

@@ -4,12 +4,10 @@ own torch fallback, forward and backward), and each check passes a stand-in that
 kernel's precision and fails a broken one (no decay, state leaking across packed sequences, a tap ahead of time,
 convolving across packed sequences). The real kernels run in test_kernel_scripts.py's GPU test."""
 
-import json
-import subprocess
 
 import pytest
 
-from test_kernel_scripts import KERNELS, PROGRAMS, has_modules, torch_python
+from test_kernel_scripts import PROGRAMS, has_modules, run_on_cpu
 
 DRIVER = PROGRAMS / "linear_attention_on_cpu.py"
 
@@ -31,13 +29,7 @@ NEEDS = {"reference/gated_delta_rule/fla-naive": "fla",
 
 @pytest.fixture(scope="module")
 def on_cpu(tmp_path_factory) -> dict:
-    python = torch_python()
-    if python is None:
-        pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
-    out = tmp_path_factory.mktemp("linear-attention-on-cpu")
-    proc = subprocess.run([python, str(DRIVER), str(KERNELS), str(out)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {"python": python, **json.loads((out / "driver.json").read_text())}
+    return run_on_cpu(DRIVER, tmp_path_factory.mktemp("linear-attention-on-cpu"))
 
 
 @pytest.mark.slow

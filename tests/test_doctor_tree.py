@@ -114,3 +114,18 @@ def test_many_binary_notes_are_counted_in_one_line():
     lines = logs.format_notes(notes)
     assert lines == ["", "note: w.err: shrank while read", "note: *.py: 9 file(s) skipped by name",
                      "note: 50000 binary file(s) skipped unread (archives, libraries), e.g. lib/0.so"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_byte_bound_that_is_not_a_finite_number_is_one_line(tmp_path, capsys, value):
+    """nan passed `< 0` and then failed inside int(); inf overflowed there: each was a traceback."""
+    assert main(["doctor", str(tmp_path), f"--max-gb={value}"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"verlenv doctor: --max-gb {float(value):g}: must be 0 (no bound) or a positive, finite number"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_a_node_time_limit_that_is_not_a_positive_finite_number_is_one_line(capsys, value):
+    assert main(["doctor", "--ray", "127.0.0.1:6379", f"--node-timeout={value}"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("verlenv doctor: --node-timeout ") and "positive, finite number of seconds" in line

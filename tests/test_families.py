@@ -282,3 +282,10 @@ def test_verls_micro_batch_split_takes_the_checks_vl_batch_and_not_an_equal_leng
     split = in_env["mrope_split"]
     assert split["rows"] == {"error": None, "intact": True}, split
     assert split["one_length"]["error"] and not split["one_length"]["intact"], split
+
+
+def test_an_unknown_family_beside_all_is_not_dropped():
+    for names in (["all", "gpt2"], ["gpt2", "all"]):
+        with pytest.raises(UserError) as e:
+            table().select(names, thorough=False)
+        assert str(e.value).startswith("--family gpt2: unknown family; valid: ")

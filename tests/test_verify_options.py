@@ -129,3 +129,36 @@ def test_an_address_where_nothing_listens_is_named():
         port = s.getsockname()[1]  # bound but never listening: connections are refused
         with pytest.raises(UserError, match=rf"nothing answers at 127.0.0.1:{port} \(Connection refused\)"):
             address.probe(address.parse(f"127.0.0.1:{port}"))
+
+
+def _refused(capsys, *argv: str) -> str:
+    """The one stderr line of a verify command refused before anything runs (exit 2, no report written)."""
+    code = main(["verify", "--python", sys.executable, "--no-lock", *argv])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("names", [("all", "nope"), ("nope", "all"), ("qwen3", "nope")])
+def test_an_unknown_family_beside_all_is_refused_not_dropped(capsys, tmp_path, names):
+    argv = [a for name in names for a in ("--family", name)]
+    line = _refused(capsys, *argv, "--report", str(tmp_path / "r.json"))
+    assert line.startswith("verlenv verify: --family nope: unknown family; valid: ") and "qwen3" in line
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("option", ["--timeout", "--node-timeout"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-5"])
+def test_a_time_limit_that_is_not_a_positive_finite_number_is_refused(capsys, tmp_path, option, value):
+    """nan compared false with every bound, so `<= 0` let it through and the limit was off."""
+    line = _refused(capsys, f"{option}={value}", "--report", str(tmp_path / "r.json"))
+    assert line.startswith(f"verlenv verify: {option} ") and "positive, finite number of seconds" in line
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("option", ["--rollout-tp", "--actor-tp"])
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-2", "1.5"])
+def test_a_parallel_size_that_is_not_a_positive_whole_number_is_refused(capsys, option, value):
+    with pytest.raises(SystemExit) as e:
+        parser(["verify", option, value]).parse_args(["verify", option, value])
+    assert e.value.code == 2 and "is not a positive whole number" in capsys.readouterr().err

@@ -82,13 +82,14 @@ class Table:
         row with thorough. An unknown name is one line naming the valid ones."""
         if not names:
             names = self.names() if thorough else list(self.defaults["fast"])
+        for name in names:  # every name checked, `all` beside them too: an unknown one is never dropped
+            if name != ALL and name not in self.families:
+                raise UserError(f"--family {name}: unknown family; valid: {', '.join(self.names())}, {ALL} "
+                                f"(rows of {self.path.name}), or --model-config for your own config.json")
         if ALL in names:
             return list(self.families.values())
         out = []
         for name in names:
-            if name not in self.families:
-                raise UserError(f"--family {name}: unknown family; valid: {', '.join(self.names())}, {ALL} "
-                                f"(rows of {self.path.name}), or --model-config for your own config.json")
             if self.families[name] not in out:
                 out.append(self.families[name])
         return out

@@ -1,6 +1,7 @@
 """Every knob and path a user gives, checked before any work starts: one line naming the input, what is
 wrong and what is valid (UserError, exit 2)."""
 
+import math
 import os
 import re
 import subprocess
@@ -20,6 +21,13 @@ def positive(text: str) -> int | None:
     except ValueError:
         return None
     return value if value >= 1 else None
+
+
+def seconds(value: float, option: str) -> float:
+    """A time limit: a finite number of seconds above 0 (nan would turn the limit off, inf never ends)."""
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{option} {value:g}: must be a positive, finite number of seconds, e.g. {option} 600")
+    return value
 
 
 def env_count(name: str | None) -> int | None:

@@ -2,6 +2,7 @@
 cluster."""
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -47,8 +48,8 @@ PROGRESS_BYTES = 1 << 30  # ... and every this many bytes read
 
 def handle(args) -> int:
     for flag, value in (("--max-files", args.max_files), ("--max-gb", args.max_gb)):
-        if value < 0:
-            raise UserError(f"{flag} {value:g}: must be 0 (no bound) or a positive number")
+        if not (math.isfinite(value) and value >= 0):
+            raise UserError(f"{flag} {value:g}: must be 0 (no bound) or a positive, finite number")
     if args.log is not None:
         given = [o for o, v in (("--stack", args.stack), ("--variant", args.variant), ("--lock", args.lock),
                                 ("--only", args.only), ("--ray", args.ray)) if v]
@@ -144,8 +145,7 @@ def _doctor_cluster(args) -> int:
     from verlenv.cluster import launch
     from verlenv.install import default_python
 
-    if args.node_timeout <= 0:
-        raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
+    validate.seconds(args.node_timeout, "--node-timeout")
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     unknown = [n for n in only or [] if n not in probes.PROBES]
     if unknown:

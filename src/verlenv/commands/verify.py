@@ -67,8 +67,8 @@ def checked(options: VerifyOptions, cat: catalog.Catalog) -> tuple[catalog.Varia
         _package(options.only, valid, "--only")
     if options.lock and not Path(options.lock).is_file():
         raise UserError(f"--lock {options.lock}: no such file")
-    if options.timeout <= 0:
-        raise UserError(f"--timeout {options.timeout:g}: must be a positive number of seconds")
+    validate.seconds(options.timeout, "--timeout")
+    validate.seconds(options.node_timeout, "--node-timeout")  # before a --model-config's probe runs
     actor = backends.table().actor(variant.actor)
     if options.actor_tp != 1 and not actor.tensor_parallel:
         parallel = [v.name for v in variant.stack.variants.values() if backends.table().actor(v.actor).tensor_parallel]
@@ -128,8 +128,6 @@ def _verify_cluster(options: VerifyOptions, cat: catalog.Catalog, variant: catal
     the cluster's run."""
     from verlenv.cluster import address, launch
 
-    if options.node_timeout <= 0:
-        raise UserError(f"--node-timeout {options.node_timeout:g}: must be a positive number of seconds")
     if options.kernels_dir:
         raise UserError("--kernels-dir: not with --ray (every node runs the packaged checks)")
     if options.markdown:

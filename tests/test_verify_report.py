@@ -7,6 +7,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_markdown_and_table_summarise_the_same_report(cpu_run):
     rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| status")]
     assert len(rows) == len(data["checks"])
     assert "| fail | installed/torch | torch | yes |" in md
-    assert "installed/torch" in printed.out and "FAIL: " in printed.out
+    assert "installed/torch" in printed.out and "FAIL: " in printed.out and data["verdict"] in printed.out
     assert "no GPU: static checks only" in printed.err and f"report: {out['json']}" in printed.err
 
 
@@ -229,7 +230,7 @@ def passed_without_a_gpu(data: dict) -> dict:
         if c["status"] == "fail":
             c["status"] = "pass"
     data["totals"] = totals([report._as_result(c) for c in data["checks"]])
-    data.update(result="pass", exit_code=0)
+    data.update(result="incomplete", exit_code=0)  # the required GPU checks still did not run
     return data
 
 
@@ -269,3 +270,39 @@ def test_without_a_gpu_the_verdict_says_what_was_proven_and_the_counts_add_up(cp
         if c["name"] in not_run:
             c["status"] = "pass"
     assert report.verdict(gpu)[0] == "PASS"
+
+
+def _run_of(results: list, profile=None) -> SimpleNamespace:
+    """A stand-in for runner.Run with only what report.build reads: the results decide the verdict."""
+    stack, variant = SimpleNamespace(name="verl-0.9", cuda="13.0"), SimpleNamespace(name="fsdp", actor="fsdp",
+                                                                                   rollout="vllm")
+    settings = SimpleNamespace(profile=profile, forced=False, gpus=[], stack=stack, variant=variant, no_lock=True,
+                               lock=None, skipped=set(), only=None, scope=SimpleNamespace(required={"torch"}),
+                               mode="fast", families=[])
+    facts = SimpleNamespace(torch=None, executable=sys.executable, version="3.12.0", prefix=sys.prefix,
+                            distributions=[])
+    return SimpleNamespace(settings=settings, facts=facts, driver=None, results=results, seconds=1.0,
+                           exit_code=1 if any(r.blocking for r in results) else 0)
+
+
+def test_the_jsons_result_and_verdict_say_what_the_screen_says(capsys):
+    """A CPU run whose static checks pass and whose required GPU checks could not run was `"result": "pass"` in the
+    JSON while the screen said they were not run: both now come from result_of, and the JSON holds the line."""
+    from rich.console import Console
+
+    from verlenv.verify.results import CheckResult
+
+    static = CheckResult("installed/torch", "torch", "static", "pass", required=True)
+    no_gpu = CheckResult("torch/kernels", "torch", "kernel", "skip", "no GPU", required=True)
+    started = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    for results, result, head in [([static, no_gpu], "incomplete", "static checks passed"),
+                                  ([static], "pass", "PASS"),
+                                  ([CheckResult("installed/torch", "torch", "static", "fail", required=True),
+                                    no_gpu], "fail", "FAIL")]:
+        data = report.build(_run_of(results), ["verlenv", "verify"], started)
+        jsonschema.validate(data, report.SCHEMA)
+        assert (data["result"], data["verdict"].split(": ")[0]) == (result, head)
+        assert data["totals"]["required_not_run"] == (no_gpu in results)
+        console = Console(record=True, width=200)
+        report.print_table(data, console)
+        assert data["verdict"] in console.export_text()

@@ -44,6 +44,15 @@ def not_run(result: CheckResult) -> bool:
     return result.required and result.status == "skip" and not result.reason.startswith("skipped by request")
 
 
+# A run's verdict, the JSON's `result` and the screen's head alike: incomplete = every required check that ran
+# passed, but some could not run here (no GPU), so the run proves less than a pass; its exit code stays 0.
+RESULTS = ("pass", "incomplete", "fail")
+
+
+def result_of(required_failed: int, required_not_run: int) -> str:
+    return "fail" if required_failed else "incomplete" if required_not_run else "pass"
+
+
 def totals(results: list[CheckResult]) -> dict:
     out = {s: sum(r.status == s for r in results) for s in STATUSES}
     out["required_failed"] = sum(r.blocking for r in results)

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from verlenv import catalog
-from verlenv.cluster import compare
+from verlenv.cluster import compare, scratch
 from verlenv.cluster.verdict import exit_code, node_problems
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
@@ -27,22 +27,24 @@ ALLREDUCE_S = 1020  # allreduce.run's bounds: its ranks start, rank 0 opens its 
 TRAINER_S = 1800  # cluster/trainer.py's BUDGET_S: verl's trainer (900 s) and three rounds of tasks on every node
 UNREACHABLE = 3  # the driver's exit code when the cluster's address does not answer
 STOP_S = 30  # a stopped driver's time to stop its node tasks and clean up before it is killed
+TEMP_PREFIX = "verlenv-ray-"
 
 
 def run_driver(python: str, spec: dict, timeout: float, connect_s: float = CONNECT_S) -> dict:
     """Run the driver in the env's interpreter with only the verlenv package added to its path. It must join the
     cluster within connect_s (an address where something answers that never lets it in is named, not waited on);
     a signal to this process (Ctrl-C, SIGTERM) stops the driver, which stops its node tasks, and removes the temp
-    folder here."""
-    with tempfile.TemporaryDirectory(prefix="verlenv-ray-") as tmp:
+    folder here (and a later run removes it where this one was SIGKILLed: scratch.owned)."""
+    with scratch.owned(TEMP_PREFIX) as tmp:
         (Path(tmp) / "verlenv").symlink_to(PACKAGE_DIR)
         request, out, connected = Path(tmp) / "request.json", Path(tmp) / "cluster.json", Path(tmp) / "connected"
         request.write_text(json.dumps({**spec, "connected": str(connected)}))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp), *filter(None, [os.environ.get("PYTHONPATH")])])}
         proc = subprocess.Popen([python, "-m", "verlenv.cluster.driver", str(request), str(out)], env=env,
                                 stdout=subprocess.PIPE, stderr=None, text=True, start_new_session=True)
         address = spec["options"].get("ray") or "auto"
         try:
+            scratch.add_helper(tmp, proc.pid)
             stdout = _wait(proc, connected, timeout, connect_s, address)
         except BaseException:
             _stop(proc)

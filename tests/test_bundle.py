@@ -695,3 +695,70 @@ def test_the_suite_from_a_bundle_without_test_tools_is_skipped_saying_how_to_car
     said = r.stdout + r.stderr
     assert r.returncode == 0, said
     assert f"{tmp_path} carries no test tools: make the bundle with `verlenv bundle --tests`" in said, said
+
+
+def _full_disk_place(src: Path, dest: Path) -> None:
+    """A test double of make._place on a disk that fills up: half the file lands in the bundle's temp folder, then
+    ENOSPC as shutil.copyfile raises it (source first, destination second). No disk can be filled here without
+    root, so the failure is injected at the write call."""
+    import errno
+
+    with open(src, "rb") as f, open(dest.with_name(f".{dest.name}.tmp"), "wb") as out:
+        out.write(f.read(max(1, src.stat().st_size // 2)))
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), None, str(dest.with_name(f".{dest.name}.tmp")))
+
+
+def test_a_full_disk_names_the_bundle_folder_and_leaves_nothing_half_written(project, cache, tmp_path, monkeypatch,
+                                                                              capsys):
+    from verlenv import cli
+
+    monkeypatch.setenv("VERLENV_ROOT", str(project))
+    monkeypatch.setenv("VERLENV_CACHE", str(cache))
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(make, "_place", _full_disk_place)
+    out = tmp_path / "bundles" / "tiny"
+    assert cli.main(["bundle", "--stack", "tiny", "--out", str(out)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()[-1:]
+    assert line.startswith(f"verlenv bundle: --out {out}: no space left on its disk: writing "), line
+    assert ".whl (" in line and " MiB needed), " in line and " MiB free there; nothing was left half-written" in line
+    assert str(cache) not in line and ".tmp" not in line  # the full target is named, not the cache file read
+    assert list((tmp_path / "bundles").iterdir()) == []  # the temp folder and its half file are gone
+
+
+def test_a_full_disk_while_splitting_names_the_parts_folder(project, cache, tmp_path, monkeypatch, capsys):
+    """The bundle is written; its parts are not: the parts folder is named with the bundle's size, and removed."""
+    import errno
+
+    from verlenv import cli
+
+    def full_after_a_part(self, data):  # a test double of the part writer: one part lands, then the disk is full
+        if self.parts:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(self, data)
+
+    real_write = parts._PartWriter.write
+    monkeypatch.setenv("VERLENV_ROOT", str(project))
+    monkeypatch.setenv("VERLENV_CACHE", str(cache))
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(parts._PartWriter, "write", full_after_a_part)
+    out = tmp_path / "tiny"
+    assert cli.main(["bundle", "--stack", "tiny", "--out", str(out), "--split", "1MiB"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()[-1:]
+    assert line.startswith(f"verlenv bundle: --split {out}.parts: no space left on its disk: writing it ("), line
+    assert " MiB needed), " in line and " MiB free there; nothing was left half-written" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny"]  # the bundle stays; no parts, no temp folder
+
+
+def test_a_full_disk_elsewhere_names_what_was_written_and_other_errors_pass(tmp_path):
+    """ENOSPC filling the download cache, not the bundle's folder, blames the cache; another OSError is untouched."""
+    import errno
+
+    from verlenv.bundle import space
+
+    cache_file = tmp_path / "cache" / "files" / "ab12"
+    with pytest.raises(UserError) as e, space.reported(tmp_path / "bundles" / "tiny", "--out"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(cache_file))
+    assert str(e.value).startswith(f"{cache_file}: no space left on its disk: writing it, ") and e.value.exit_code
+    assert str(e.value).endswith("the --out folder was not written: free space there")
+    with pytest.raises(PermissionError), space.reported(tmp_path / "bundles" / "tiny", "--out"):
+        raise PermissionError(errno.EACCES, "Permission denied", str(cache_file))

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from verlenv import catalog, gpus, pins
-from verlenv.bundle import build_inputs, fetch, kernel_cache, make, parts
+from verlenv.bundle import build_inputs, fetch, kernel_cache, make, parts, space
 from verlenv.errors import UserError
 
 
@@ -120,13 +120,16 @@ def _main(args) -> int:
                                                                       devices=devices)
             notes[v.name] = "included" if not left else f"included but {', '.join(left)} (left out: --without)"
     out = args.out or cat.root / "bundles" / f"{stack.name}-{'+'.join(names)}.{args.platform}"
-    manifest = make.make(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,
-                         built=built, built_note=notes, base=args.base, dry=args.dry_run,
-                         build_python=args.build_python or stack.python,
-                         command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache,
-                         sources=sources, toolkit=args.toolkit, tests=args.tests)
+    with space.reported(out, "--out"):  # a full disk names the bundle's folder, not the cache file read
+        manifest = make.make(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,
+                             built=built, built_note=notes, base=args.base, dry=args.dry_run,
+                             build_python=args.build_python or stack.python,
+                             command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache,
+                             sources=sources, toolkit=args.toolkit, tests=args.tests)
     if manifest is not None and size:
-        written = parts.split(out, out.with_name(out.name + ".parts"), size)
+        with space.reported(out.with_name(out.name + ".parts"), "--split",
+                            needed=sum(e["size"] for e in manifest["files"])):
+            written = parts.split(out, out.with_name(out.name + ".parts"), size)
         print(f"parts: {len(written)} of at most {size / 1024**2:.1f} MiB in {out.with_name(out.name + '.parts')}",
               file=sys.stderr)
     return 0

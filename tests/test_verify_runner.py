@@ -15,7 +15,7 @@ import pytest
 
 import tables
 from test_verify_profiles import REPO
-from verlenv import catalog, gpus, packages
+from verlenv.catalog import gpus, packages, stacks
 from verlenv.verify import runner
 from verlenv.verify.results import SKIPPED_BY_REQUEST
 from waiting import exited, until
@@ -36,7 +36,7 @@ def kernels(tmp_path, monkeypatch) -> Path:
 
 
 def settings(kernels: Path, variant: str = "fsdp", **kw) -> runner.Settings:
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     base = dict(python=sys.executable, catalog=cat, variant=cat.variant(None, variant), profile=gpus.profile("h100"),
                 gpus=H100, lock=None, kernels_dir=kernels, timeout=STAND_IN_S)
     return runner.Settings(**{**base, **kw})

@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 
-from verlenv import backends
+from verlenv.catalog import backends
 from verlenv.verify.kernels import _phases
 
 TIMEOUT_S = 900  # verl's start-up over several nodes (Ray workers, FSDP, one vLLM engine per GPU) plus 2 steps

@@ -5,8 +5,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from verlenv import catalog, gpus, pins
 from verlenv.bundle import build_inputs, fetch, kernel_cache, make, parts, space
+from verlenv.catalog import gpus, pins, stacks
 from verlenv.errors import UserError
 
 
@@ -57,8 +57,8 @@ def register(sub) -> None:
 
 
 def _main(args) -> int:
-    cat = catalog.load()
-    names = list(dict.fromkeys(args.variant or [catalog.DEFAULT_VARIANT]))
+    cat = stacks.load()
+    names = list(dict.fromkeys(args.variant or [stacks.DEFAULT_VARIANT]))
     variants = [cat.variant(args.stack, name) for name in names]
     stack = variants[0].stack
     for variant in variants:

@@ -7,7 +7,7 @@ import functools
 import re
 from pathlib import Path
 
-from verlenv import families as families_mod, packages
+from verlenv.catalog import families as families_mod, packages
 from verlenv.errors import UserError
 from verlenv.fsutil import read_toml
 from verlenv.verify.results import CheckResult

@@ -14,11 +14,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv import catalog, cubins, recipes, toolchain, validate, wheelcache
+from verlenv import cubins, validate
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
-from verlenv.ninja_stats import ninja_logs, ninja_stats
-from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
-from verlenv.proctree import run_logged
+from verlenv.native import recipes, toolchain, wheelcache
+from verlenv.native.ninja_stats import ninja_logs, ninja_stats
+from verlenv.native.parallelism import mem_available_gib, parallelism_for, split_jobs
+from verlenv.native.proctree import run_logged
 
 # Run in the env: which of the named distributions it lacks.
 _MISSING = """
@@ -97,7 +99,7 @@ def _diagnose(log_path: Path) -> str:
     return format_diagnoses(diagnose_text(log_path.read_text(errors="replace")))
 
 
-def build_one(root: Path, variant: catalog.Variant, package: str, python: str, archs: list[str],
+def build_one(root: Path, variant: stacks.Variant, package: str, python: str, archs: list[str],
               wheelhouse: Path, work: Path, jobs: int | None = None, threads: int | None = None,
               source: Path | None = None, keep: bool = False, toolkit: Path | None = None,
               devices: list[str] | None = None) -> BuildResult:

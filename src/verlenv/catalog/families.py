@@ -14,7 +14,7 @@ from pathlib import Path
 from verlenv.errors import UserError
 from verlenv.fsutil import read_toml
 
-DATA = Path(__file__).with_name("data") / "families.toml"
+DATA = Path(__file__).parents[1] / "data" / "families.toml"
 INPUTS = ("text", "images")
 ALL = "all"
 

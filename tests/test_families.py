@@ -351,3 +351,7 @@ def test_gpt_oss_known_issue_is_recognised_in_its_real_log_and_only_there():
         assert row.known_failure(gpt_oss, variant)["url"].endswith("/45830")
         assert row.known_failure(deepseek, variant) is None
     assert table().families["deepseek-v3"].known_failure(deepseek, "fsdp") is None
+    # What a hung run's report keeps: the engine's line (the megatron run's, visit K), not the worker's KeyError.
+    engine = ("(vLLMHttpServer pid=25037) (EngineCore pid=26060) ERROR 12-05 16:38:31 [core.py:1449] RuntimeError: "
+              "Worker failed with error ''layers.0.mlp.experts.w13_bias'', please check the stack trace above")
+    assert row.known_failure([engine], "megatron")["url"].endswith("/45830")

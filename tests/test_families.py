@@ -289,3 +289,76 @@ def test_an_unknown_family_beside_all_is_not_dropped():
         with pytest.raises(UserError) as e:
             table().select(names, thorough=False)
         assert str(e.value).startswith("--family gpt2: unknown family; valid: ")
+
+
+# Run by the env's python: causal-conv1d's and fla's kernels replaced, in transformers' modeling modules, by a test
+# double that refuses CPU tensors as the real CUDA/Triton kernels do (neither can run on this machine); the check's
+# calibration must still build and scale the hybrid families' models on CPU.
+CUDA_ONLY_KERNELS = """
+import json, sys, importlib
+sys.path.insert(0, sys.argv[1])
+import torch, _models
+def cuda_only(*args, **kwargs):
+    raise RuntimeError("Expected x.is_cuda() to be true, but got false.")
+for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
+    modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    for kernel in ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
+                   "fused_recurrent_gated_delta_rule"):
+        setattr(modeling, kernel, cuda_only)
+out = {}
+for row in json.loads(sys.argv[2]):
+    model = _models.build_model(row, torch)
+    layers = [m for m in model.modules() if hasattr(m, "chunk_gated_delta_rule")]
+    out[row["name"]] = {"layers": len(layers), "stats": _models.sampling_stats(model, torch),
+                        "doubles_left": sum(getattr(m, k, None) is cuda_only for m in layers
+                                            for k in _models.TORCH_PATHS)}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_hybrid_families_calibrate_on_cpu_beside_cuda_only_kernels():
+    """GPU visit K: with causal-conv1d installed, the check's CPU calibration called its CUDA kernel and Qwen3.5,
+    Qwen3.5-MoE and Qwen3-Next failed before verl started. The calibration now takes transformers' torch fallbacks."""
+    python = torch_python()
+    if python is None or not has_modules(python, "transformers"):
+        pytest.skip("no env python with torch and transformers")
+    names = [n for n, f in table().families.items() if f.needs.get("causal-conv1d")]
+    assert sorted(names) == ["qwen3-next", "qwen3.5", "qwen3.5-moe"]
+    rows = table().rows([table().families[n] for n in names])
+    proc = subprocess.run([python, "-c", CUDA_ONLY_KERNELS, str(KERNELS), json.dumps(rows)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in names:
+        assert out[name]["layers"] >= 1 and out[name]["doubles_left"] == 0, out[name]
+        assert out[name]["stats"]["logit_std"] == pytest.approx(2.0, rel=0.05)
+
+
+def test_deepseek_v3_keeps_the_router_bias_vllm_registers_only_for_noaux_tc():
+    """vLLM 0.24.0's DeepSeek model (deepseek_v2.py) registers the router's correction bias only when the config says
+    topk_method "noaux_tc" (the published DeepSeek-V3 config does); transformers' always has it, so a config without
+    it breaks verl's first weight sync (GPU visit K)."""
+    assert table().families["deepseek-v3"].config["topk_method"] == "noaux_tc"
+    vllm = torch_python() and REPO / ".venv-verl-0.9-fsdp" / "lib"
+    source = next(vllm.glob("python3*/site-packages/vllm/model_executor/models/deepseek_v2.py"), None) if vllm else None
+    if source is None:
+        pytest.skip("the verl-0.9 env's vLLM is not here")
+    assert 'getattr(config, "topk_method", None) == "noaux_tc"' in source.read_text()
+
+
+def test_gpt_oss_known_issue_is_recognised_in_its_real_log_and_only_there():
+    """vllm-project/vllm#45830, from GPU visit K's own trainer logs: gpt-oss's weight sync, in both actors; the
+    deepseek-v3 run's KeyError in the same place (a row of ours without topk_method, since fixed) is not it."""
+    logs = REPO / "tests" / "data" / "logs"
+    gpt_oss = (logs / "F63-verlenv-visit-k-gpt-oss.log").read_text().splitlines()
+    deepseek = (logs / "F63-verlenv-visit-k-deepseek-v3.log").read_text().splitlines()
+    row = table().families["gpt-oss"]
+    for variant in ("fsdp", "megatron"):
+        assert row.known_failure(gpt_oss, variant)["url"].endswith("/45830")
+        assert row.known_failure(deepseek, variant) is None
+    assert table().families["deepseek-v3"].known_failure(deepseek, "fsdp") is None
+    # What a hung run's report keeps: the engine's line (the megatron run's, visit K), not the worker's KeyError.
+    engine = ("(vLLMHttpServer pid=25037) (EngineCore pid=26060) ERROR 12-05 16:38:31 [core.py:1449] RuntimeError: "
+              "Worker failed with error ''layers.0.mlp.experts.w13_bias'', please check the stack trace above")
+    assert row.known_failure([engine], "megatron")["url"].endswith("/45830")

@@ -332,6 +332,27 @@ def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
     assert exited(pid), f"the trainer's child {pid} outlived the timeout"
 
 
+def test_a_run_whose_rollout_engine_died_is_stopped_not_waited_out(tmp_path):
+    """GPU visit K: vLLM's worker failed on verl's first weight sync and verl's driver waited on the dead server until
+    the check's 540 s. A stand-in for main_ppo (test double) prints the engine's real dying lines, then hangs with a
+    child of its own: the run must end on those lines (the timeout here is a guard an hour long), child included."""
+    t = trainer()
+    child = tmp_path / "child.pid"
+    dying = ("(vLLMHttpServer pid=25193) (EngineCore pid=26153) ERROR 12-05 16:38:40 [core.py:1449] RuntimeError: "
+             "Worker failed with error ''layers.1.mlp.gate.e_score_correction_bias'', please check the stack trace "
+             "above for the root cause")
+    hang = ("import os, subprocess, sys, threading; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import threading; threading.Event().wait()']); "
+            f"open({str(child)!r} + '.tmp', 'w').write(str(p.pid)); "
+            f"os.rename({str(child)!r} + '.tmp', {str(child)!r}); "
+            f"print('step 1 rollout', flush=True); print({dying!r}, flush=True); threading.Event().wait()")
+    run = t.TrainerRun([sys.executable, "-c", hang], str(tmp_path))
+    code = run.wait(timeout=3600)
+    assert code is None and run.dead_engine == dying
+    assert [x.text for x in run.lines] == ["step 1 rollout", dying]
+    assert exited(int(child.read_text()))
+
+
 def test_the_failure_named_is_the_innermost_exception_not_hydras_hint():
     # The end of verl's main_ppo output on the H100, 2026-11-25
     # (docs/verification/2026-11-25-h100-verl-0.9-megatron-trainer.log).

@@ -12,6 +12,7 @@ import io
 import math
 import os
 import random
+import sys
 
 SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
 # Split out of any text before the word-level split (added tokens): the image processor expands <|image_pad|> into
@@ -132,6 +133,7 @@ def build_model(family: dict, torch):
     config = build_config(family)
     torch.manual_seed(0)
     model = getattr(transformers, family["model_class"])(config).float().eval()
+    on_torch_paths(model)
     with torch.no_grad():
         model.get_input_embeddings().weight.mul_(family["embedding_scale"])
     std = logits(model, torch).std().item()
@@ -139,6 +141,26 @@ def build_model(family: dict, torch):
         raise ValueError(f"{family['name']}: the random model's logits have std {std}; cannot scale them")
     scale_norm(final_norm(model), family["logit_std"] / std, torch)
     return model
+
+
+# A gated-DeltaNet layer (Qwen3.5, Qwen3-Next) takes causal-conv1d's and flash-linear-attention's kernels whenever the
+# packages import, on CPU tensors too, where they fail ("Expected x.is_cuda() to be true": GPU visit K, 2026-12-05).
+# The calibration runs on CPU, so each such layer instance gets the torch functions transformers itself falls back
+# to (None: the layer's own nn.Conv1d). The saved weights carry none of this: the trainer loads the fast paths.
+TORCH_PATHS = {"causal_conv1d_fn": None, "causal_conv1d_update": "torch_causal_conv1d_update",
+               "chunk_gated_delta_rule": "torch_chunk_gated_delta_rule",
+               "recurrent_gated_delta_rule": "torch_recurrent_gated_delta_rule"}
+
+
+def on_torch_paths(model) -> int:
+    """Point every layer that has the kernel attributes above at transformers' torch fallbacks; how many layers."""
+    layers = [m for m in model.modules() if hasattr(m, "chunk_gated_delta_rule")]
+    for layer in layers:
+        modeling = sys.modules[type(layer).__module__]
+        for attribute, fallback in TORCH_PATHS.items():
+            if hasattr(layer, attribute):
+                setattr(layer, attribute, getattr(modeling, fallback) if fallback else None)
+    return len(layers)
 
 
 def scale_norm(norm, factor: float, torch) -> None:

@@ -47,6 +47,11 @@ PACKAGE = "verl"
 STEPS = 2
 TIMEOUT_S = 540  # below the runner's 600 s per round of trainers, so a hang still gives a result and its log
 REAP_S = 60  # for what a finished trainer left running (its Ray, its engine) to be gone
+# A line that says the rollout engine died. verl 0.9.1 does not notice: its driver waits on the dead server until the
+# check's timeout (GPU visit K: gpt-oss's and deepseek-v3's trainers sat 540 s after vLLM's worker failed on its first
+# weight sync). The run is stopped once the engine's traceback has had DEAD_ENGINE_GRACE_S to arrive.
+DEAD_ENGINE_LINE = re.compile(r"EngineDeadError|Worker failed with error|EngineCore encountered a fatal error")
+DEAD_ENGINE_GRACE_S = 20
 PROMPTS_PER_GPU, RESPONSES_PER_PROMPT = 8, 4
 MAX_PROMPT, MAX_RESPONSE = 64, 32
 ROWS = 64
@@ -361,6 +366,8 @@ class TrainerRun:
     def __init__(self, cmd, workdir, hold: bool = False, ray_address: str = "local", env: dict | None = None):
         self.launch_wall, self.start, self.end = time.time(), time.monotonic(), None
         self.lines: list[_phases.Line] = []
+        self.dead_engine: str | None = None  # the first line saying the rollout engine died
+        self._over = threading.Event()  # the driver exited, or the engine died
         self._lock = threading.Lock()
         self._echoing, self._echoed = not hold, 0
         self.proc = subprocess.Popen(cmd, cwd=workdir, env=env or trainer_env(ray_address=ray_address),
@@ -368,11 +375,15 @@ class TrainerRun:
                                      stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        threading.Thread(target=lambda: (self.proc.wait(), self._over.set()), daemon=True).start()
 
     def _read(self):
         for raw in self.proc.stdout:
             with self._lock:
                 self.lines.append(_phases.Line(time.monotonic() - self.start, raw.rstrip("\n")))
+                if self.dead_engine is None and DEAD_ENGINE_LINE.search(raw):
+                    self.dead_engine = raw.strip()
+                    self._over.set()
                 if self._echoing:
                     self._flush()
 
@@ -390,10 +401,11 @@ class TrainerRun:
     def wait(self, timeout: float = TIMEOUT_S) -> int | None:
         """The exit code, or None when the trainer did not finish within timeout seconds of its launch (then its
         whole session is killed)."""
-        try:
-            code = self.proc.wait(timeout=max(0.0, timeout - (time.monotonic() - self.start)))
-        except subprocess.TimeoutExpired:
-            code = None
+        self._over.wait(max(0.0, timeout - (time.monotonic() - self.start)))
+        if self.proc.poll() is None and self.dead_engine is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # the rest of the engine's traceback
+                self.proc.wait(timeout=DEAD_ENGINE_GRACE_S)
+        code = self.proc.poll()
         self.reap()  # the driver too, when it outlived the timeout
         self.proc.wait()
         self.end = time.monotonic()
@@ -551,7 +563,10 @@ class TrainerCheck:
             numbers["time_to_first_rollout_s"] = startup + numbers["step1_gen_s"]
         numbers.update(_phases.phases(run.lines, run.launch_wall, run.wall_s if code is not None else None, steps,
                                       wall_s=run.wall_s, rollout=self.trainer["rollout"]))
-        if code is None:
+        if code is None and run.dead_engine:
+            problems.insert(0, f"verl's trainer was stopped: its rollout engine died ({run.dead_engine[-200:]}) "
+                               "and verl kept waiting on it")
+        elif code is None:
             problems.insert(0, f"verl's trainer did not finish in {TIMEOUT_S} s")
         elif code != 0:
             problems.insert(0, f"verl's trainer exited with {code}: {failure_line(texts)[:300]}")

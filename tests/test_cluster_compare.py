@@ -205,7 +205,8 @@ def test_allreduce_line_reports_bus_bandwidth_only_across_ranks(world, shown):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--node-timeout", "0"], "--node-timeout 0: must be a positive number of seconds"),
+    (["--node-timeout", "0"], "--node-timeout 0: must be a positive, finite number of seconds, e.g. "
+                              "--node-timeout 600"),
     (["--markdown", "{tmp}/x.md"], "--markdown: not with --ray (its report is the JSON and the tables)"),
     (["--runtime-env", "{tmp}/none.json"], "none.json: No such file or directory"),
     (["--runtime-env", "{tmp}/list.json"],

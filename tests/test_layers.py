@@ -27,7 +27,8 @@ LAYERS = (
     ("entry", ("cli.py", "__main__.py", "bundle/bootstrap.py")),
 )
 # Run as scripts by the env's own interpreter (never imported by the tool): they may parse their own arguments.
-SCRIPTS = ("verify/kernels/", "verify/envprobe.py")
+SCRIPTS = ("verify/kernels/", "verify/envprobe.py", "doctor/env_programs/", "bundle/env_programs/", "env/env_programs/",
+           "native/env_programs/", "verify/env_programs/", "cluster/env_programs/")
 ARGPARSE_LAYERS = ("commands", "entry")
 
 

@@ -22,17 +22,7 @@ from verlenv.native.sources import sha256_file
 _FOLDERS = ("wheels", "tool", "kernel-cache", build_inputs.SOURCES_DIR, Path(build_inputs.TOOLKIT_FILE).parent.name)
 
 # Run in the target: {name: installed version or None} for the names given.
-_VERSIONS = r"""
-import json, sys
-from importlib import metadata
-out = {}
-for name in sys.argv[1:]:
-    try:
-        out[name] = metadata.version(name)
-    except metadata.PackageNotFoundError:
-        out[name] = None
-print(json.dumps(out))
-"""
+_VERSIONS = Path(__file__).with_name("env_programs") / "installed_versions.py"
 
 
 def open_bundle(folder: Path) -> Path:
@@ -132,7 +122,7 @@ def check_base(python: str, manifest: dict, variant: str) -> None:
     base = {e["distribution"]: e["version"] for e in manifest["files"] if e["origin"] == "base" and serves(e, variant)}
     if not base:
         return
-    out = subprocess.run([python, "-c", _VERSIONS, *base], capture_output=True, text=True)
+    out = subprocess.run([python, str(_VERSIONS), *base], capture_output=True, text=True)
     if out.returncode != 0:
         raise UserError(f"cannot read the installed versions of {python}: {out.stderr.strip()[-200:]}")
     found = json.loads(out.stdout)

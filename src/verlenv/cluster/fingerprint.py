@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from verlenv.catalog import packages as package_table
 
@@ -31,21 +32,7 @@ ENV_NAMES = ("NCCL_CUMEM_ENABLE", "VLLM_WORKER_MULTIPROC_METHOD", "FLASHINFER_WO
              # Placement: shown beside the other nodes' values, never compared (fact_kinds.py).
              "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "LOCAL_RANK", "RANK", "NODE_RANK")
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "VLLM_", "VERL_", "SLURM")  # SLURM: SLURM_* and SLURMD_NODENAME
-TORCH_SCRIPT = r"""
-import json, torch
-def call(fn):
-    try:
-        return fn()
-    except Exception as e:
-        return None
-nccl = call(torch.cuda.nccl.version)
-print(json.dumps({
-    "version": torch.__version__, "cuda": torch.version.cuda,
-    "cudnn": call(torch.backends.cudnn.version),
-    "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
-    "cxx11_abi": call(lambda: torch.compiled_with_cxx11_abi()),
-}))
-"""
+TORCH_SCRIPT = Path(__file__).with_name("env_programs") / "torch_versions.py"
 
 
 def canon(name: str) -> str:
@@ -98,7 +85,7 @@ def torch_facts(timeout: float | None = None) -> dict[str, str | None]:
     No clock of its own by default: on a loaded node importing torch took longer than any fixed limit, and a node
     then differed by "torch:import" alone; a node that truly hangs is reported by --node-timeout."""
     try:
-        proc = subprocess.run([sys.executable, "-c", TORCH_SCRIPT], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, str(TORCH_SCRIPT)], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"torch:import": f"timed out after {timeout:.0f} s"}
     except OSError:

@@ -203,20 +203,7 @@ def repair(python: Path, lock: Path, installer: str, keep: list[str]) -> dict:
 
 
 # Run in the env: for each named distribution installed from a local wheel file, that file's URL.
-_LOCAL_WHEELS = r"""
-import json, sys
-from importlib import metadata
-out = {}
-for name in sys.argv[1:]:
-    try:
-        text = metadata.distribution(name).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        continue
-    url = json.loads(text).get("url", "") if text else ""
-    if url.startswith("file://") and url.endswith(".whl"):
-        out[name] = url
-print(json.dumps(out))
-"""
+_LOCAL_WHEELS = Path(__file__).with_name("env_programs") / "local_wheels.py"
 
 
 def kept_source_builds(python: Path, variant: stacks.Variant) -> list[str]:
@@ -226,7 +213,7 @@ def kept_source_builds(python: Path, variant: stacks.Variant) -> list[str]:
     the lock (they are compiled against the env), so without these lines every install would drop them.
     """
     names = [b.name for b in variant.source_builds]
-    out = subprocess.run([str(python), "-c", _LOCAL_WHEELS, *names], capture_output=True, text=True)
+    out = subprocess.run([str(python), str(_LOCAL_WHEELS), *names], capture_output=True, text=True)
     if out.returncode != 0:
         return []
     lines = []

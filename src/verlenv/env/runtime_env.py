@@ -26,9 +26,7 @@ PTH_NAME = "verlenv-runtime-env.pth"
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FIELDS = ("prefix", "cuda_home")
 # Prints what the env's python sees for each name, and where its .pth would be.
-PROBE = ("import json, os, sys, sysconfig; names = json.loads(sys.argv[1]); "
-         "print(json.dumps({'site': sysconfig.get_paths()['purelib'], 'prefix': sys.prefix, "
-         "'seen': {n: os.environ.get(n) for n in names}}))")
+PROBE = Path(__file__).with_name("env_programs") / "variables_seen.py"
 
 Value = str | list[str]
 
@@ -100,7 +98,7 @@ def pth_text(settings: dict[str, Value]) -> str:
 def probe(python: str | Path, names: list[str]) -> dict:
     """What the env's python sees: {'site': its site-packages, 'prefix': its prefix, 'seen': {name: value or None}}."""
     try:
-        proc = subprocess.run([str(python), "-c", PROBE, json.dumps(names)], capture_output=True, text=True,
+        proc = subprocess.run([str(python), str(PROBE), json.dumps(names)], capture_output=True, text=True,
                               timeout=60, check=False)
     except OSError as e:
         raise UserError(f"{python} cannot run ({e.strerror}): give the env's python") from None

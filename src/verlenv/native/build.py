@@ -23,16 +23,9 @@ from verlenv.native.parallelism import mem_available_gib, parallelism_for, split
 from verlenv.native.proctree import run_logged
 
 # Run in the env: which of the named distributions it lacks.
-_MISSING = """
-import importlib.metadata as m, json, sys
-def installed(name):
-    try:
-        m.distribution(name)
-    except m.PackageNotFoundError:
-        return False
-    return True
-print(json.dumps([name for name in sys.argv[1:] if not installed(name)]))
-"""
+_MISSING = Path(__file__).with_name("env_programs") / "missing_distributions.py"
+# Run in the env: imports torch, then each named module.
+_IMPORT_MODULES = _MISSING.with_name("import_modules.py")
 
 
 @dataclass
@@ -240,7 +233,7 @@ def check_requires(recipe: recipes.Recipe, python: str) -> None:
     build isolation, so a missing one would fail (or fall back, as torch does without ninja) mid-compile."""
     if not recipe.requires:
         return
-    r = subprocess.run([python, "-c", _MISSING, *recipe.requires], capture_output=True, text=True)
+    r = subprocess.run([python, str(_MISSING), *recipe.requires], capture_output=True, text=True)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise UserError(f"cannot list the distributions installed in {python}: {last}")
@@ -319,8 +312,7 @@ def install_wheel(python: str, wheel: Path, recipe: recipes.Recipe) -> None:
         cmd = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", "--no-input"]
     subprocess.run([*cmd, str(wheel)], check=True)
     modules = [recipe.import_name, *recipe.extension_modules]
-    code = "import importlib, torch\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([python, str(_IMPORT_MODULES), *modules], capture_output=True, text=True)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
         from verlenv.doctor import diagnose_text, format_diagnoses

@@ -38,18 +38,8 @@ LIBCUDA_LINK_STUB = "/* verlenv: libcuda at link time only; the driver's libcuda
 # 12.5 in Debian's nvidia-cuda-dev packages).
 MAX_GCC_FOR_CUDA = {"12.4": 13, "12.5": 13, "12.8": 14, "12.9": 14, "13.0": 15}
 
-_TORCH_PROBE = r"""
-import json, sys, sysconfig, torch
-print(json.dumps({
-    "python": sys.executable,
-    "python_tag": "cp%d%d" % sys.version_info[:2],
-    "torch": torch.__version__,
-    "cuda": torch.version.cuda,
-    "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-    "torch_lib": str(__import__("pathlib").Path(torch.__file__).parent / "lib"),
-    "purelib": sysconfig.get_paths()["purelib"],
-}))
-"""
+# Run in the env: its torch imported, the versions and folders a build needs.
+_TORCH_PROBE = Path(__file__).with_name("env_programs") / "torch_info.py"
 
 
 @dataclass(frozen=True)
@@ -94,25 +84,14 @@ class Toolchain:
 # Where torch's files are and what they are now, without importing it (a few ms, where importing torch takes
 # seconds): the key of the probe's answer kept in the cache. A reinstall or rebuild of torch changes an inode, size or
 # mtime here, and so the key.
-_TORCH_FILES_PROBE = r"""
-import glob, importlib.util, json, os, sys
-spec = importlib.util.find_spec("torch")
-root = os.path.dirname(spec.origin) if spec and spec.origin else None
-stats = {}
-if root:
-    for name in ["__init__.py", "version.py", "lib/libtorch_cpu.so", *glob.glob("_C*.so", root_dir=root)]:
-        if os.path.exists(path := os.path.join(root, name)):
-            s = os.stat(path)
-            stats[name] = [s.st_ino, s.st_size, s.st_mtime_ns]
-print(json.dumps({"executable": sys.executable, "prefix": sys.prefix, "torch_root": root, "files": stats}))
-"""
+_TORCH_FILES_PROBE = Path(__file__).with_name("env_programs") / "torch_files.py"
 
 
 def _torch_cache_file(python: str) -> Path | None:
     """The cache file of the torch probe's answer for this interpreter's torch as its files are now; None where
     they cannot be read (no torch, an interpreter that is not one)."""
     try:
-        out = subprocess.run([python, "-c", _TORCH_FILES_PROBE], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([python, str(_TORCH_FILES_PROBE)], capture_output=True, text=True, timeout=60)
         found = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
@@ -142,7 +121,7 @@ def torch_info(python: str) -> TorchInfo:
 
 def _ask_torch(python: str) -> TorchInfo:
     try:
-        out = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([python, str(_TORCH_PROBE)], capture_output=True, text=True, check=True).stdout
     except FileNotFoundError:
         raise UserError(f"no Python interpreter at {python}") from None
     except subprocess.CalledProcessError as e:

@@ -320,18 +320,7 @@ def _unmet_requirement(line: str) -> tuple[str, str] | None:
 # pip: "X 1.0 is not supported on this platform"; uv: "The package `X` was built for a different platform".
 _UNSUPPORTED = re.compile(r"^(?:(\S+) \S+ is not supported on this platform"
                           r"|The package `(\S+)` was built for a different platform)$")
-_WHEEL_FACTS = r"""
-import importlib.metadata as m, json, sys
-out = {}
-for name in sys.argv[1:]:
-    d = m.distribution(name)
-    files = [str(f) for f in (d.files or [])]
-    out[name] = {"tags": [l.split(":", 1)[1].strip() for l in (d.read_text("WHEEL") or "").splitlines()
-                          if l.startswith("Tag:")],
-                 "extensions": [f for f in files
-                                if f.endswith((".so", ".pyd")) and (".cpython-" in f or ".abi3." in f)]}
-print(json.dumps(out))
-"""
+_WHEEL_FACTS = Path(__file__).with_name("env_programs") / "wheel_facts.py"
 
 
 def _mislabeled(python: str, problems: list[str]) -> dict[str, str]:
@@ -341,7 +330,7 @@ def _mislabeled(python: str, problems: list[str]) -> dict[str, str]:
     flagged = {m.group(1) or m.group(2): line for line in problems if (m := _UNSUPPORTED.match(line))}
     if not flagged:
         return {}
-    proc = subprocess.run([python, "-c", _WHEEL_FACTS, *flagged], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([python, str(_WHEEL_FACTS), *flagged], capture_output=True, text=True, timeout=60,
                           check=False)
     try:
         facts = json.loads(proc.stdout)
@@ -575,22 +564,12 @@ def check_objects(probed: dict[str, list[str]], installed: dict[str, list[str]],
 
 # Run by the env's own python (its runtime defaults applied, as in verl's workers): which system libraries the loader
 # finds, the variables and tools a JIT build reads.
-_RUNTIME_PROBE = r"""
-import ctypes, json, os, shutil, sys
-out = {"libs": {}, "env": {k: os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH", "CXX", "NVCC_CCBIN", "PATH")}}
-for lib in json.loads(sys.argv[1]):
-    try:
-        ctypes.CDLL(lib)
-        out["libs"][lib] = None
-    except OSError as e:
-        out["libs"][lib] = str(e)
-print(json.dumps(out))
-"""
+_RUNTIME_PROBE = Path(__file__).with_name("env_programs") / "runtime_probe.py"
 
 
 def probe_runtime(python: str, libraries: list[str], timeout: float = 60) -> dict:
     """What the env's python sees: {libs: {soname: None or the loader's error}, env: {CUDA_HOME, CXX, PATH...}}."""
-    proc = subprocess.run([python, "-c", _RUNTIME_PROBE, json.dumps(libraries)], capture_output=True, text=True,
+    proc = subprocess.run([python, str(_RUNTIME_PROBE), json.dumps(libraries)], capture_output=True, text=True,
                           timeout=timeout, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

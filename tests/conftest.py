@@ -37,7 +37,8 @@ XDIST_SCOPES = {
 }
 # The longest scopes, longest first (`--durations` of a 2-worker run, 2026-11-28: the Ray modules ≈ 1000 s together,
 # then 250, 220, 176 s): the workers start with them, so that no long one is left to run alone at the end.
-XDIST_FIRST = ("ray", "tests/test_lock.py", "tests/test_bundle_build_inputs.py", "tests/test_build_extension.py")
+XDIST_FIRST = ("ray", "tests/lock/test_lock.py", "tests/bundle/test_bundle_build_inputs.py",
+               "tests/native/test_build_extension.py")
 
 
 def xdist_scope(nodeid: str) -> str:

@@ -19,7 +19,7 @@ SHARED = ("gpu_cluster", "verl_composed")
 def uses(fixture: str) -> set[str]:
     """The test modules with a function (a test or a fixture) that takes `fixture` as an argument."""
     out = set()
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and fixture in {a.arg for a in node.args.args}:
                 out.add(path.stem)
@@ -28,7 +28,7 @@ def uses(fixture: str) -> set[str]:
 
 def gpu_marked() -> set[str]:
     marked = re.compile(r"^@pytest\.mark\.gpu$|pytestmark = .*pytest\.mark\.gpu\b", re.M)
-    return {path.stem for path in TESTS.glob("test_*.py") if marked.search(path.read_text())}
+    return {path.stem for path in TESTS.rglob("test_*.py") if marked.search(path.read_text())}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_the_users_of_a_shared_session_fixture_share_one_worker(fixture):
 
 
 def test_every_module_that_starts_ray_clusters_shares_one_worker():
-    starts = {path.stem for path in TESTS.glob("test_*.py")
+    starts = {path.stem for path in TESTS.rglob("test_*.py")
               if re.search(r"\bray_nodes\b|\bgpu_cluster\b", path.read_text()) and path.stem != "test_suite_scopes"}
     assert {"test_cluster_ray", "test_cluster_doctor_logs", "test_cluster_placement"} <= starts
     assert {xdist_scope(f"tests/{m}.py::test_x") for m in starts} == {"ray"}
@@ -61,14 +61,14 @@ def test_the_gpu_tests_share_one_worker():
 
 
 def test_a_module_of_no_scope_keeps_its_tests_together_and_apart_from_others():
-    assert xdist_scope("tests/test_lock.py::test_a") == xdist_scope("tests/test_lock.py::test_b[x::y]")
-    assert xdist_scope("tests/test_lock.py::test_a") != xdist_scope("tests/test_bundle.py::test_a")
+    assert xdist_scope("tests/lock/test_lock.py::test_a") == xdist_scope("tests/lock/test_lock.py::test_b[x::y]")
+    assert xdist_scope("tests/lock/test_lock.py::test_a") != xdist_scope("tests/bundle/test_bundle.py::test_a")
 
 
 def test_every_scoped_module_exists():
     listed = {m for modules in XDIST_SCOPES.values() for m in modules}
-    assert listed <= {p.stem for p in TESTS.glob("test_*.py")}
-    scopes = set(XDIST_SCOPES) | {f"tests/{p.name}" for p in TESTS.glob("test_*.py")}
+    assert listed <= {p.stem for p in TESTS.rglob("test_*.py")}
+    scopes = set(XDIST_SCOPES) | {p.relative_to(TESTS.parent).as_posix() for p in TESTS.rglob("test_*.py")}
     assert set(XDIST_FIRST) <= scopes, set(XDIST_FIRST) - scopes
 
 
@@ -92,7 +92,7 @@ def test_the_scheduler_keeps_the_conftest_order_of_scopes(pytestconfig, monkeypa
     monkeypatch.setattr(pytestconfig.option, "tx", ["popen"] * 2, raising=False)  # two workers, as on 2 cores
     scheduler = conftest.pytest_xdist_make_scheduler(pytestconfig, None)
     assert pytestconfig.option.loadscopereorder is False
-    assert scheduler._split_scope("tests/test_cluster_trainer.py::test_x") == "ray"
+    assert scheduler._split_scope("tests/cluster/test_cluster_trainer.py::test_x") == "ray"
 
 
 STAND_IN_CONFTEST = '''
@@ -163,4 +163,4 @@ def test_the_session_logs_test_is_the_first_to_use_the_session_cluster(collected
     users = uses("gpu_cluster")
     for order in (collected, xdist_order(collected)):
         first = next(n for n in order if Path(n.partition("::")[0]).stem in users)
-        assert first.startswith("tests/test_cluster_doctor_logs.py::"), first
+        assert first.startswith("tests/cluster/test_cluster_doctor_logs.py::"), first

@@ -21,7 +21,7 @@ FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2
 # The entry header's flags word (offset 40) marks arch-specific (`sm_100a`) and family-specific (`sm_100f`, CUDA 12.9+)
 # code in bits 20-21: read from nvcc 13.0.88's own fatbins of one kernel built for sm_100, sm_100a, sm_100f,
-# compute_100f and sm_120f (tests/test_build_extension.py builds the real thing).
+# compute_100f and sm_120f (tests/native/test_build_extension.py builds the real thing).
 FLAGS_OFFSET, SUFFIX_SHIFT = 40, 20
 SUFFIXES = {0: "", 1: "a", 2: "f"}
 

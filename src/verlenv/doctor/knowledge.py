@@ -3,7 +3,7 @@
 Every pattern is compiled with RE2 (google-re2) where it is installed, as the scanner is: RE2 runs in time linear in
 the text, so no signature can backtrack on a long line (issue 52: one did, on vLLM's "Model loading took" lines).
 A host without google-re2 (the verify path's packages only) falls back to Python's `re`; the patterns are written in
-the syntax both share (tests/test_doctor_re2.py compiles every one with RE2), so a lookaround, which RE2 lacks,
+the syntax both share (tests/doctor/test_doctor_re2.py compiles every one with RE2), so a lookaround, which RE2 lacks,
 is written as a signature's `unless`.
 """
 

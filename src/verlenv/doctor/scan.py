@@ -4,7 +4,7 @@ One RE2 set says which keywords (failures.toml) and which signature contexts ("s
 4 MiB block holds, in one pass; a keyword still matches when a line break cuts it (terminal hard wraps,
 indented or prefixed soft wraps). Where the block holds keywords, a small automaton of only those finds
 where, and each hit's line and the two lines on either side (wrapped messages) are fed to the `Matcher`
-with their real line numbers. The result equals feeding every line (tests/test_doctor_scan.py).
+with their real line numbers. The result equals feeding every line (tests/doctor/test_doctor_scan.py).
 """
 
 from collections.abc import Callable, Iterable

@@ -1,5 +1,5 @@
-"""Run by tests/test_families.py inside the default env (torch, transformers, verl, hydra): for every family row it
-is given, the trainer check writes its inputs (kernels/_models.py); they are loaded back the way verl and a user
+"""Run by tests/catalog/test_families.py inside the default env (torch, transformers, verl, hydra): for every family
+row it is given, the trainer check writes its inputs (kernels/_models.py); they are loaded back the way verl and a user
 would, the model runs a forward and backward pass on CPU, and verl's own Hydra config composes for the family in
 each variant.
 

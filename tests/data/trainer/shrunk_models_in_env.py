@@ -1,5 +1,5 @@
-"""Run by tests/test_shrink_published.py inside the default env (torch, transformers): every shrunk --model-config
-row it is given built as the trainer check builds it (kernels/_models.py build_model: the config through
+"""Run by tests/catalog/test_shrink_published.py inside the default env (torch, transformers): every shrunk
+--model-config row it is given built as the trainer check builds it (kernels/_models.py build_model: the config through
 AutoConfig.for_model, the model class by name, float32 on CPU), one forward and backward pass (an image family's
 with an image), and what the architecture's distinctive parts did: which module classes the model holds, which
 parameters got a gradient, how diverse its sampling is after the check's logit scaling, and whether its sliding

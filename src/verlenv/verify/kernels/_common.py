@@ -20,7 +20,7 @@ import traceback
 
 # This folder is sys.path[0] of a script, and of every child it spawns (multiprocessing passes sys.path on), so
 # a spawned child re-running the script finds _common. Nothing here may be named like a package: the scripts
-# are check_<what>.py (tests/test_kernel_scripts.py fails on a name that an env or the catalog imports).
+# are check_<what>.py (tests/verify/test_kernel_scripts.py fails on a name that an env or the catalog imports).
 
 # Defaults for the thresholds a GPU profile (gpus.toml) may override.
 DEFAULT_THRESHOLDS = {

@@ -24,12 +24,15 @@ def test_the_committed_reports_give_the_llama_column():
     assert cell(data, "verl-0.7", "fsdp", "fast", "llama")["status"] == "pass"  # visit C, with its built flash-attn
     assert cell(data, "verl-0.7", "megatron", "fast", "llama") == {"status": "not run"}
     assert set(families.table().names()) <= set(data["families"])
-    # The five families of visit E (H200) trained in verl-0.9's fsdp env, Qwen2.5-VL included; the seven 2026 rows have
-    # no GPU report yet (visit J ran out of device time), and the matrix says so rather than guess.
+    # The five families of visit E (H200) trained in verl-0.9's fsdp env, Qwen2.5-VL included; of the seven 2026 rows
+    # only gpt-oss has an fsdp report (visit K: vLLM 0.24.0's loader, vllm#45830, recognised by the row's known issue),
+    # the others none (no flash-attn wheel that visit), and the matrix says so rather than guess.
     proven = ("llama", "qwen2", "qwen3", "qwen3-moe", "qwen2.5-vl")
     assert {f: cell(data, "verl-0.9", "fsdp", "fast", f)["status"] for f in proven} == dict.fromkeys(proven, "pass")
-    unproven = [f for f in families.table().names() if f not in proven]
-    assert len(unproven) >= 7
+    gpt_oss = cell(data, "verl-0.9", "fsdp", "fast", "gpt-oss")
+    assert (gpt_oss["status"], gpt_oss["known_issue"]) == ("known*", "https://github.com/vllm-project/vllm/issues/45830")
+    unproven = [f for f in families.table().names() if f not in proven and f != "gpt-oss"]
+    assert len(unproven) >= 6
     assert {f: cell(data, "verl-0.9", "fsdp", "fast", f)["status"] for f in unproven} == dict.fromkeys(unproven,
                                                                                                        "not run")
     # Megatron (visit F, H200): the text families pass; Qwen2.5-VL's failure, counted by its report, is recognised since

@@ -298,11 +298,11 @@ def test_a_whole_real_log_gives_again_the_phases_its_report_recorded(run):
     assert again["phase/unattributed_s"] < 1.0 and again["phase/total_s"] == pytest.approx(numbers["wall_s"])
 
 
-def test_readmes_phase_table_is_the_benchmarks():
-    """README quotes three runs' phases; each number must be the one benchmarks/trainer_phases.py wrote."""
+def test_the_references_phase_table_is_the_benchmarks():
+    """docs/reference.md quotes three runs' phases; each number must be the one benchmarks/trainer_phases.py wrote."""
     runs = {r["report"]: r for r in json.loads((REPO / "docs/benchmarks/trainer-phases.json").read_text())["reports"]}
     column = {"fsdp, fresh": "fsdp-fresh", "megatron, fresh": "megatron-fresh", "fsdp, --thorough": "fsdp-thorough"}
-    rows = [line.strip("|").split("|") for line in (REPO / "README.md").read_text().splitlines()
+    rows = [line.strip("|").split("|") for line in (REPO / "docs" / "reference.md").read_text().splitlines()
             if line.startswith("| ")]
     header = next(r for r in rows if r[0].strip() == "phase (s), H100")
     names = [column[c.strip()] for c in header[1:]]

@@ -5,14 +5,13 @@ A family reaches the check script as one dict (`Family.row()`): the config class
 config), the model class, the config's arguments, the inputs kind and what verl's config needs for it."""
 
 import copy
-import functools
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_toml
+from verlenv.fsutil import load_table, packaged_table
 
 DATA = Path(__file__).with_name("data") / "families.toml"
 INPUTS = ("text", "images")
@@ -184,15 +183,12 @@ def parse(path: Path, data: dict) -> Table:
 
 
 def load(path: Path | None = None) -> Table:
-    path = Path(path) if path else DATA
-    data = read_toml(path)
-    return parse(path, data)
+    return load_table(Path(path) if path else DATA, parse)
 
 
-@functools.cache
 def table() -> Table:
     """The packaged table (data/families.toml), read once per process."""
-    return load()
+    return packaged_table(DATA, parse)
 
 
 # ---- a user's config.json, shrunk -------------------------------------------------------------------------------

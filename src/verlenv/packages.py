@@ -3,14 +3,13 @@ a variant needs each, its kernel check scripts and their limits. Every module th
 it here; a new package is a row."""
 
 import fnmatch
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_toml
+from verlenv.fsutil import load_table, packaged_table
 
 DATA = Path(__file__).with_name("data") / "packages.toml"
 # What a row's required_by may name: every variant, or the variants of one actor or rollout (stacks.toml).
@@ -215,12 +214,9 @@ def _script_limits(path: Path, limits, scripts: dict[str, Script]) -> dict[str, 
 
 
 def load(path: Path | None = None) -> Table:
-    path = Path(path) if path else DATA
-    data = read_toml(path)
-    return parse(path, data)
+    return load_table(Path(path) if path else DATA, parse)
 
 
-@functools.cache
 def table() -> Table:
     """The packaged table (data/packages.toml), read once per process."""
-    return load()
+    return packaged_table(DATA, parse)

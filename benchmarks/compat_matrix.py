@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-from verlenv import catalog, families  # noqa: E402
+from verlenv.catalog import families, stacks  # noqa: E402
 from verlenv.fsutil import write_atomic  # noqa: E402
 
 # verl/trainer/<variant>/<family>/grpo-N-steps, or the older verl/trainer/<variant>/grpo-N-steps (Llama then).
@@ -65,7 +65,7 @@ def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str
     return found
 
 
-def matrix(reports: Path, cat: catalog.Catalog, table: families.Table) -> dict:
+def matrix(reports: Path, cat: stacks.Catalog, table: families.Table) -> dict:
     found = cells(reports, table)
     names = table.names() + sorted({k[2] for k in found} - set(table.names()))
     rows = []
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reports", type=Path, default=ROOT / "docs" / "verification")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "compat-matrix")
     args = p.parse_args(argv)
-    data = matrix(args.reports, catalog.load(ROOT / "stacks.toml"), families.table())
+    data = matrix(args.reports, stacks.load(ROOT / "stacks.toml"), families.table())
     write_atomic(args.out.with_suffix(".json"), json.dumps(data, indent=1) + "\n")
     write_atomic(args.out.with_suffix(".md"), markdown(data))
     print(f"wrote {args.out.with_suffix('.md')} and .json ({len(data['rows'])} rows x {len(data['families'])} "

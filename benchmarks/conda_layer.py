@@ -18,8 +18,9 @@ from pathlib import Path
 
 from conda_lock.lockfile import parse_conda_lock_file
 
-from verlenv import catalog, conda_layer, lock
-from verlenv.conda_snapshot import SNAPSHOT_DIR, read_sources
+from verlenv.catalog import stacks
+from verlenv.lock import conda_layer, locks
+from verlenv.lock.conda_snapshot import SNAPSHOT_DIR, read_sources
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -51,10 +52,10 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--stack", default=None, help="the stack to measure (default: the default stack)")
     args = p.parse_args()
-    cat = catalog.load(None)
+    cat = stacks.load(None)
     root, stack = cat.root, cat.stack(args.stack)
-    folder = lock.conda_dirs(cat, stack)[-1]  # the default stack's file is the top-level one
-    sources = [root / folder / name for name in lock.env_files(stack)]
+    folder = locks.conda_dirs(cat, stack)[-1]  # the default stack's file is the top-level one
+    sources = [root / folder / name for name in locks.env_files(stack)]
     spec = conda_layer.lock_spec(sources)
     solves = {}
     for plat in spec.platforms:
@@ -63,7 +64,7 @@ def main() -> int:
         solves[plat] = {"specs": specs, "records": len(records),
                         "seconds": timed(lambda s=specs, p=plat: conda_layer.solve(root, s, p, stack.cuda),
                                          args.repeat)}
-    lockfile = root / folder / lock.CONDA_LOCK_FILE
+    lockfile = root / folder / locks.CONDA_LOCK_FILE
     with_extras = {(p.platform, c) for p in parse_conda_lock_file(lockfile).package for c in p.categories}
     renders = {}
     with tempfile.TemporaryDirectory() as tmp:

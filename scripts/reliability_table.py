@@ -36,10 +36,11 @@ def run_tests(log: Path) -> int:
 
 
 def integrity_cost(prefix: Path, stack: str | None, variant: str) -> dict:
-    from verlenv import catalog, installed_files, pins
-    from verlenv.install import env_python, lock_path
+    from verlenv.catalog import pins, stacks
+    from verlenv.env import installed_files
+    from verlenv.env.install import env_python, lock_path
 
-    cat = catalog.load(ROOT / "stacks.toml")
+    cat = stacks.load(ROOT / "stacks.toml")
     locked = sorted(pins.read_lock(lock_path(cat.root, cat.variant(stack, variant))))
     python = str(env_python(prefix.absolute()))
     scan = installed_files.check(python, locked)

@@ -15,7 +15,7 @@ NO_GPU = "no NVIDIA GPU visible"
 @functools.cache
 def gpu_visible() -> bool:
     """nvidia-smi lists a GPU this process may use (CUDA_VISIBLE_DEVICES honoured)."""
-    from verlenv import gpus
+    from verlenv.catalog import gpus
 
     return bool(gpus.gpu_details())
 

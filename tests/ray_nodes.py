@@ -170,7 +170,8 @@ def refresh_files_record(python: str) -> None:
     uv's cache, or removes, changes the link count and so the ctime of the default env's files (the same inodes):
     every node's verify would then hash the env's 10 GB again, three nodes at once on two cores (about 110 s a
     call), to prove what test_installed_files proves on its own."""
-    from verlenv import installed_files, pins
+    from verlenv.catalog import pins
+    from verlenv.env import installed_files
 
     installed_files.check(python, sorted(pins.read_lock(LOCK)), record=True, reuse=True)
 

@@ -3,7 +3,7 @@ code reads, never the code."""
 
 import dataclasses
 
-from verlenv import packages
+from verlenv.catalog import packages
 
 
 def patch_scripts(monkeypatch, **rows) -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from test_build_env import DATA, clean_build_env, torch_python
-from verlenv import build, catalog, cubins, gpus, recipes, wheelcache
+from verlenv import cubins
 from verlenv.bundle import make
+from verlenv.catalog import gpus, stacks
 from verlenv.errors import UserError
+from verlenv.native import build, recipes, wheelcache
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -41,7 +43,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 
 def run_build(root: Path, python: str, dirs: dict, gpu: str) -> build.BuildResult:
     """`verlenv build --gpu <gpu>` of the probe: the profile's build arch, checked for the GPU's own arch too."""
-    variant = catalog.load(root / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(root / "stacks.toml").variant(None, "fsdp")
     profile = gpus.profile(gpu)
     result = build.build_one(root, variant, PACKAGE, python, gpus.archs_for([gpu]), dirs["wheelhouse"], dirs["work"],
                              jobs=2, threads=1, devices=[profile.arch])

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import proctree
 from verlenv.fsutil import write_atomic
+from verlenv.native import proctree
 from waiting import GUARD_S, until
 
 PYTHON = "3.12"
@@ -128,8 +128,8 @@ def build_until(root: Path, variant: tuple[str | None, str], package: str, archs
     Returns (the builder's stderr, the build log): enough to check what setup.py made of the recipe without paying
     for a whole compile.
     """
-    code = (f"from pathlib import Path\nfrom verlenv import build, catalog\n"
-            f"variant = catalog.load(Path({str(root / 'stacks.toml')!r})).variant(*{variant!r})\n"
+    code = (f"from pathlib import Path\nfrom verlenv.catalog import stacks\nfrom verlenv.native import build\n"
+            f"variant = stacks.load(Path({str(root / 'stacks.toml')!r})).variant(*{variant!r})\n"
             f"build.build_one(Path({str(root)!r}), variant, {package!r}, {torch_python()!r}, {archs!r}, "
             f"Path({str(wheelhouse)!r}), Path({str(work)!r}), source={f'Path({source!r})' if source else None})\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True)

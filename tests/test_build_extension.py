@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from test_build_env import DATA, build_until, clean_build_env, torch_python
-from verlenv import build, catalog, cubins, ninja_stats, sources, wheelcache
+from verlenv import cubins
+from verlenv.catalog import stacks
+from verlenv.native import build, ninja_stats, sources, wheelcache
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -50,7 +52,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 
 
 def run_build(root: Path, python: str, dirs: dict, archs: list[str]) -> tuple[build.BuildResult, float]:
-    variant = catalog.load(root / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(root / "stacks.toml").variant(None, "fsdp")
     started = time.monotonic()
     result = build.build_one(root, variant, PACKAGE, python, archs, dirs["wheelhouse"], dirs["work"])
     return result, time.monotonic() - started

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from test_build_env import build_until
-from verlenv import build as builder, catalog, cubins, recipes, sources
+from verlenv import cubins
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
+from verlenv.native import build as builder, recipes, sources
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "ext"
@@ -20,8 +22,8 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @pytest.fixture(scope="module")
-def cat() -> catalog.Catalog:
-    return catalog.load(REPO / "stacks.toml")
+def cat() -> stacks.Catalog:
+    return stacks.load(REPO / "stacks.toml")
 
 
 def test_every_source_build_of_the_catalog_has_a_recipe_and_a_pin(cat):
@@ -65,7 +67,7 @@ def test_recipes_load_and_name_their_knobs():
     (["rtx-pro-6000", "gb200"], "100;120", "10.0;12.0"),
 ])
 def test_a_blackwell_gpu_reaches_each_recipes_arch_knob(targets, flash_attn, apex):
-    from verlenv import gpus
+    from verlenv.catalog import gpus
 
     archs = gpus.archs_for(targets)
     assert recipes.load(REPO, "flash-attn").arch_value(archs) == flash_attn  # FLASH_ATTN_CUDA_ARCHS
@@ -88,7 +90,7 @@ def test_an_arch_flash_attn_cannot_compile_is_refused_before_anything_is_fetched
 
 
 def test_a_build_for_a_blackwell_gpu_says_it_never_ran_there():
-    from verlenv import gpus
+    from verlenv.catalog import gpus
 
     b200, b300 = gpus.profile("b200"), gpus.profile("b300")
     lines = builder.verdicts("flash-attn", ["10.0"], [b200, b300], [("NVIDIA H100 80GB HBM3", "9.0")])
@@ -190,7 +192,7 @@ def test_apex_is_refused_an_nvcc_of_another_minor_before_anything_is_fetched(tmp
     debian = toolkit(tmp_path / "debian", NVCC_12_5)
     python = fake_torch_python(tmp_path, "12.8", tmp_path / "site-packages")
     monkeypatch.setenv("CUDA_HOME", str(debian))
-    variant = catalog.load(REPO / "stacks.toml").variant("verl-0.7", "megatron")
+    variant = stacks.load(REPO / "stacks.toml").variant("verl-0.7", "megatron")
     with pytest.raises(UserError) as e:
         builder.build_one(REPO, variant, "apex", python, ["9.0"], tmp_path / "wheelhouse", tmp_path / "work")
     assert str(e.value).startswith(f"CUDA_HOME={debian} has nvcc 12.5 but apex needs nvcc 12.8 exactly")

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from test_build_env import DATA, clean_build_env
-from verlenv import build, catalog, cubins, toolchain
+from verlenv import cubins
 from verlenv.bundle import build_inputs
-from verlenv.sources import sha256_file
+from verlenv.catalog import stacks
+from verlenv.native import build, toolchain
+from verlenv.native.sources import sha256_file
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +54,7 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 
 
 def build_probe(dirs: dict[str, Path], python: str, **kw) -> build.BuildResult:
-    variant = catalog.load(dirs["root"] / "stacks.toml").variant(None, "fsdp")  # only names what may be built
+    variant = stacks.load(dirs["root"] / "stacks.toml").variant(None, "fsdp")  # only names what may be built
     return build.build_one(dirs["root"], variant, PACKAGE, python, ["9.0"], dirs["wheelhouse"], dirs["work"], **kw)
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import recipes, sources
 from verlenv.errors import UserError
+from verlenv.native import recipes, sources
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "ext"

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import install, wheelcache
 from verlenv.bundle import make, offline, parts
+from verlenv.catalog.pins import read_lock
+from verlenv.env import install
 from verlenv.errors import UserError
-from verlenv.pins import read_lock
+from verlenv.native import wheelcache
 from waiting import StreamLines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -457,7 +458,8 @@ def test_a_carried_wheel_must_hold_a_cubin_for_each_target_gpu(tmp_path):
     """`bundle --gpu b300` takes the b200's build (sm_100 runs on 10.3), and refuses it for an RTX PRO 6000 (sm_120)
     in one line; the cubins are read from the wheel's objects, not from what its record says."""
     from test_cubins import elf_with_fatbin, fatbin_container
-    from verlenv import cubins, gpus
+    from verlenv import cubins
+    from verlenv.catalog import gpus
 
     so = elf_with_fatbin(tmp_path, fatbin_container([(cubins.KIND_ELF, 90), (cubins.KIND_ELF, 100)]))
     wheel = tmp_path / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl"
@@ -498,7 +500,7 @@ def test_find_built_matches_a_git_pin_by_its_commit(tmp_path):
 def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
     """The real file names of llguidance 1.7.6 and cryptography 50.0.2; digests are stand-ins."""
     from verlenv.bundle import fetch
-    from verlenv.pins import LockedPin
+    from verlenv.catalog.pins import LockedPin
 
     def files(name, names):
         return [fetch.RemoteFile(name, "1", n, f"https://x/{n}", f"{i:064x}", 1,

@@ -22,10 +22,11 @@ from test_bundle import (  # noqa: F401 (cache: a fixture)
     _verlenv,
     cache,
 )
-from verlenv import catalog, recipes
 from verlenv.bundle import build_inputs, offline
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
-from verlenv.sources import sha256_file, tree_digest
+from verlenv.native import recipes
+from verlenv.native.sources import sha256_file, tree_digest
 
 DATA = Path(__file__).parent / "data" / "build-inputs"
 EXT = Path(__file__).parent / "data" / "ext"
@@ -80,7 +81,7 @@ def project(tmp_path_factory) -> Path:
     _python312()
     root = make_root(tmp_path_factory.mktemp("project") / "root")
     (root / "locks").mkdir()
-    reqs = catalog.load(root / "stacks.toml").variant("tiny", "fsdp").requirements
+    reqs = stacks.load(root / "stacks.toml").variant("tiny", "fsdp").requirements
     (root / "in.txt").write_text("".join(f"{r}\n" for r in reqs))
     r = _run([UV, "pip", "compile", "--no-config", "--generate-hashes", "--quiet", "--python-version", "3.12",
               "--python-platform", "x86_64-manylinux_2_28", str(root / "in.txt"),
@@ -207,7 +208,7 @@ def test_a_git_recipe_needs_its_clone_before_anything_is_fetched(tmp_path):
 
 def test_what_is_carried_is_what_the_bundle_leaves_out(tmp_path, repo):
     root = make_root(tmp_path / "root")
-    variant = catalog.load(root / "stacks.toml").variant("tiny", "fsdp")
+    variant = stacks.load(root / "stacks.toml").variant("tiny", "fsdp")
     everything = {"fsdp": {"cuda-ext-probe", "docopt", "git-probe"}}
     assert build_inputs.wanted(root, [variant], everything, {}) == []
     wanted = build_inputs.wanted(root, [variant], {"fsdp": {"cuda-ext-probe", "git-probe"}}, {})

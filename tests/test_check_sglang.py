@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from test_kernel_scripts import KERNELS, REPO, has_modules, load, results_of
-from verlenv import backends, catalog, families, gpus
+from verlenv.catalog import backends, families, gpus, stacks
 from verlenv.cluster.trainer import trainer_spec
 
 IMPORT_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib.util as u; "
@@ -275,7 +275,7 @@ def test_sglang_generates_on_this_gpu(tmp_path):
     python = sglang_python()
     if python is None:
         pytest.skip("no python with sglang: install .venv-verl-0.9-sglang (verlenv install --variant sglang)")
-    variant = catalog.load(REPO / "stacks.toml").variant("verl-0.9", "sglang")
+    variant = stacks.load(REPO / "stacks.toml").variant("verl-0.9", "sglang")
     visible = gpus.gpu_details()
     profile = {**gpus.select_profile("auto", visible).for_checks(len(visible)),
                "trainer": {**trainer_spec(variant), "families": [FAMILIES["llama"]], "parallel": 1}}

@@ -27,8 +27,8 @@ def test_command_help_runs_without_pyyaml_and_conda_lock(command):
 
 
 def test_the_modules_verify_and_install_run_import_without_them():
-    modules = ["verlenv.verify.runner", "verlenv.verify.static", "verlenv.verify.report", "verlenv.install",
-               "verlenv.doctor.probes", "verlenv.lock", "verlenv.render"]
+    modules = ["verlenv.verify.runner", "verlenv.verify.static", "verlenv.verify.report", "verlenv.env.install",
+               "verlenv.doctor.probes", "verlenv.lock.locks", "verlenv.lock.render"]
     proc = run_without_optional("import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
                                 + f"print(sorted(n for n in {BLOCKED!r} if sys.modules.get(n) is not None))\n")
     assert proc.returncode == 0, proc.stderr
@@ -56,8 +56,9 @@ def test_each_command_is_registered_by_its_own_module():
 
 def test_a_doctor_run_imports_only_the_doctor():
     proc = subprocess.run([sys.executable, "-c", "import sys\nfrom verlenv import cli\ncli.parser(['doctor', '-'])\n"
-                           "print(sorted(m for m in ('conda_lock', 'rattler', 'verlenv.lock', 'verlenv.verify.runner',"
-                           " 'verlenv.commands.bundle', 'verlenv.cluster.launch') if m in sys.modules))\n"],
+                           "print(sorted(m for m in ('conda_lock', 'rattler', 'verlenv.lock.locks',"
+                           " 'verlenv.verify.runner', 'verlenv.commands.bundle', 'verlenv.cluster.launch')"
+                           " if m in sys.modules))\n"],
                           capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr

@@ -229,15 +229,15 @@ def test_doctor_bad_probe_is_one_line_and_exit_2():
     assert proc.returncode == 2 and "unknown probe nope; valid: " in proc.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.skipif(bool(__import__("verlenv.gpus", fromlist=["x"]).gpu_details()),
+@pytest.mark.skipif(bool(__import__("verlenv.catalog.gpus", fromlist=["x"]).gpu_details()),
                     reason="needs a machine without GPU")
 def test_node_check_without_gpu_runs_the_static_checks_even_for_a_named_profile():
     """What each Ray task runs, here in this interpreter: a GPU-less node (a CPU head) is not an error."""
-    from verlenv import catalog
+    from verlenv.catalog import stacks
     from verlenv.cluster import node
     from verlenv.verify.options import VerifyOptions
 
-    cat = catalog.load(ROOT / "stacks.toml")
+    cat = stacks.load(ROOT / "stacks.toml")
     options = VerifyOptions(variant="fsdp", gpu="h100").for_node()
     out = node.check(node.Request(catalog=cat, options=options.to_json(), lock_name=None, lock_text=None))
     assert "error" not in out and out["profile"] is None, out.get("error")

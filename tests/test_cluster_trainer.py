@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from verlenv import catalog, families
+from verlenv.catalog import families, stacks
 from verlenv.cluster import launch, trainer, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def test_every_worker_gets_nvlink_multicast_off_and_the_jobs_own_variables():
     assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["NCCL_SOCKET_IFNAME"] == "ib0" and env["WANDB_MODE"] == "online" and env["RETRIES"] == "3"
     paths = {"model": "/t/model", "data": "/t/d.parquet", "reward": "/t/r.py", "checkpoints": "/t/c", "run": "/t/run"}
-    spec = trainer.trainer_spec(catalog.load(ROOT / "stacks.toml").variant("verl-0.9", "fsdp"))
+    spec = trainer.trainer_spec(stacks.load(ROOT / "stacks.toml").variant("verl-0.9", "fsdp"))
     llama = families.table().rows(families.table().select(["llama"], False))[0]
     cmd = trainer.command("python", paths, spec, llama, 4, 8, {"A": "it's", "NCCL_NVLS_ENABLE": "0"})
     assert cmd[:5] == ["python", "-m", "verl.trainer.main_ppo", "--config-name", "ppo_trainer"]

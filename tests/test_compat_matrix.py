@@ -9,7 +9,7 @@ from test_verify_profiles import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 import compat_matrix  # noqa: E402
 
-from verlenv import catalog, families  # noqa: E402
+from verlenv.catalog import families, stacks  # noqa: E402
 
 
 def cell(data, stack, variant, mode, family):
@@ -18,7 +18,7 @@ def cell(data, stack, variant, mode, family):
 
 
 def test_the_committed_reports_give_the_llama_column():
-    data = compat_matrix.matrix(REPO / "docs" / "verification", catalog.load(REPO / "stacks.toml"), families.table())
+    data = compat_matrix.matrix(REPO / "docs" / "verification", stacks.load(REPO / "stacks.toml"), families.table())
     assert cell(data, "verl-0.9", "fsdp", "thorough", "llama")["status"] == "pass"
     assert cell(data, "verl-0.9", "megatron", "fast", "llama")["status"] == "pass"
     assert cell(data, "verl-0.7", "fsdp", "fast", "llama")["status"] == "pass"  # visit C, with its built flash-attn
@@ -56,7 +56,7 @@ def test_families_known_failures_and_the_newest_report_win(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(report("verl-0.9", "fsdp", "fast", "2026-11-26T11:00:00", [
         trainer("fsdp", "qwen3", "pass")])))
     (tmp_path / "notes.json").write_text("[1, 2]")  # not a report: ignored
-    data = compat_matrix.matrix(tmp_path, catalog.load(REPO / "stacks.toml"), families.table())
+    data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
     assert cell(data, "verl-0.9", "fsdp", "fast", "qwen3") == {"status": "pass", "report": "b.json",
                                                                "timestamp": "2026-11-26T11:00:00", "known_issue": ""}
     assert cell(data, "verl-0.9", "fsdp", "fast", "qwen2.5-vl")["status"] == "known"
@@ -70,7 +70,7 @@ def test_a_counted_failure_is_known_star_only_where_a_known_issue_of_its_variant
         trainer("megatron", "qwen2.5-vl", "fail", log=thd), trainer("megatron", "qwen3", "fail", log=thd)])))
     (tmp_path / "b.json").write_text(json.dumps(report("verl-0.9", "fsdp", "fast", "2026-11-28T10:00:00", [
         trainer("fsdp", "qwen2.5-vl", "fail", log=thd)])))
-    data = compat_matrix.matrix(tmp_path, catalog.load(REPO / "stacks.toml"), families.table())
+    data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
     assert cell(data, "verl-0.9", "megatron", "fast", "qwen2.5-vl")["status"] == "known*"
     assert cell(data, "verl-0.9", "megatron", "fast", "qwen3")["status"] == "fail"  # not that family's issue
     assert cell(data, "verl-0.9", "fsdp", "fast", "qwen2.5-vl")["status"] == "fail"  # not that variant's

@@ -11,16 +11,18 @@ import pytest
 import yaml
 
 from project_files import copy_tree
-from verlenv import catalog, cli, conda_layer, lock, pins, render
+from verlenv import cli
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
+from verlenv.lock import conda_layer, locks, render
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = catalog.load(ROOT / "stacks.toml")
+CATALOG = stacks.load(ROOT / "stacks.toml")
 STACK = CATALOG.stack()
 # The group of env files conda-lock.yml is made from (the stack's first base variant and those extending it).
 GROUP = render.groups(STACK)[0]
-LOCKFILE = ROOT / lock.CONDA_LOCK_FILE
-SOURCES = [ROOT / name for name in lock.env_files(GROUP)]
+LOCKFILE = ROOT / locks.CONDA_LOCK_FILE
+SOURCES = [ROOT / name for name in locks.env_files(GROUP)]
 
 
 def parsed():
@@ -32,7 +34,7 @@ def parsed():
 def project_copy(tmp_path: Path) -> Path:
     """A temp copy of the project with the committed conda-lock.yml; returns its stacks.toml."""
     path = copy_tree(tmp_path)
-    shutil.copy(LOCKFILE, tmp_path / lock.CONDA_LOCK_FILE)
+    shutil.copy(LOCKFILE, tmp_path / locks.CONDA_LOCK_FILE)
     return path
 
 
@@ -109,9 +111,9 @@ def test_offline_solve_reproduces_the_committed_conda_records():
 def test_tampered_conda_sha256_in_the_lock_is_one_line(tmp_path, capsys):
     path = project_copy(tmp_path)
     python = next(p for p in parsed().package if p.manager == "conda" and p.name == "python")
-    replace_once(tmp_path / lock.CONDA_LOCK_FILE, python.hash.sha256, "e" * 64)
+    replace_once(tmp_path / locks.CONDA_LOCK_FILE, python.hash.sha256, "e" * 64)
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert err[:-1] == [f"conda-lock.yml: linux-64 python {python.version}: sha256/md5 differ from the snapshot record "
                         f"(lock {'e' * 64}, snapshot {python.hash.sha256})"]
 
@@ -121,7 +123,7 @@ def test_tampered_sha256_in_the_snapshot_is_one_line(tmp_path, capsys):
     python = next(p for p in parsed().package if p.manager == "conda" and p.name == "python")
     replace_once(tmp_path / "locks/conda-forge/linux-64/repodata.json", python.hash.sha256, "1" * 64)
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     fn = python.url.rsplit("/", 1)[1]
     assert err[:-1] == [f"locks/conda-forge: {fn}'s hashes differ from those its sources published (provenance.json); "
                         f"the snapshot was edited: run `verlenv conda-snapshot`"]
@@ -135,17 +137,17 @@ def test_record_without_provenance_is_one_line(tmp_path, capsys):
     del table[gxx.url]
     provenance.write_text(json.dumps(table))
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert err[:-1] == [f"locks/conda-forge: {gxx.url.rsplit('/', 1)[1]} has no provenance in provenance.json"]
 
 
 def test_a_record_the_lock_lacks_is_named(tmp_path, capsys):
     path = project_copy(tmp_path)
-    doc = yaml.safe_load((tmp_path / lock.CONDA_LOCK_FILE).read_text())
+    doc = yaml.safe_load((tmp_path / locks.CONDA_LOCK_FILE).read_text())
     doc["package"] = [p for p in doc["package"] if not (p["name"] == "libffi" and p["platform"] == "linux-64")]
-    (tmp_path / lock.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    (tmp_path / locks.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert len(err) == 2
     assert err[0].startswith("conda-lock.yml: linux-64's conda records depend on packages the lock does not hold "
                              "(libffi-")
@@ -154,7 +156,7 @@ def test_a_record_the_lock_lacks_is_named(tmp_path, capsys):
 @pytest.mark.parametrize("field", ["version", "sha256"])
 def test_pip_entry_that_differs_from_the_uv_lock_is_one_line(tmp_path, capsys, field):
     path = project_copy(tmp_path)
-    doc = yaml.safe_load((tmp_path / lock.CONDA_LOCK_FILE).read_text())
+    doc = yaml.safe_load((tmp_path / locks.CONDA_LOCK_FILE).read_text())
     entry = next(p for p in doc["package"]
                  if p["manager"] == "pip" and p["name"] == "torch" and p["platform"] == "linux-64")
     pin = pins.read_lock(pins.lock_path(ROOT, STACK.variant("fsdp")))["torch"]
@@ -165,19 +167,19 @@ def test_pip_entry_that_differs_from_the_uv_lock_is_one_line(tmp_path, capsys, f
         entry["hash"]["sha256"] = "2" * 64
         want = (f"conda-lock.yml: linux-64 pip torch=={pin.version}: sha256 {'2' * 64} is not one of its uv lock "
                 "line's hashes")
-    (tmp_path / lock.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    (tmp_path / locks.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert err[:-1] == [want]
 
 
 def test_a_pin_the_lock_lacks_is_named(tmp_path, capsys):
     path = project_copy(tmp_path)
-    doc = yaml.safe_load((tmp_path / lock.CONDA_LOCK_FILE).read_text())
+    doc = yaml.safe_load((tmp_path / locks.CONDA_LOCK_FILE).read_text())
     doc["package"] = [p for p in doc["package"] if not (p["name"] == "megatron-core" and p["manager"] == "pip")]
-    (tmp_path / lock.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
+    (tmp_path / locks.CONDA_LOCK_FILE).write_text(yaml.safe_dump(doc, sort_keys=False))
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     pin = pins.read_lock(pins.lock_path(ROOT, STACK.variant("megatron")))["megatron-core"]
     assert err[:-1] == [f"conda-lock.yml: {platform} pip megatron-core=={pin.version} (megatron) is in the uv lock, "
                         "not here" for platform in ("linux-64", "linux-aarch64")]
@@ -199,17 +201,17 @@ def test_unsatisfiable_spec_names_the_missing_package():
 def test_lock_without_a_channel_writes_nothing_for_a_stack_it_cannot_solve(tmp_path, capsys, monkeypatch):
     path = copy_tree(tmp_path)
     # A stand-in for the network state of the machine: no conda channel answers.
-    monkeypatch.setattr(lock, "conda_unreachable", lambda: "test: no channel")
+    monkeypatch.setattr(locks, "conda_unreachable", lambda: "test: no channel")
     stack = CATALOG.stack("verl-0.7")
     # conda-forge's `cuda-cccl` metapackage is in one public lock file only, so the snapshot has no record of it.
     replace_once(path, '"cuda-cccl_linux-64=12.8"', '"cuda-cccl=12.8"')
     assert cli.main(["render", "--catalog", str(path)]) == 0
-    lockfile = tmp_path / render.stack_dir(stack) / lock.CONDA_LOCK_FILE
+    lockfile = tmp_path / render.stack_dir(stack) / locks.CONDA_LOCK_FILE
     lockfile.unlink()
     capsys.readouterr()
     rc = cli.main(["lock", "--catalog", str(path), "--stack", stack.name, "--conda-only"])
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("filtered out line")]
-    assert rc == lock.EXIT_NO_CONDA
+    assert rc == locks.EXIT_NO_CONDA
     assert not lockfile.exists()
     assert err[-1] == ("verlenv lock: verl-0.7: cannot solve the conda layer for linux-64: no record of cuda-cccl in "
                        "locks/conda-forge for linux-64; add a public lock file that has it to "
@@ -224,7 +226,7 @@ def test_cuda_12_8_stack_lock_is_fresh_and_holds_the_toolkit(capsys):
     assert rc == 0, capsys.readouterr().err
     from conda_lock.lockfile import parse_conda_lock_file
 
-    locked = parse_conda_lock_file(ROOT / render.stack_dir(stack) / lock.CONDA_LOCK_FILE)
+    locked = parse_conda_lock_file(ROOT / render.stack_dir(stack) / locks.CONDA_LOCK_FILE)
     conda = {p.name: p for p in locked.package if p.manager == "conda"}
     assert {p.platform for p in conda.values()} == {"linux-64"}
     for name in ("cuda-version", "cuda-nvcc", "cuda-cudart-dev", "cuda-cccl_linux-64", "cuda-nvrtc-dev",
@@ -242,10 +244,10 @@ def test_cuda_12_8_stack_lock_is_fresh_and_holds_the_toolkit(capsys):
 @pytest.mark.slow
 def test_lock_without_a_channel_rewrites_the_committed_file(tmp_path, monkeypatch):
     path = project_copy(tmp_path)
-    monkeypatch.setattr(lock, "conda_unreachable", lambda: "test: no channel")
-    (tmp_path / lock.CONDA_LOCK_FILE).unlink()
+    monkeypatch.setattr(locks, "conda_unreachable", lambda: "test: no channel")
+    (tmp_path / locks.CONDA_LOCK_FILE).unlink()
     assert cli.main(["lock", "--catalog", str(path), "--stack", STACK.name, "--conda-only"]) == 0
-    assert (tmp_path / lock.CONDA_LOCK_FILE).read_text() == LOCKFILE.read_text()
+    assert (tmp_path / locks.CONDA_LOCK_FILE).read_text() == LOCKFILE.read_text()
     assert not list(tmp_path.glob(".conda-lock-*"))
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import cli, conda_snapshot
-from verlenv.conda_snapshot import CHANNEL_URL, SNAPSHOT_DIR, Source
+from verlenv import cli
 from verlenv.errors import UserError
+from verlenv.lock import conda_snapshot
+from verlenv.lock.conda_snapshot import CHANNEL_URL, SNAPSHOT_DIR, Source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,14 +165,15 @@ def test_prefix_dev_addresses_are_conda_forge_files(tmp_path):
 
 
 def test_roots_cover_every_conda_spec_of_the_env_files():
-    from verlenv import catalog, conda_layer, lock, render
+    from verlenv.catalog import stacks
+    from verlenv.lock import conda_layer, locks, render
 
-    cat = catalog.load(ROOT / "stacks.toml")
+    cat = stacks.load(ROOT / "stacks.toml")
     roots = conda_snapshot.roots_of(ROOT)
     for stack in cat.stacks.values():
         folder = ROOT / render.stack_dir(stack)
         for group in render.groups(stack):
-            spec = conda_layer.lock_spec([folder / name for name in lock.env_files(group)])
+            spec = conda_layer.lock_spec([folder / name for name in locks.env_files(group)])
             for platform in spec.platforms:
                 names = {s.split()[0] for s in conda_layer.conda_specs(spec, platform)}
                 assert names <= roots, f"{stack.name} {platform}: {sorted(names - roots)} not in sources.toml's roots"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import catalog
+from verlenv.catalog import stacks
 from verlenv.cli import main
 from verlenv.doctor import facts as facts_mod, probes, symbols
 
@@ -233,7 +233,7 @@ def test_host_compiler_ground_truth_is_a_real_compile():
 
 
 def test_driver_against_the_stack(monkeypatch):
-    cat = catalog.load(ROOT / "stacks.toml")
+    cat = stacks.load(ROOT / "stacks.toml")
     new, old = cat.stack("verl-0.9"), cat.stack("verl-0.7")
     # The driver version cannot be changed on this machine: VERLENV_TEST_DRIVER_VERSION is the test double.
     version, _, source = probes.read_driver({probes.TEST_DRIVER_ENV: "575.51.03"})
@@ -399,7 +399,7 @@ def test_missing_lock_of_a_stack_is_skipped(tmp_path):
 
 
 def test_lock_parser_on_the_project_locks():
-    cat = catalog.load(ROOT / "stacks.toml")
+    cat = stacks.load(ROOT / "stacks.toml")
     locks = [(v, cat.root / "locks" / f"{v.key}.linux-64.txt") for v in cat.all_variants()]
     if not any(lock.is_file() for _, lock in locks):
         pytest.skip("no locks/ in this checkout")

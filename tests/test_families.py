@@ -14,7 +14,7 @@ import pytest
 from test_kernel_scripts import KERNELS, has_modules, torch_python
 from test_rows import MISTRAL_ROW
 from test_verify_profiles import REPO
-from verlenv import catalog, families
+from verlenv.catalog import families, stacks
 from verlenv.cluster.trainer import trainer_spec
 from verlenv.errors import UserError
 
@@ -159,7 +159,7 @@ def in_env(tmp_path_factory) -> dict:
         pytest.skip("no python with torch: set VERLENV_TEST_TORCH_PYTHON or create a .venv-<stack>-<variant> env")
     if not has_modules(python, "verl", "hydra", "transformers", "qwen_vl_utils"):
         pytest.skip("the torch environment lacks verl, hydra, transformers or qwen_vl_utils")
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     # The table's rows, a test-only row added by data alone (test_rows.py), and the real configs shrunk.
     extra = families.parse(families.DATA, tomllib.loads(families.DATA.read_text() + MISTRAL_ROW))
     rows = extra.rows(list(extra.families.values()) + [families.shrink(p) for p in REAL.values()])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import cubins, gpus
+from verlenv import cubins
+from verlenv.catalog import gpus
 
 ROWS = cubins.shipped()
 

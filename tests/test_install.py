@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import catalog, install, lock
+from verlenv.catalog import stacks
+from verlenv.env import install
 from verlenv.errors import UserError
+from verlenv.lock import locks
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable  # any Python >= 3.11 works for these tiny envs
@@ -49,8 +51,9 @@ def project(tmp_path: Path) -> Path:
     out = tmp_path / "resolved.txt"
     subprocess.run(["uv", "pip", "compile", "--no-config", "--generate-hashes", "--quiet", str(reqs), "-o", str(out)],
                    check=True)
-    variant = catalog.load(tmp_path / "stacks.toml").variant(None, "fsdp")
-    lock.write_lock(tmp_path, variant, "linux-64", out.read_text(), None, "uv (test)")  # with the record install checks
+    variant = stacks.load(tmp_path / "stacks.toml").variant(None, "fsdp")
+    # with the record install checks
+    locks.write_lock(tmp_path, variant, "linux-64", out.read_text(), None, "uv (test)")
     return tmp_path
 
 
@@ -80,7 +83,7 @@ def test_unknown_variant_is_one_line_exit_2():
 
 def test_missing_lock_is_one_line(tmp_path: Path):
     (tmp_path / "stacks.toml").write_text(CATALOG.format(python="3.11"))
-    variant = catalog.load(tmp_path / "stacks.toml").variant("tiny", "fsdp")
+    variant = stacks.load(tmp_path / "stacks.toml").variant("tiny", "fsdp")
     with pytest.raises(UserError, match="no lock for tiny-fsdp"):
         install.lock_path(tmp_path, variant)
 
@@ -98,10 +101,10 @@ def test_install_exact_then_drift_check_passes(project: Path):
     # Something installed over the lock: the drift check must fail.
     subprocess.run(["uv", "pip", "install", "--python", str(prefix / "bin" / "python"), "--no-config", "six==1.17.0"],
                    check=True, capture_output=True)
-    variant = catalog.load(project / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(project / "stacks.toml").variant(None, "fsdp")
     from verlenv.verify.runner import lock_drift
 
-    results = lock_drift(str(prefix / "bin" / "python"), catalog.load(project / "stacks.toml"), variant,
+    results = lock_drift(str(prefix / "bin" / "python"), stacks.load(project / "stacks.toml"), variant,
                          install.lock_path(project, variant))
     match = next(r for r in results if r.name == "lock/match")
     assert match.status == "fail" and "six 1.17.0, want 1.16.0" in match.reason
@@ -117,8 +120,8 @@ def test_hash_mismatch_refuses_and_leaves_no_env(project: Path):
     second = text.split("--hash=sha256:")[2][:64] if text.count("--hash=") > 1 else None
     if second:
         text = text.replace(second, "1" * 64)
-    variant = catalog.load(project / "stacks.toml").variant(None, "fsdp")
-    lock.write_lock(project, variant, "linux-64", text, None, "uv (test)")
+    variant = stacks.load(project / "stacks.toml").variant(None, "fsdp")
+    locks.write_lock(project, variant, "linux-64", text, None, "uv (test)")
     prefix = project / "env"
     r = _verlenv(project, "install", "--prefix", str(prefix), "--python", PY)
     assert r.returncode == 1

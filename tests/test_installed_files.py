@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tiny_project
-from verlenv import installed_files
+from verlenv.env import installed_files
 from verlenv.verify import static
 
 NAMES = tiny_project.PACKAGES

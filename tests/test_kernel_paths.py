@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from test_kernel_scripts import PROGRAMS, has_modules, load, torch_python
-from verlenv import families
+from verlenv.catalog import families
 from verlenv.errors import UserError
 from verlenv.verify import kernel_paths
 

@@ -103,10 +103,10 @@ def catalog_modules() -> set[str]:
     """Import names of everything the catalog pins or builds (flash-attn -> flash_attn)."""
     from packaging.requirements import Requirement
 
-    from verlenv import catalog
+    from verlenv.catalog import stacks
 
     names = set()
-    for variant in catalog.load(REPO / "stacks.toml").all_variants():
+    for variant in stacks.load(REPO / "stacks.toml").all_variants():
         names |= {canonicalize_name(Requirement(r).name) for r in variant.requirements}
         names |= {canonicalize_name(b.name) for b in variant.source_builds}
     return {n.replace("-", "_") for n in names} | {"apex", "megatron", "transformer_engine", "flash_attn"}
@@ -335,7 +335,7 @@ def test_the_arch_check_fails_loudly_on_the_wrong_profile(capsys):
 def test_the_arch_check_takes_the_family_code_verlenv_hands_over():
     """A B300 (sm_103) runs torch 2.11's sm_100 cubins, an RTX PRO 6000 (sm_120) does not: the profile verify hands the
     script (gpus.for_checks) names what runs there, by data/gpu_code.toml's rules."""
-    from verlenv import gpus
+    from verlenv.catalog import gpus
 
     common, torch_checks = load("_common"), load("torch")
     torch_211 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # its get_arch_list(): data/gpu_code.toml
@@ -621,7 +621,7 @@ HOME_CACHES = (".cache/vllm", ".cache/flashinfer", ".cache/torch", ".cache/huggi
 def on_this_gpu(env_python):
     """(the visible GPUs' profile as verify sends it, the env's variant, the environment the scripts run in: every
     cache, temp and home folder in one scratch folder, removed afterwards)."""
-    from verlenv import gpus
+    from verlenv.catalog import gpus
 
     visible = gpus.gpu_details()
     profile = gpus.select_profile("auto", visible)
@@ -656,9 +656,9 @@ def written_since(start_ns: int, home: Path) -> list[str]:
 def required_in(variant: str) -> frozenset[str]:
     """The packages whose checks are required in the default stack's VARIANT (the packages table, as verify reads
     it for the variant's actor and rollout)."""
-    from verlenv import catalog, packages
+    from verlenv.catalog import packages, stacks
 
-    v = catalog.load(REPO / "stacks.toml").variant(None, variant)
+    v = stacks.load(REPO / "stacks.toml").variant(None, variant)
     return packages.table().required(v.actor, v.rollout)
 
 
@@ -667,9 +667,9 @@ def where_from(absent: set[str]) -> str:
     default stack's variants whose checks require them (their env: `verlenv install --variant V`, then `nox -s
     build` for the source-built ones). A reason names a package as users know it ("NVIDIA apex"), not as the
     catalog does."""
-    from verlenv import catalog
+    from verlenv.catalog import stacks
 
-    stack = catalog.load(REPO / "stacks.toml").stack(None)
+    stack = stacks.load(REPO / "stacks.toml").stack(None)
     homes = {p: [v for v in stack.variants if p in required_in(v)] for p in sorted(absent)}
     return "; ".join(f"{p}: the {' or '.join(v)} variant's env" if v else f"{p}: no variant of {stack.name} needs it"
                      for p, v in homes.items()) + " (`verlenv install --variant V`, then `nox -s build`)"

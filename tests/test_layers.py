@@ -14,12 +14,12 @@ PACKAGE = ROOT / "src" / "verlenv"
 # Bottom to top; a path ending in / is a folder (the longest path that holds a file places it). README's Layout
 # shows the same table, and a test below holds the two equal.
 LAYERS = (
-    ("ground", ("__init__.py", "catalog.py", "pins.py", "validate.py", "fsutil.py", "errors.py", "gpus.py",
-                "recipes.py", "sources.py", "wheelcache.py", "parallelism.py", "cubins.py", "mcore_refs.py",
-                "installed_files.py", "packages.py", "backends.py", "families.py")),
+    ("ground", ("__init__.py", "errors.py", "fsutil.py", "validate.py", "cubins.py")),
+    ("catalog", ("catalog/",)),
     ("doctor", ("doctor/",)),
-    ("lock", ("render.py", "conda_snapshot.py", "conda_layer.py", "lock.py")),
-    ("env", ("runtime_env.py", "toolchain.py", "build.py", "ninja_stats.py", "proctree.py", "install.py")),
+    ("lock", ("lock/",)),
+    ("native", ("native/",)),
+    ("env", ("env/",)),
     ("bundle", ("bundle/",)),
     ("verify", ("verify/",)),
     ("cluster", ("cluster/",)),
@@ -179,16 +179,16 @@ def test_readme_shows_the_same_layers():
 def test_the_checks_see_an_upward_import_a_loop_and_the_command_line():
     """The same checks on a made-up tree: an import inside a function counts as much as one at the top."""
     fake = {
-        "catalog.py": "from verlenv import install\n",
-        "install.py": "def f():\n    from verlenv.commands.install import main\n",
-        "commands/install.py": "import argparse\nfrom verlenv import install\n",
+        "catalog/stacks.py": "from verlenv.env import install\n",
+        "env/install.py": "def f():\n    from verlenv.commands.install import main\n",
+        "commands/install.py": "import argparse\nfrom verlenv.env import install\n",
         "verify/runner.py": "import argparse\ndef register(sub):\n    pass\ndef handle(args):\n    pass\n",
         "verify/kernels/check_x.py": "import argparse\n",
     }
     edges = graph(fake)
-    assert upward(edges) == ["catalog.py:1 imports install.py: ground -> env",
-                             "install.py:2 imports commands/install.py: env -> commands"]
-    assert cycles(edges) == [["commands/install.py", "install.py"]]
+    assert upward(edges) == ["catalog/stacks.py:1 imports env/install.py: catalog -> env",
+                             "env/install.py:2 imports commands/install.py: env -> commands"]
+    assert cycles(edges) == [["commands/install.py", "env/install.py"]]
     assert command_line_code(fake) == ["verify/runner.py:1 imports argparse",
                                        "verify/runner.py:2 registers a subcommand",
                                        "verify/runner.py:4 handle takes the parsed args"]

@@ -13,12 +13,14 @@ from packaging.metadata import Metadata
 from packaging.utils import canonicalize_name
 
 from project_files import copy_tree
-from verlenv import catalog, cli, lock, pins
+from verlenv import cli
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
+from verlenv.lock import locks
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN_UV = ROOT / "tests" / "data" / "programs" / "standin_uv.py"
-CATALOG = catalog.load(ROOT / "stacks.toml")
+CATALOG = stacks.load(ROOT / "stacks.toml")
 
 
 def run_check(path: Path, capsys, *args: str) -> tuple[int, str]:
@@ -35,10 +37,10 @@ def edit(path: Path, old: str, new: str) -> None:
 
 def test_resolver_input_has_source_builds_but_no_git_urls():
     megatron = CATALOG.variant("verl-0.9", "megatron")
-    reqs = lock.resolver_requirements(megatron)
+    reqs = locks.resolver_requirements(megatron)
     assert "flash-attn==2.8.3.post2" in reqs and "transformer-engine-torch==2.12.0" in reqs
     assert not any("git+" in r or r.startswith("apex") for r in reqs)
-    flags = lock.uv_flags(megatron)
+    flags = locks.uv_flags(megatron)
     assert flags[flags.index("--exclude-newer") + 1] == megatron.stack.exclude_newer
     no_emit = [flags[i + 1] for i, f in enumerate(flags) if f == "--no-emit-package"]
     assert no_emit == ["causal-conv1d", "flash-attn", "transformer-engine-torch"]
@@ -48,13 +50,13 @@ def test_resolver_input_has_source_builds_but_no_git_urls():
 def test_each_variant_is_resolved_for_its_own_glibc():
     """sglang 0.5.12 ships manylinux_2_34 wheels only: its variant names glibc 2.34; the others keep 2.28, so their
     recorded inputs (and locks) stay as they were."""
-    platform = {v.key: lock.uv_flags(v)[lock.uv_flags(v).index("--python-platform") + 1]
+    platform = {v.key: locks.uv_flags(v)[locks.uv_flags(v).index("--python-platform") + 1]
                 for v in CATALOG.all_variants()}
     assert platform.pop("verl-0.9-sglang") == "x86_64-manylinux_2_34"
     assert set(platform.values()) == {"x86_64-manylinux_2_28"}
     for variant in CATALOG.all_variants():
-        record = json.loads(lock.inputs_path(ROOT, variant).read_text())
-        assert record["inputs"]["uv_flags"] == lock.uv_flags(variant)
+        record = json.loads(locks.inputs_path(ROOT, variant).read_text())
+        assert record["inputs"]["uv_flags"] == locks.uv_flags(variant)
     sglang = pins.read_lock(pins.lock_path(ROOT, CATALOG.variant("verl-0.9", "sglang")))
     assert sglang["sglang"].version == "0.5.12" and "vllm" not in sglang
 
@@ -68,7 +70,7 @@ def test_a_bad_glibc_is_one_line(tmp_path, value, complaint):
     path = copy_tree(tmp_path)
     edit(path, 'glibc = "2.34"', f"glibc = {value}")
     with pytest.raises(UserError) as e:
-        catalog.load(path)
+        stacks.load(path)
     assert f"stacks.verl-0.9.variants.sglang.{complaint}" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -76,16 +78,17 @@ def test_overrides_are_inherited_recorded_and_validated(tmp_path):
     fsdp, megatron = CATALOG.variant("verl-0.9", "fsdp"), CATALOG.variant("verl-0.9", "megatron")
     assert fsdp.overrides == ()
     # verl's flash-attn pin is replaced by the source build's own.
-    assert lock.lock_inputs(fsdp, None)["overrides"] == ["flash-attn==2.8.3.post2", "mbridge ; sys_platform == 'never'"]
+    assert locks.lock_inputs(fsdp, None)["overrides"] == ["flash-attn==2.8.3.post2",
+                                                           "mbridge ; sys_platform == 'never'"]
     assert megatron.overrides == ("transformer-engine-cu12 ; sys_platform == 'never'",)
-    assert lock.lock_inputs(megatron, "")["overrides"] == [*megatron.overrides, "apex ; sys_platform == 'never'",
+    assert locks.lock_inputs(megatron, "")["overrides"] == [*megatron.overrides, "apex ; sys_platform == 'never'",
                                                            "flash-attn==2.8.3.post2",
                                                            "mbridge ; sys_platform == 'never'",
                                                            "megatron-bridge ; sys_platform == 'never'"]
     path = copy_tree(tmp_path)
     edit(path, "overrides = [\"transformer-engine-cu12 ; sys_platform == 'never'\"]", 'overrides = ["cu12 >>> 1"]')
     with pytest.raises(UserError) as e:
-        catalog.load(path)
+        stacks.load(path)
     assert "stacks.verl-0.9.variants.megatron.overrides: invalid requirement 'cu12 >>> 1'" in str(e.value)
 
 
@@ -98,12 +101,12 @@ def test_not_taken_is_inherited_and_validated(tmp_path):
     path = copy_tree(tmp_path)
     edit(path, 'megatron-bridge = "verl', 'megatron-core = "verl')
     with pytest.raises(UserError) as e:
-        catalog.load(path)
+        stacks.load(path)
     assert "stacks.verl-0.9.variants.megatron.not_taken: megatron-core is also in its requirements" in str(e.value)
     path.write_text(re.sub(r'^megatron-core = "verl.*$', 'megatron-bridge = " "', path.read_text(), count=1,
                            flags=re.MULTILINE))
     with pytest.raises(UserError, match=r"megatron.not_taken.megatron-bridge must be a reason \(a non-empty string\)"):
-        catalog.load(path)
+        stacks.load(path)
 
 
 def test_megatron_api_gaps_are_per_variant_and_validated(tmp_path):
@@ -114,11 +117,11 @@ def test_megatron_api_gaps_are_per_variant_and_validated(tmp_path):
                'megatron.core.dist_checkpointing.strategies.base.async_calls" =', '"verl/a.py async_calls" =')
     with pytest.raises(UserError, match=r"megatron_api_gaps: 'verl/a.py async_calls' must be "
                                         r"'<file>: megatron.core.<name>'"):
-        catalog.load(path)
+        stacks.load(path)
 
 
 def test_verl_07_exempts_only_flash_attn_from_its_date_cap():
-    flags = lock.uv_flags(CATALOG.variant("verl-0.7", "fsdp"))
+    flags = locks.uv_flags(CATALOG.variant("verl-0.7", "fsdp"))
     exempt = [flags[i + 1] for i, f in enumerate(flags) if f == "--exclude-newer-package"]
     assert exempt == ["flash-attn=2026-10-15T00:00:00Z"]
 
@@ -135,7 +138,7 @@ def test_check_fails_on_a_hand_edited_lock(tmp_path, capsys):
     first_hash = re.search(r"sha256:([0-9a-f]{64})", lock_file.read_text()).group(1)
     edit(lock_file, first_hash, "0" * 64)
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "locks/verl-0.9-fsdp.linux-64.txt: edited after `verlenv lock` wrote it" in err
 
 
@@ -144,7 +147,7 @@ def test_check_fails_when_a_lock_pin_changes_under_the_env_files(tmp_path, capsy
     for variant in CATALOG.stack("verl-0.7").variants.values():
         edit(pins.lock_path(tmp_path, variant), "\ntorch==2.8.0 ", "\ntorch==2.8.1 ")
     rc, err = run_check(path, capsys, "--stack", "verl-0.7")
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "environments/verl-0.7/environment.yml: its pip pins differ from the locks" in err
     assert "not in lock: torch==2.8.0; lock has: torch==2.8.1" in err
 
@@ -154,7 +157,7 @@ def test_check_fails_on_an_edited_env_file(tmp_path, capsys):
     edit(tmp_path / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.18.0")
     edit(tmp_path / "environments/verl-0.7/environment.yml", "- gxx=13", "- gxx=14")
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "environment.megatron.yml: its pip pins differ from the locks (not in lock: megatron-core==0.18.0" in err
     assert "environments/verl-0.7/environment.yml: differs from what `verlenv render` writes" in err
 
@@ -163,7 +166,7 @@ def test_check_fails_after_a_catalog_edit_without_relock(tmp_path, capsys):
     path = copy_tree(tmp_path)
     edit(path, '"tensordict==0.10.0",', '"tensordict==0.9.1",')
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     for key in ("verl-0.9-fsdp", "verl-0.9-megatron"):
         assert (f"locks/{key}.linux-64.txt: stale, stacks.toml's requirements changed "
                 "(+tensordict==0.9.1, -tensordict==0.10.0)") in err
@@ -174,7 +177,7 @@ def test_check_fails_after_a_date_cap_edit(tmp_path, capsys):
     path = copy_tree(tmp_path)
     edit(path, 'exclude_newer = "2026-03-18T00:00:00Z"', 'exclude_newer = "2026-03-19T00:00:00Z"')
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "locks/verl-0.7-fsdp.linux-64.txt: stale, its resolver flags changed" in err
     assert "--exclude-newer 2026-03-19T00:00:00Z" in err
 
@@ -183,13 +186,13 @@ def test_check_fails_when_the_base_lock_moved_but_the_extension_did_not(tmp_path
     """fsdp relocked (lock + sidecar consistent), megatron not: megatron was resolved against another fsdp."""
     path = copy_tree(tmp_path)
     fsdp = CATALOG.variant("verl-0.9", "fsdp")
-    lock_file, side = pins.lock_path(tmp_path, fsdp), lock.inputs_path(tmp_path, fsdp)
+    lock_file, side = pins.lock_path(tmp_path, fsdp), locks.inputs_path(tmp_path, fsdp)
     edit(lock_file, "#    nox -s lock\n", "#    nox -s lock\n# relocked\n")
     record = json.loads(side.read_text())
-    record["lock_sha256"] = lock._sha256(lock_file.read_text())
+    record["lock_sha256"] = locks._sha256(lock_file.read_text())
     side.write_text(json.dumps(record))
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "verl-0.9-fsdp" not in err.replace("another locks/verl-0.9-fsdp", "")
     assert ("locks/verl-0.9-megatron.linux-64.txt: stale, it was resolved against another "
             "locks/verl-0.9-fsdp.linux-64.txt") in err
@@ -197,9 +200,9 @@ def test_check_fails_when_the_base_lock_moved_but_the_extension_did_not(tmp_path
 
 def test_check_fails_without_the_inputs_record(tmp_path, capsys):
     path = copy_tree(tmp_path)
-    lock.inputs_path(tmp_path, CATALOG.variant("verl-0.7", "megatron")).unlink()
+    locks.inputs_path(tmp_path, CATALOG.variant("verl-0.7", "megatron")).unlink()
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "locks/verl-0.7-megatron.inputs.json: missing" in err
 
 
@@ -222,7 +225,7 @@ def test_malformed_catalog_names_file_and_key(tmp_path, capsys):
 
 
 def test_conda_probe_reports_why_a_channel_is_unreachable():
-    assert lock.conda_unreachable("https://127.0.0.1:9/linux-64/repodata.json", timeout=2)
+    assert locks.conda_unreachable("https://127.0.0.1:9/linux-64/repodata.json", timeout=2)
 
 
 # A conda-lock.yml built through conda-lock's own models and writer: the committed file's packages, with the
@@ -239,10 +242,10 @@ def fixture_conda_lock_file(folder: Path, sources: list[Path], cuda: str) -> Pat
     spec = make_lock_spec(src_files=sources, mapping_url=str(mapping))
     hashes = compute_content_hashes(spec, default_virtual_package_repodata(cuda_version=cuda))
     mapping.unlink()
-    packages = parse_conda_lock_file(ROOT / lock.CONDA_LOCK_FILE).package
+    packages = parse_conda_lock_file(ROOT / locks.CONDA_LOCK_FILE).package
     lockfile = Lockfile(package=packages, metadata=LockMeta(content_hash=hashes, channels=spec.channels,
                                                        platforms=spec.platforms, sources=[s.name for s in sources]))
-    path = folder / lock.CONDA_LOCK_FILE
+    path = folder / locks.CONDA_LOCK_FILE
     write_conda_lock_file(lockfile, path, metadata_choices=set())
     return path
 
@@ -265,23 +268,23 @@ def test_check_rejects_a_conda_lock_of_other_specs(tmp_path, capsys):
     edit(other / "environment.megatron.yml", "- megatron-core==0.18.2", "- megatron-core==0.15.3")
     fixture = fixture_conda_lock_file(other, [other / "environment.yml", other / "environment.megatron.yml"],
                                       stack.cuda)
-    shutil.copy(fixture, tmp_path / lock.CONDA_LOCK_FILE)
+    shutil.copy(fixture, tmp_path / locks.CONDA_LOCK_FILE)
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert err.splitlines()[0] == ("conda-lock.yml: its linux-64 content hash does not match environment.yml, "
                                    "environment.megatron.yml; run `verlenv lock --conda-only`")
     # the same specs with another CUDA in the virtual packages hash differently too
     fixture_conda_lock_file(tmp_path, [tmp_path / "environment.yml", tmp_path / "environment.megatron.yml"], "12.8")
-    assert run_check(path, capsys)[0] == lock.EXIT_STALE
+    assert run_check(path, capsys)[0] == locks.EXIT_STALE
     fixture_conda_lock_file(tmp_path, [tmp_path / "environment.yml", tmp_path / "environment.megatron.yml"], stack.cuda)
     assert run_check(path, capsys)[0] == 0
 
 
 def test_check_rejects_a_file_that_is_not_a_conda_lock(tmp_path, capsys):
     path = copy_tree(tmp_path)
-    (tmp_path / lock.CONDA_LOCK_FILE).write_text("version: 2\npackage: nope\n")
+    (tmp_path / locks.CONDA_LOCK_FILE).write_text("version: 2\npackage: nope\n")
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "conda-lock.yml: not a conda-lock file (ValidationError" in err
 
 
@@ -330,11 +333,11 @@ def test_real_resolution_reproduces_the_committed_lock(tmp_path, capsys):
     assert rc == 0, err
     committed = pins.read_lock(pins.lock_path(ROOT, fsdp))
     assert re.search(rf"resolved verl-0.9-fsdp: {len(committed)} pins in [0-9.]+ s", err)
-    if lock.conda_unreachable() is not None:
+    if locks.conda_unreachable() is not None:
         assert "solving the conda layer against locks/conda-forge" in err
-        assert (tmp_path / lock.CONDA_LOCK_FILE).read_text() == (ROOT / lock.CONDA_LOCK_FILE).read_text()
+        assert (tmp_path / locks.CONDA_LOCK_FILE).read_text() == (ROOT / locks.CONDA_LOCK_FILE).read_text()
     assert lock_file.read_text() == pins.lock_path(ROOT, fsdp).read_text()
-    assert lock.inputs_path(tmp_path, fsdp).read_text() == lock.inputs_path(ROOT, fsdp).read_text()
+    assert locks.inputs_path(tmp_path, fsdp).read_text() == locks.inputs_path(ROOT, fsdp).read_text()
     assert run_check(path, capsys)[0] == 0
 
 
@@ -344,7 +347,7 @@ def test_sglang_resolution_reproduces_its_lock_and_its_own_conda_lock(tmp_path, 
     """The sglang variant (manylinux_2_34, its own group): a real uv resolution gives the committed lock again, only it
     is resolved, and the offline conda solve writes conda-lock.sglang.yml as committed, conda-lock.yml untouched."""
     path = copy_tree(tmp_path)
-    shutil.copy(ROOT / lock.CONDA_LOCK_FILE, tmp_path / lock.CONDA_LOCK_FILE)
+    shutil.copy(ROOT / locks.CONDA_LOCK_FILE, tmp_path / locks.CONDA_LOCK_FILE)
     sglang = CATALOG.variant("verl-0.9", "sglang")
     pins.lock_path(tmp_path, sglang).write_text("stale\n")
     rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9", "--variant", "sglang"])
@@ -352,9 +355,9 @@ def test_sglang_resolution_reproduces_its_lock_and_its_own_conda_lock(tmp_path, 
     assert rc == 0, err
     assert re.search(r"resolved verl-0.9-sglang: 257 pins in [0-9.]+ s", err) and "resolved verl-0.9-fsdp" not in err
     assert pins.lock_path(tmp_path, sglang).read_text() == pins.lock_path(ROOT, sglang).read_text()
-    assert lock.inputs_path(tmp_path, sglang).read_text() == lock.inputs_path(ROOT, sglang).read_text()
-    if lock.conda_unreachable() is not None:
-        for name in (lock.CONDA_LOCK_FILE, "conda-lock.sglang.yml"):
+    assert locks.inputs_path(tmp_path, sglang).read_text() == locks.inputs_path(ROOT, sglang).read_text()
+    if locks.conda_unreachable() is not None:
+        for name in (locks.CONDA_LOCK_FILE, "conda-lock.sglang.yml"):
             assert (tmp_path / name).read_text() == (ROOT / name).read_text(), name
     assert run_check(path, capsys)[0] == 0
 
@@ -367,7 +370,7 @@ def test_megatron_resolution_applies_its_overrides(tmp_path, capsys):
     megatron = CATALOG.variant("verl-0.9", "megatron")
     rc = cli.main(["lock", "--catalog", str(path), "--stack", "verl-0.9", "--variant", "megatron"])
     err = capsys.readouterr().err
-    assert rc in (0, lock.EXIT_NO_CONDA), err
+    assert rc in (0, locks.EXIT_NO_CONDA), err
     assert "resolved verl-0.9-fsdp" not in err  # the base is fresh: only megatron is resolved
     text = pins.lock_path(tmp_path, megatron).read_text()
     assert text == pins.lock_path(ROOT, megatron).read_text()
@@ -407,14 +410,14 @@ def test_one_depths_resolutions_run_side_by_side_and_an_extension_after_its_base
     uv = tmp_path / "uv"
     uv.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN_UV}" "$@"\n')
     uv.chmod(0o755)
-    monkeypatch.setattr(lock, "uv_bin", lambda: str(uv))
+    monkeypatch.setattr(locks, "uv_bin", lambda: str(uv))
     monkeypatch.setenv("STANDIN_UV_DIR", str(marks))
     monkeypatch.setenv("STANDIN_UV_LOCKS", str(ROOT / "locks"))
     monkeypatch.setenv("STANDIN_UV_BESIDE", json.dumps({me: [o for o in first if o != me] for me in first}))
     monkeypatch.setenv("STANDIN_UV_GUARD_S", "120")
-    cat = catalog.load(path)
+    cat = stacks.load(path)
 
-    planned = lock.relock(cat, lock.selected(cat, "verl-0.9", None))
+    planned = locks.relock(cat, locks.selected(cat, "verl-0.9", None))
 
     assert sorted(v.key for v in planned) == ["verl-0.9-fsdp", "verl-0.9-megatron", "verl-0.9-sglang"]
     started = {p.stem: json.loads(p.read_text()) for p in marks.glob("*.started")}

@@ -1,4 +1,5 @@
-"""verl's Megatron actor and its bridge use only what the locked megatron-core defines (src/verlenv/mcore_refs.py).
+"""verl's Megatron actor and its bridge use only what the locked megatron-core defines
+(src/verlenv/verify/mcore_refs.py).
 
 The locked wheels are read from PyPI (hash-checked against the lock); a source-built bridge (Megatron-Bridge) from its
 recipe's verified git tree where a clone is given ($VERLENV_MEGATRON_BRIDGE_GIT), else from the installed env
@@ -19,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from test_verl_requirements import CATALOG, ROOT, cache_dir
-from verlenv import catalog, mcore_refs as refs, pins, recipes, sources
+from verlenv.catalog import pins, stacks
 from verlenv.fsutil import write_atomic
-from verlenv.verify import static
+from verlenv.native import recipes, sources
+from verlenv.verify import mcore_refs as refs, static
 
 PROGRAMS = Path(__file__).parent / "data" / "programs"
 
@@ -53,7 +55,7 @@ def locked_sources(lock_text: str, name: str, prefix: str) -> dict[str, str]:
 MEGATRON = [v for v in CATALOG.all_variants() if v.name == "megatron"]
 
 
-def built_sources(variant: catalog.Variant, dist: str, folder: str, work) -> dict[str, str] | None:
+def built_sources(variant: stacks.Variant, dist: str, folder: str, work) -> dict[str, str] | None:
     """The .py files under `folder` of a git source build, from its recipe's verified tree; None without a clone."""
     clone = os.environ.get(f"VERLENV_{dist.upper().replace('-', '_')}_GIT")
     if not clone:
@@ -64,7 +66,7 @@ def built_sources(variant: catalog.Variant, dist: str, folder: str, work) -> dic
 
 
 @pytest.mark.parametrize("variant", MEGATRON, ids=lambda v: v.key)
-def test_verl_and_its_bridge_use_only_what_the_locked_megatron_core_defines(variant: catalog.Variant, tmp_path):
+def test_verl_and_its_bridge_use_only_what_the_locked_megatron_core_defines(variant: stacks.Variant, tmp_path):
     lock = pins.lock_path(ROOT, variant, "linux-64").read_text()
     locked = pins.parse_lock(lock)
     index = refs.Index(locked_sources(lock, "megatron-core", "megatron/core/"))

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from test_kernel_scripts import has_modules
-from verlenv import catalog, families, packages, pins, recipes
+from verlenv.catalog import families, packages, pins, stacks
+from verlenv.native import recipes
 from verlenv.verify import static
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = Path(__file__).with_name("megatron_bridge_provider.py")
 KERNELS = ROOT / "src" / "verlenv" / "verify" / "kernels"
-VARIANT = catalog.load(ROOT / "stacks.toml").variant("verl-0.9", "megatron")
+VARIANT = stacks.load(ROOT / "stacks.toml").variant("verl-0.9", "megatron")
 OVERRIDE_PREFIX = "actor_rollout_ref.actor.megatron.override_transformer_config."
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import recipes
-from verlenv.parallelism import SAFETY_FRACTION, SAFETY_MIN_GIB, mem_available_gib, parallelism_for, split_jobs
+from verlenv.native import recipes
+from verlenv.native.parallelism import SAFETY_FRACTION, SAFETY_MIN_GIB, mem_available_gib, parallelism_for, split_jobs
 
 REPO = Path(__file__).resolve().parent.parent
 

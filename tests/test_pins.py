@@ -6,11 +6,11 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, pins
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = catalog.load(ROOT / "stacks.toml")
+CATALOG = stacks.load(ROOT / "stacks.toml")
 VARIANTS = CATALOG.all_variants()
 
 

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from project_files import copy_tree
-from verlenv import catalog, cli, install, lock, pins
+from verlenv import cli
+from verlenv.catalog import pins, stacks
+from verlenv.env import install
 from verlenv.errors import UserError
+from verlenv.lock import locks
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = catalog.load(ROOT / "stacks.toml")
+CATALOG = stacks.load(ROOT / "stacks.toml")
 FSDP = CATALOG.variant("verl-0.9", "fsdp")
 MEGATRON = CATALOG.variant("verl-0.9", "megatron")
 
@@ -38,7 +41,7 @@ def test_aarch64_lock_pins_the_linux_64_versions_and_was_resolved_for_aarch64(va
     arm = pins.read_lock(pins.lock_path(ROOT, variant, "linux-aarch64"))
     assert {n: p.version for n, p in arm.items()} == {n: p.version for n, p in x86.items()}
     assert all(p.hashes for p in arm.values())
-    record = json.loads(lock.inputs_path(ROOT, variant, "linux-aarch64").read_text())
+    record = json.loads(locks.inputs_path(ROOT, variant, "linux-aarch64").read_text())
     flags = record["inputs"]["uv_flags"]
     assert record["platform"] == "linux-aarch64"
     assert flags[flags.index("--python-platform") + 1] == "aarch64-manylinux_2_28"
@@ -49,30 +52,30 @@ def test_check_detects_a_tampered_aarch64_lock(tmp_path, capsys):
     arm = pins.lock_path(tmp_path, FSDP, "linux-aarch64")
     arm.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, arm.read_text(), count=1))
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "locks/verl-0.9-fsdp.linux-aarch64.txt: edited after `verlenv lock` wrote it" in err
 
 
 def test_check_detects_a_missing_aarch64_inputs_record(tmp_path, capsys):
     path = copy_tree(tmp_path)
-    lock.inputs_path(tmp_path, FSDP, "linux-aarch64").unlink()
+    locks.inputs_path(tmp_path, FSDP, "linux-aarch64").unlink()
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "locks/verl-0.9-fsdp.linux-aarch64.inputs.json: missing" in err
 
 
 def test_check_detects_platform_locks_with_different_versions(tmp_path, capsys):
     """The aarch64 lock is re-recorded as if `verlenv lock` wrote it: only the version comparison can object."""
     path = copy_tree(tmp_path)
-    arm, side = pins.lock_path(tmp_path, FSDP, "linux-aarch64"), lock.inputs_path(tmp_path, FSDP, "linux-aarch64")
+    arm, side = pins.lock_path(tmp_path, FSDP, "linux-aarch64"), locks.inputs_path(tmp_path, FSDP, "linux-aarch64")
     text = arm.read_text().replace("\nnumpy==2.3.5 ", "\nnumpy==2.3.4 ")
     assert text != arm.read_text()
     arm.write_text(text)
     record = json.loads(side.read_text())
-    record["lock_sha256"] = lock._sha256(text)
+    record["lock_sha256"] = locks._sha256(text)
     side.write_text(json.dumps(record))
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     # (megatron's aarch64 lock, resolved against fsdp's, is reported stale beside it.)
     problems = [line for line in err.splitlines() if line.startswith("locks/verl-0.9-fsdp.linux-aarch64.txt")]
     assert len(problems) == 1, err
@@ -83,8 +86,8 @@ def test_check_detects_platform_locks_with_different_versions(tmp_path, capsys):
 def test_version_differences_names_changed_and_one_sided_packages():
     x86 = pins.parse_lock("a==1\nb==2\nc==3\n")
     arm = pins.parse_lock("a==1\nb==2.1\nd==4\n")
-    assert lock.version_differences(x86, arm) == ["b 2 vs 2.1", "c only in the linux-64 lock", "d only in this lock"]
-    assert lock.version_differences(x86, x86) == []
+    assert locks.version_differences(x86, arm) == ["b 2 vs 2.1", "c only in the linux-64 lock", "d only in this lock"]
+    assert locks.version_differences(x86, x86) == []
 
 
 def test_check_wants_a_lock_for_a_newly_listed_platform(tmp_path, capsys):
@@ -95,9 +98,9 @@ def test_check_wants_a_lock_for_a_newly_listed_platform(tmp_path, capsys):
     path.write_text(text.replace(old, old + 'platforms = ["linux-64", "linux-aarch64"]\n', 1)
                     .replace('# torch 2.8.0\'s manylinux aarch64 wheel on PyPI is CPU-only: no coherent CUDA env on '
                              'aarch64.\nplatforms = ["linux-64"]\n', ""))
-    assert catalog.load(path).variant("verl-0.7", "fsdp").platforms == ("linux-64", "linux-aarch64")
+    assert stacks.load(path).variant("verl-0.7", "fsdp").platforms == ("linux-64", "linux-aarch64")
     rc, err = run_check(path, capsys)
-    assert rc == lock.EXIT_STALE
+    assert rc == locks.EXIT_STALE
     assert "locks/verl-0.7-fsdp.linux-aarch64.txt: missing; run `verlenv lock --stack verl-0.7 --variant fsdp`" in err
 
 
@@ -114,7 +117,7 @@ def test_catalog_rejects_bad_platforms_in_one_line(tmp_path, table, expected):
     assert text.count(old) == 1
     path.write_text(text.replace(old, table))
     with pytest.raises(UserError) as e:
-        catalog.load(path)
+        stacks.load(path)
     assert expected in str(e.value) and "\n" not in str(e.value)
 
 
@@ -129,7 +132,7 @@ def test_catalog_rejects_a_variant_platform_its_base_lacks(tmp_path):
     path.write_text(text)
     with pytest.raises(UserError, match=r"stacks.verl-0.9.variants.megatron.platforms: linux-aarch64 is not a "
                                         r"platform of its base variant fsdp \(linux-64\)"):
-        catalog.load(path)
+        stacks.load(path)
 
 
 @pytest.fixture

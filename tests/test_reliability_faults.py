@@ -83,7 +83,7 @@ def test_sigkill_at_random_points_then_rerun_equals_lock(project: Path, tmp_path
 def test_an_install_waits_for_one_making_the_prefix_instead_of_calling_it_foreign(project: Path, tmp_path: Path):
     """The race CI hit under load: the first install had made the folder and its first file (write_atomic's temp
     file, before the creating mark is renamed in) when the second judged the folder "neither empty nor an env"."""
-    from verlenv.install import prefix_lock
+    from verlenv.env.install import prefix_lock
 
     prefix = tmp_path / "env"
     with prefix_lock(prefix, conda=False):  # this test is the first install, mid-way
@@ -113,7 +113,7 @@ def test_an_install_killed_before_its_creating_mark_was_renamed_in_is_made_again
 def test_a_half_made_env_is_renamed_aside_before_removal(project: Path, tmp_path: Path, monkeypatch):
     """Removal killed half-way must not leave the prefix with some files and no creating mark: discard renames the
     folder aside first, and the next install removes what is left there."""
-    from verlenv import install as plain
+    from verlenv.env import install as plain
 
     prefix = tmp_path / "env"
     (prefix / "lib").mkdir(parents=True)
@@ -305,7 +305,7 @@ def test_a_file_two_locked_distributions_ship_is_not_damage(tmp_path: Path):
     prefix = tmp_path / "env"
     assert finish(install(project, prefix, "--python", sys.executable))[0] == 0
     runs = [finish(install(project, prefix)) for _ in range(2)]
-    from verlenv import installed_files
+    from verlenv.env import installed_files
 
     scan = installed_files.check(str(prefix / "bin" / "python"), ["tinya", "tinyb"])
     ok = all(rc == 0 and "all as installed" in err for rc, err in runs) and scan["dists"]["tinya"]["shared"] == 1

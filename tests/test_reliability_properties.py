@@ -14,9 +14,12 @@ import tomlkit
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from reliability_log import record
-from verlenv import catalog, lock, pins, recipes, validate
+from verlenv import validate
+from verlenv.catalog import pins, stacks
 from verlenv.doctor import diagnose_lines, knowledge
 from verlenv.errors import UserError
+from verlenv.lock import locks
+from verlenv.native import recipes
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -91,7 +94,7 @@ CATALOG = tomllib.loads((ROOT / "stacks.toml").read_text())
 @SETTINGS
 @given(mutated(CATALOG))
 def test_catalog_parser_accepts_or_says_one_line(data):
-    cat = _only_user_errors(catalog.parse, Path("stacks.toml"), data)
+    cat = _only_user_errors(stacks.parse, Path("stacks.toml"), data)
     if cat is not None:
         # What it accepted is what the document says.
         assert cat.default == data["default"] and set(cat.stacks) == set(data["stacks"])
@@ -104,7 +107,7 @@ def test_catalog_parser_accepts_or_says_one_line(data):
 def test_catalog_file_of_any_bytes(tmp_path_factory, blob):
     path = tmp_path_factory.mktemp("cat") / "stacks.toml"
     path.write_bytes(blob)
-    _only_user_errors(catalog.load, path)
+    _only_user_errors(stacks.load, path)
 
 
 RECIPE_NAMES = sorted(p.parent.name for p in (ROOT / "recipes").glob("*/recipe.toml"))
@@ -173,15 +176,15 @@ def fresh_project(tmp_path_factory) -> Path:
                               .map(lambda d: json.dumps(d).encode())))
 def test_lock_check_of_any_lock_and_record(fresh_project, lock_bytes, record_bytes):
     """`lock --check` and install's check read whatever lies in locks/: each problem is one line, never a crash."""
-    cat = catalog.load(fresh_project / "stacks.toml")
+    cat = stacks.load(fresh_project / "stacks.toml")
     variant = cat.variant(None, "fsdp")
-    lock_file, side = pins.lock_path(cat.root, variant), lock.inputs_path(cat.root, variant)
+    lock_file, side = pins.lock_path(cat.root, variant), locks.inputs_path(cat.root, variant)
     saved = lock_file.read_bytes(), side.read_bytes()
     try:
         for path, blob in ((lock_file, lock_bytes), (side, record_bytes)):
             if blob is not None:
                 path.write_bytes(blob)
-        problems = lock.lock_problems(cat, variant)
+        problems = locks.lock_problems(cat, variant)
         assert all(isinstance(p, str) and "\n" not in p for p in problems)
         # The committed pair is fresh; any other bytes are a problem to report.
         assert bool(problems) == (lock_bytes is not None or record_bytes is not None)

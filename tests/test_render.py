@@ -7,11 +7,13 @@ import pytest
 import yaml
 
 from project_files import copy_tree
-from verlenv import catalog, cli, pins, render
+from verlenv import cli
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
+from verlenv.lock import render
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = catalog.load(ROOT / "stacks.toml")
+CATALOG = stacks.load(ROOT / "stacks.toml")
 STACKS = list(CATALOG.stacks.values())
 
 
@@ -24,7 +26,7 @@ def test_committed_files_are_what_render_produces():
 
 
 def test_render_is_deterministic_and_rewrites_nothing_on_a_fresh_tree(tmp_path):
-    cat = catalog.load(copy_tree(tmp_path))
+    cat = stacks.load(copy_tree(tmp_path))
     assert render.rendered(cat) == render.rendered(cat)
     assert render.write(cat) == []
 
@@ -115,7 +117,7 @@ def test_conda_lock_reads_both_files_as_one_spec_with_two_categories(stack, tmp_
 
 
 def test_locks_that_disagree_on_a_shared_package_cannot_share_one_conda_lock(tmp_path):
-    cat = catalog.load(copy_tree(tmp_path))
+    cat = stacks.load(copy_tree(tmp_path))
     variant = cat.variant("verl-0.9", "megatron")
     path = pins.lock_path(cat.root, variant)
     path.write_text(path.read_text().replace("\nnumpy==2.3.5 ", "\nnumpy==2.3.4 "))

@@ -8,7 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from verlenv import backends, catalog, families, gpus, packages
+from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.verify import runner
 from verlenv.verify.options import VerifyOptions
 
@@ -57,15 +57,15 @@ requirements = ["tinyserve==1.0"]
 """
 
 
-def with_rows(monkeypatch, tmp_path) -> catalog.Catalog:
+def with_rows(monkeypatch, tmp_path) -> stacks.Catalog:
     """The packaged tables plus the test-only rows, and a catalog with a variant on the new rollout."""
     back = backends.parse(backends.DATA, tomllib.loads(backends.DATA.read_text() + ROLLOUT_ROW))
     pack = packages.parse(packages.DATA, tomllib.loads(packages.DATA.read_text() + PACKAGE_ROW))
     monkeypatch.setattr(backends, "table", lambda: back)
     monkeypatch.setattr(packages, "table", lambda: pack)
-    stacks = tmp_path / "stacks.toml"
-    stacks.write_text((REPO / "stacks.toml").read_text() + VARIANT)
-    return catalog.load(stacks)
+    path = tmp_path / "stacks.toml"
+    path.write_text((REPO / "stacks.toml").read_text() + VARIANT)
+    return stacks.load(path)
 
 
 def test_a_new_rollout_is_rows_alone(monkeypatch, tmp_path):
@@ -122,7 +122,7 @@ def test_a_new_family_is_a_row_alone(tmp_path):
 def test_the_sglang_variant_is_rows_alone():
     """verl-0.9's sglang variant: its rollout row, its package row and check script, no code of its own in the
     runner."""
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     variant = cat.variant("verl-0.9", "sglang")
     required = packages.table().required(variant.actor, variant.rollout)
     assert {"sglang", "flash-attn", "verl"} <= required and "vllm" not in required

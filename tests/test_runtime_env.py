@@ -1,4 +1,4 @@
-"""Runtime defaults of an env (src/verlenv/runtime_env.py): the catalog's runtime_env table becomes a .pth in a real
+"""Runtime defaults of an env (src/verlenv/env/runtime_env.py): the catalog's runtime_env table becomes a .pth in a real
 venv, and every process started with that venv's python sees it (a multiprocessing spawn child too, as vLLM's
 EngineCore and Ray workers are), while a value the user exports wins; verify reports it; bad tables are one line.
 """
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from test_verify_profiles import REPO
-from verlenv import catalog, runtime_env
+from verlenv.catalog import stacks
+from verlenv.env import runtime_env
 from verlenv.errors import UserError
 from verlenv.verify import static
 
@@ -32,7 +33,7 @@ def venv(tmp_path_factory):
 
 @pytest.fixture
 def cat():
-    return catalog.load(REPO / "stacks.toml")
+    return stacks.load(REPO / "stacks.toml")
 
 
 def spawned_child_sees(python, tmp_path, env=None) -> dict:

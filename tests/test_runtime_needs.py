@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from test_toolchain import NVCC_12_8, NVCC_13_0, fake_compiler, toolkit
-from verlenv import packages
+from verlenv.catalog import packages
+from verlenv.catalog.packages import Jit, Package
 from verlenv.errors import UserError
-from verlenv.packages import Jit, Package
 from verlenv.verify import static
 from verlenv.verify.static import Scope
 

@@ -18,7 +18,7 @@ import pytest
 
 from test_kernel_scripts import KERNELS, has_modules, torch_python
 from test_verify_profiles import REPO
-from verlenv import families
+from verlenv.catalog import families
 from verlenv.errors import UserError
 from verlenv.verify import model_probe
 
@@ -362,7 +362,7 @@ def pipeline(env_python, tmp_path_factory) -> dict:
     """What the trainer check writes for a shrunk published config (tokenizer, model, processor, rows), loaded back
     by verl's dataset, trained a step, and verl's Hydra config composed for it in each variant
     (tests/data/trainer/families_in_env.py, the table's rows' own test program)."""
-    from verlenv import catalog
+    from verlenv.catalog import stacks
     from verlenv.cluster.trainer import trainer_spec
 
     if not has_modules(env_python, "verl", "hydra", "qwen_vl_utils"):
@@ -372,7 +372,7 @@ def pipeline(env_python, tmp_path_factory) -> dict:
     for name in PIPELINE:
         (out / name).mkdir()
         fams.append(families.shrink(write(out / name, published.as_published(name))))
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     tables = out / "tables.json"
     tables.write_text(json.dumps({"specs": {v: trainer_spec(cat.variant("verl-0.9", v)) for v in ("fsdp", "megatron")},
                                   "families": families.table().rows(fams)}))

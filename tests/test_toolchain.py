@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from test_build_env import torch_python
-from verlenv import toolchain
 from verlenv.errors import UserError
+from verlenv.native import toolchain
 
 
 def fake_torch_python(folder: Path, cuda: str | None, purelib: Path, torch: str = "2.8.0+cu128") -> str:

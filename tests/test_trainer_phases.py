@@ -14,7 +14,7 @@ import pytest
 
 from test_kernel_scripts import has_modules, load, torch_python
 from test_verify_profiles import REPO
-from verlenv import backends
+from verlenv.catalog import backends
 
 DATA = REPO / "tests" / "data" / "trainer"
 PROGRAMS = REPO / "tests" / "data" / "programs"

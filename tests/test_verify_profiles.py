@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verlenv import gpus
+from verlenv.catalog import gpus
 from verlenv.cli import main
 from verlenv.errors import UserError
 
@@ -274,10 +274,10 @@ def test_kernel_scripts_receive_the_selected_profile(machine, capsys, empty_env,
 
 
 def test_default_env_is_the_active_one_unless_it_is_verlenvs_own(tmp_path, monkeypatch):
-    from verlenv import catalog
-    from verlenv.install import default_python
+    from verlenv.catalog import stacks
+    from verlenv.env.install import default_python
 
-    variant = catalog.load(REPO / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(REPO / "stacks.toml").variant(None, "fsdp")
     root = tmp_path / "checkout"
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         monkeypatch.delenv(var, raising=False)

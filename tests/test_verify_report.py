@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from test_verify_profiles import H100, empty_env, machine  # noqa: F401  (fixtures)
-from verlenv import backends
+from verlenv.catalog import backends
 from verlenv.cli import main
 from verlenv.verify import report, runner
 from verlenv.verify.results import SKIPPED_BY_REQUEST

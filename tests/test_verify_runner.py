@@ -16,7 +16,7 @@ import pytest
 
 import tables
 from test_verify_profiles import REPO
-from verlenv import catalog, gpus, packages
+from verlenv.catalog import gpus, packages, stacks
 from verlenv.verify import runner
 from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST
@@ -39,7 +39,7 @@ def kernels(tmp_path, monkeypatch) -> Path:
 
 def settings(kernels: Path, variant: str = "fsdp", **kw) -> runner.Settings:
     """Settings of a run on an H100 of the stand-in scripts; `kw`: VerifyOptions fields, or Settings' own."""
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     option_names = {f.name for f in dataclasses.fields(VerifyOptions)}
     options = VerifyOptions(**{"timeout": STAND_IN_S, **{k: v for k, v in kw.items() if k in option_names}})
     base = dict(python=sys.executable, catalog=cat, variant=cat.variant(None, variant), profile=gpus.profile("h100"),

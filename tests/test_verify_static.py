@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from test_verify_profiles import REPO, fake_nvidia_smi
-from verlenv import catalog, cubins, packages
+from verlenv import cubins
+from verlenv.catalog import packages, stacks
+from verlenv.catalog.pins import read_lock
 from verlenv.doctor import facts as facts_mod
 from verlenv.errors import UserError
-from verlenv.pins import read_lock
 from verlenv.verify import static
 from verlenv.verify.results import SKIPPED_BY_REQUEST
 from verlenv.verify.runner import installed_versions
@@ -430,7 +431,7 @@ def test_arch_support_follows_cuda_compatibility_rules():
 @pytest.fixture(scope="module")
 def nvcc(tmp_path_factory) -> Path:
     from test_build_env import torch_python
-    from verlenv import toolchain
+    from verlenv.native import toolchain
 
     python = torch_python()
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -482,7 +483,7 @@ def test_a_host_only_object_passes_its_cubin_check(tmp_path):
     ("575.57.08", "verl-0.9", "fail"), ("580.95.05", "verl-0.9", "pass"), ("575.57.08", "verl-0.7", "pass"),
 ])
 def test_driver_against_the_stacks_cuda(tmp_path, driver, stack, status):
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     smi = fake_nvidia_smi(tmp_path / "smi", [{"name": "NVIDIA H100 80GB HBM3", "driver_version": driver}])
     r, seen = static.check_driver(cat.stack(stack), cat, {"PATH": f"{smi}:{os.environ['PATH']}"})
     assert seen == driver and r.status == status, r.reason
@@ -491,7 +492,7 @@ def test_driver_against_the_stacks_cuda(tmp_path, driver, stack, status):
 
 
 def test_no_driver_skips_with_a_reason(tmp_path):
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     if Path("/proc/driver/nvidia/version").exists():
         pytest.skip("this machine has an NVIDIA driver")
     r, seen = static.check_driver(cat.stack("verl-0.9"), cat, {"PATH": str(tmp_path)})
@@ -577,7 +578,7 @@ def test_pip_check_accepts_what_the_variants_overrides_change_and_nothing_else(t
     """The sglang variant overrides sglang's transformers==5.6.0 and drops flash-attn-4: pip check says so in its env,
     and verify must not fail on it; any other broken requirement still fails."""
     python = venv(tmp_path / "env", "requests==2.32.3", seed=seed, no_deps=True)
-    cat = catalog.load(REPO / "stacks.toml")
+    cat = stacks.load(REPO / "stacks.toml")
     assert static.overridden_names(cat.variant("verl-0.9", "fsdp")) == {}
     assert set(static.overridden_names(cat.variant("verl-0.9", "sglang"))) == {"transformers", "kernels",
                                                                                 "flash-attn-4"}

@@ -15,11 +15,11 @@ from packaging.metadata import Metadata
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, pins
+from verlenv.catalog import pins, stacks
 from verlenv.fsutil import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = catalog.load(ROOT / "stacks.toml")
+CATALOG = stacks.load(ROOT / "stacks.toml")
 CASES = [(v, p) for v in CATALOG.all_variants() for p in v.platforms]
 
 
@@ -27,7 +27,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("VERLENV_TEST_CACHE") or Path.home() / ".cache" / "verlenv-test") / "metadata"
 
 
-def verl_pin(variant: catalog.Variant) -> str:
+def verl_pin(variant: stacks.Variant) -> str:
     reqs = [Requirement(r) for r in variant.requirements]
     (version,) = {spec.version for req in reqs if canonicalize_name(req.name) == "verl" for spec in req.specifier}
     return version
@@ -52,7 +52,7 @@ def wheel_metadata(name: str, version: str, hashes: tuple[str, ...]) -> Metadata
     return Metadata.from_email(cached.read_bytes(), validate=False)
 
 
-def marker_env(variant: catalog.Variant, platform: str) -> dict[str, str]:
+def marker_env(variant: stacks.Variant, platform: str) -> dict[str, str]:
     python = variant.stack.python
     return default_environment() | {"python_version": python, "python_full_version": python + ".0",
                                     "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
@@ -82,7 +82,7 @@ def declared(metadata: Metadata, extras: tuple[str, ...], env: dict[str, str]) -
     return out
 
 
-def unmet(requirements: list[Requirement], locked: dict[str, pins.LockedPin], variant: catalog.Variant) -> list[str]:
+def unmet(requirements: list[Requirement], locked: dict[str, pins.LockedPin], variant: stacks.Variant) -> list[str]:
     """Each requirement the lock does not satisfy, unless stacks.toml says why it is not taken."""
     problems = []
     for req in requirements:
@@ -100,7 +100,7 @@ def unmet(requirements: list[Requirement], locked: dict[str, pins.LockedPin], va
     return problems
 
 
-def variant_requirements(variant: catalog.Variant,
+def variant_requirements(variant: stacks.Variant,
                          platform: str) -> tuple[list[Requirement], dict[str, pins.LockedPin]]:
     locked = pins.read_lock(pins.lock_path(ROOT, variant, platform))
     metadata = wheel_metadata("verl", verl_pin(variant), locked["verl"].hashes)
@@ -136,7 +136,7 @@ def test_without_its_reason_the_left_out_flash_attn_pin_fails():
     requirements, locked = variant_requirements(fsdp, "linux-64")
     assert "flash-attn" in fsdp.not_taken
     # The other reasons stay (mbridge's): only flash-attn's is taken away.
-    bare = catalog.Variant(stack=fsdp.stack, name=fsdp.name, requirements=fsdp.requirements,
+    bare = stacks.Variant(stack=fsdp.stack, name=fsdp.name, requirements=fsdp.requirements,
                            source_builds=fsdp.source_builds, platforms=fsdp.platforms,
                            not_taken={n: why for n, why in fsdp.not_taken.items() if n != "flash-attn"})
     assert unmet(requirements, locked, bare) == [

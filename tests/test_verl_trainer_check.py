@@ -20,7 +20,7 @@ import pytest
 
 from test_kernel_scripts import KERNELS, has_modules, load, torch_python
 from test_verify_profiles import REPO
-from verlenv import catalog, families
+from verlenv.catalog import families, stacks
 from verlenv.cluster.trainer import trainer_spec
 from waiting import exited, until
 
@@ -31,7 +31,7 @@ GOOD_STEP = {"actor/pg_loss": -0.0123, "actor/grad_norm": 0.87, "training/rollou
 GOOD_WEIGHTS = {"weights_rel_change": 3e-3, "tensors_changed": 21, "tensors_compared": 21}
 # What verify hands the check for each variant of the default stack (its actor's and rollout's rows, the env's
 # overrides), and the family rows (data/families.toml).
-CATALOG = catalog.load(REPO / "stacks.toml")
+CATALOG = stacks.load(REPO / "stacks.toml")
 SPECS = {name: trainer_spec(CATALOG.variant("verl-0.9", name)) for name in ("fsdp", "megatron", "sglang")}
 FAMILIES = {f["name"]: f for f in families.table().rows(list(families.table().families.values()))}
 LLAMA = FAMILIES["llama"]

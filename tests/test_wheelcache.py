@@ -16,8 +16,9 @@ import pytest
 
 from project_files import ROOT
 from test_build_env import DATA, clean_build_env, kill_session, torch_python
-from verlenv import build, catalog, ninja_stats, recipes, toolchain, wheelcache
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
+from verlenv.native import build, ninja_stats, recipes, toolchain, wheelcache
 from waiting import exited, until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ def test_each_input_changes_the_fingerprint(recipe, change):
 def test_each_blackwell_arch_set_is_a_cache_entry_of_its_own(recipe):
     """--gpu b200 beside --gpu h100 (or both, or rtx-pro-6000) never takes another set's wheel; b300 builds the b200's
     (sm_100 runs on 10.3), and the order the GPUs are named in changes nothing."""
-    from verlenv import gpus
+    from verlenv.catalog import gpus
 
     sets = {tuple(g): wheelcache.fingerprint(inputs(recipe, archs=gpus.archs_for(g)))
             for g in (["h100"], ["b200"], ["h100", "b200"], ["rtx-pro-6000"], ["b200", "rtx-pro-6000"])}
@@ -208,9 +209,10 @@ def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch
     wheelhouse, work = tmp_path / "wh", tmp_path / "work"
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from verlenv import build, catalog
+        from verlenv.catalog import stacks
+        from verlenv.native import build
         root = Path({str(probe_root)!r})
-        variant = catalog.load(root / "stacks.toml").variant(None, "fsdp")
+        variant = stacks.load(root / "stacks.toml").variant(None, "fsdp")
         build.build_one(root, variant, "sleepy-probe", {python!r}, ["9.0"], Path({str(wheelhouse)!r}),
                         Path({str(work)!r}))
     """)
@@ -223,7 +225,7 @@ def test_a_build_killed_midway_leaves_no_entry(probe_root, tmp_path, monkeypatch
         proc.wait()
     assert list(work.glob("build-sleepy-probe-*/build.log"))  # it was killed inside the build
     assert not list(wheelhouse.rglob(wheelcache.ENTRY_FILE)) and not list(wheelhouse.rglob("*.whl"))
-    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(probe_root / "stacks.toml").variant(None, "fsdp")
     # The next run finds nothing cached and builds (the hang is only on request).
     result = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
     assert not result.cached and wheelcache.lookup(wheelhouse, "sleepy-probe", result.fingerprint)
@@ -263,7 +265,7 @@ def test_the_builder_rebuilds_a_corrupted_entry(probe_root, tmp_path, monkeypatc
     clean_build_env(monkeypatch)
     python = torch_python()
     wheelhouse, work = tmp_path / "wh", tmp_path / "work"
-    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(probe_root / "stacks.toml").variant(None, "fsdp")
     first = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
     # Host-only code: the archs are not an input, so any GPU target finds the same entry.
     assert build.build_one(probe_root, variant, "sleepy-probe", python, ["8.0"], wheelhouse, work).cached
@@ -279,7 +281,7 @@ def test_an_edited_recipe_is_a_new_fingerprint_and_a_rebuild(probe_root, tmp_pat
     clean_build_env(monkeypatch)
     python = torch_python()
     wheelhouse, work = tmp_path / "wh", tmp_path / "work"
-    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(probe_root / "stacks.toml").variant(None, "fsdp")
     before = build.build_one(probe_root, variant, "sleepy-probe", python, ["9.0"], wheelhouse, work)
     recipe = probe_root / "recipes" / "sleepy-probe" / "recipe.toml"
     recipe.write_text(recipe.read_text().replace("mem_per_job_gib = 0.5", "mem_per_job_gib = 0.75"))
@@ -330,7 +332,7 @@ def test_a_stopped_sdist_build_is_resumed_only_while_its_sources_are_intact(prob
     clean_build_env(monkeypatch)
     python = torch_python()
     sdist = resume_probe(probe_root, tmp_path)
-    variant = catalog.load(probe_root / "stacks.toml").variant(None, "fsdp")
+    variant = stacks.load(probe_root / "stacks.toml").variant(None, "fsdp")
     wheelhouse, work = tmp_path / "wh", tmp_path / "work"
 
     def run(fail: bool):

@@ -10,7 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from verlenv import catalog, lock
+from verlenv.catalog import stacks
+from verlenv.lock import locks
 
 PY = ".".join(map(str, sys.version_info[:2]))
 PACKAGES = [f"tiny{i}" for i in range(6)]
@@ -75,8 +76,8 @@ def make(root: Path, data_mib: int = 2, packages: dict[str, dict[str, bytes]] | 
     out = root / "resolved.txt"
     subprocess.run(["uv", "pip", "compile", "--no-config", "--no-index", "--find-links", str(wheelhouse),
                     "--generate-hashes", "--quiet", str(root / "in.txt"), "-o", str(out)], check=True, env=env(root))
-    variant = catalog.load(root / "stacks.toml").variant(None, "fsdp")
-    lock.write_lock(root, variant, "linux-64", out.read_text(), None, "uv (test)")
+    variant = stacks.load(root / "stacks.toml").variant(None, "fsdp")
+    locks.write_lock(root, variant, "linux-64", out.read_text(), None, "uv (test)")
     return root
 
 

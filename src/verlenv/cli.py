@@ -29,10 +29,11 @@ class _Parser(argparse.ArgumentParser):
 
 def version_line() -> str:
     """`verlenv --version`: the tool's version and the default stack of the catalog it would use here."""
-    from verlenv import __version__, catalog
+    from verlenv import __version__
+    from verlenv.catalog import stacks
 
     try:
-        cat = catalog.load()
+        cat = stacks.load()
     except UserError as e:
         return f"verlenv {__version__} (no catalog here: {e})"
     stack = cat.stack()

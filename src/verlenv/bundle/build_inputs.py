@@ -13,10 +13,12 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, recipes, toolchain, validate
+from verlenv import validate
 from verlenv.bundle import parts
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
-from verlenv.sources import reproducible, sha256_file
+from verlenv.native import recipes, toolchain
+from verlenv.native.sources import reproducible, sha256_file
 
 SOURCE = "source"  # manifest origin of a carried source
 TOOLKIT = "toolkit"  # manifest origin of a carried CUDA_HOME
@@ -54,7 +56,7 @@ def parse_given(values: list[str]) -> dict[str, Path]:
     return out
 
 
-def wanted(root: Path, variants: list[catalog.Variant], carried: dict[str, set[str]],
+def wanted(root: Path, variants: list[stacks.Variant], carried: dict[str, set[str]],
            given: dict[str, Path]) -> list[Wanted]:
     """The source builds of `variants` whose wheel is not in `carried` (variant -> names), once each. Checked before
     anything is fetched: every one has a recipe, every given copy has its kind's shape and names one of them, and a
@@ -151,7 +153,7 @@ def check_file(bundle: Path, entry: dict) -> Path:
     return path
 
 
-def carried_source(bundle: Path, manifest: dict, recipe: recipes.Recipe, variant: catalog.Variant) -> Path | None:
+def carried_source(bundle: Path, manifest: dict, recipe: recipes.Recipe, variant: stacks.Variant) -> Path | None:
     """The bundle's file of the source `recipe` pins for `variant`, checked against the manifest; None when the
     variant does not build it (the builder says so). One line when the bundle carries none of it (an older bundle,
     or one made without --build-inputs) or another one than the recipe pins."""

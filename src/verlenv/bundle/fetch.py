@@ -23,10 +23,11 @@ from packaging import tags
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from verlenv import fsutil, pins
+from verlenv import fsutil
+from verlenv.catalog import pins
+from verlenv.catalog.pins import LockedPin
 from verlenv.errors import UserError
-from verlenv.pins import LockedPin
-from verlenv.sources import sha256_file
+from verlenv.native.sources import sha256_file
 
 INDEX = os.environ.get("VERLENV_INDEX_URL", "https://pypi.org/simple")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"

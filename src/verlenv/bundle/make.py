@@ -20,12 +20,14 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from verlenv import __version__, catalog, cubins, fsutil, wheelcache
+from verlenv import __version__, cubins, fsutil
 from verlenv.bundle import build_inputs as inputs, fetch, kernel_cache as kcache
+from verlenv.catalog import stacks
+from verlenv.catalog.pins import LockedPin, read_lock
+from verlenv.env.install import find_python
 from verlenv.errors import UserError
-from verlenv.install import find_python
-from verlenv.pins import LockedPin, read_lock
-from verlenv.sources import sha256_file
+from verlenv.native import wheelcache
+from verlenv.native.sources import sha256_file
 
 MANIFEST = "manifest.json"
 # 2: one bundle may hold several variants of a stack (`variants`; each file names the variants it serves).
@@ -128,18 +130,18 @@ def suite_pins(platform: str, python: str, glibc: str) -> dict[str, LockedPin]:
     tool wheels held at the versions this verlenv runs with, so the node's tools stay the ones that made the bundle.
     With them a node that reaches no index runs the suite, e.g. its GPU tests (`nox -s tests -- -m gpu`). `platform`
     is one fetch.target_tags accepted (resolve_tools asks it first)."""
-    from verlenv import lock
+    from verlenv.lock import locks
 
     with tempfile.TemporaryDirectory() as tmp:
         held = Path(tmp) / "tools.txt"
         held.write_text("".join(f"{p.name}=={p.version}\n" for p in tool_pins()))
         out = Path(tmp) / "tests.txt"
         pyproject = source_tree() / "pyproject.toml"
-        cmd = [lock.uv_bin(), "pip", "compile", str(pyproject), "--group", f"{pyproject}:test",
+        cmd = [locks.uv_bin(), "pip", "compile", str(pyproject), "--group", f"{pyproject}:test",
                "--constraint", str(held), "--python-version", python,
-               "--python-platform", lock.uv_platform(platform, glibc), "--generate-hashes",
-               "--no-header", "--no-annotate", "--quiet", "--no-config", "--default-index", lock.INDEX, "-o", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=lock.uv_env())
+               "--python-platform", locks.uv_platform(platform, glibc), "--generate-hashes",
+               "--no-header", "--no-annotate", "--quiet", "--no-config", "--default-index", locks.INDEX, "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=locks.uv_env())
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise UserError(f"--tests: uv could not resolve the test tools for {platform}, Python {python}: {tail}",
@@ -184,7 +186,7 @@ def _torch_version(lock: Path) -> str:
     return torch.version
 
 
-def built_wheels(variant: catalog.Variant, lock: Path, wheelhouse: Path, archs: list[str],
+def built_wheels(variant: stacks.Variant, lock: Path, wheelhouse: Path, archs: list[str],
                  only: list[str] | None = None, devices: list[str] | None = None) -> list[Built]:
     """The variant's source-built wheels (those named in `only`, else all) from the wheel cache; one line naming
     the build for a missing one, or for one with no cubin that runs on one of `devices` (the target GPUs' compute

@@ -11,13 +11,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from verlenv import install as plain, installed_files
 from verlenv.bundle import build_inputs, parts
 from verlenv.bundle.make import FORMAT, MANIFEST
+from verlenv.catalog.pins import read_lock
+from verlenv.env import install as plain, installed_files
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
-from verlenv.pins import read_lock
-from verlenv.sources import sha256_file
+from verlenv.native.sources import sha256_file
 
 _FOLDERS = ("wheels", "tool", "kernel-cache", build_inputs.SOURCES_DIR, Path(build_inputs.TOOLKIT_FILE).parent.name)
 

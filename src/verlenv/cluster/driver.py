@@ -19,7 +19,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import verlenv
-from verlenv import catalog
+from verlenv.catalog import stacks
 from verlenv.cluster import allreduce, compare, node, trainer, verdict
 from verlenv.verify.options import VerifyOptions
 
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(request_path.read_text())
     options = VerifyOptions.from_json(spec["options"])
     address = options.ray or "auto"
-    cat = catalog.load(Path(spec["catalog"]))
+    cat = stacks.load(Path(spec["catalog"]))
     lock = Path(spec["lock"]) if spec.get("lock") else None
     request = node.Request(catalog=cat, options=options.for_node().to_json(),
                            lock_name=lock.name if lock else None, lock_text=lock.read_text() if lock else None,
@@ -214,7 +214,7 @@ def cluster_trainer(data: dict, answered: dict[str, dict], nodes: dict[str, dict
         return {"status": "skipped", "reason": "--skip-cluster-trainer"}
     if not verdict.nodes_pass(data):
         return {"status": "skipped", "reason": "not every node passed (it runs on a cluster whose nodes all pass)"}
-    cat = catalog.load(Path(spec["catalog"]))
+    cat = stacks.load(Path(spec["catalog"]))
     variant = cat.variant(options.stack, options.variant)
     return trainer.run(answered, nodes, names, spec, options, variant, progress)
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from verlenv import packages as package_table
+from verlenv.catalog import packages as package_table
 
 # Variables verl, vLLM, NCCL and Ray read: a value differing on one node changes how the job runs there.
 ENV_NAMES = ("NCCL_CUMEM_ENABLE", "VLLM_WORKER_MULTIPROC_METHOD", "FLASHINFER_WORKSPACE_BASE",

@@ -13,12 +13,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from verlenv import catalog
+from verlenv.catalog import stacks
 from verlenv.cluster import compare
 from verlenv.cluster.verdict import exit_code, node_problems
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
-from verlenv.sources import sha256_file
+from verlenv.native.sources import sha256_file
 from verlenv.verify.options import VerifyOptions
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def statuses(row: dict) -> dict[str, str]:
     return {r["name"]: r["status"] for r in row.get("results", [])}
 
 
-def verify_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path | None,
+def verify_cluster(cat: stacks.Catalog, variant: stacks.Variant, python: str, lock: Path | None,
                    options: VerifyOptions, families: list[dict], runtime_env: dict, report: Path,
                    command: list[str]) -> int:
     """Verify every node of the cluster at options.ray, then (unless options.skip_cluster_trainer) run verl's
@@ -139,7 +139,7 @@ def write_or_fallback(path: Path, text: str, option: str, started: datetime) -> 
         return fallback
 
 
-def doctor_cluster(cat: catalog.Catalog, variant: catalog.Variant, python: str, lock: Path, *, address: str,
+def doctor_cluster(cat: stacks.Catalog, variant: stacks.Variant, python: str, lock: Path, *, address: str,
                    probes: list[str] | None, node_timeout: float) -> dict:
     """The doctor's probes on every node of the cluster at `address`, and the fingerprint differences."""
     options = VerifyOptions(stack=variant.stack.name, variant=variant.name, ray=address, node_timeout=node_timeout,

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verlenv import catalog, gpus
+from verlenv.catalog import gpus, stacks
 from verlenv.cluster import fingerprint
 from verlenv.errors import UserError
 from verlenv.verify import runner
@@ -22,7 +22,7 @@ class Request:
     """What every node checks against: the driver's catalog and lock, shipped to nodes that have neither, the run's
     options (VerifyOptions.to_json of its node part) and the family rows verl's trainer check trains."""
 
-    catalog: catalog.Catalog
+    catalog: stacks.Catalog
     options: dict
     lock_name: str | None
     lock_text: str | None

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from verlenv import backends
+from verlenv.catalog import backends
 from verlenv.verify.kernels import _phases
 
 TIMEOUT_S = 900  # verl's start-up over several nodes (Ray workers, FSDP, one vLLM engine per GPU) plus 2 steps

@@ -6,7 +6,7 @@ imports this layer (tests/test_layers.py)."""
 import argparse
 
 from verlenv import validate
-from verlenv.catalog import STACK_HELP, VARIANT_HELP
+from verlenv.catalog.stacks import STACK_HELP, VARIANT_HELP
 
 
 def positive_int(option: str):

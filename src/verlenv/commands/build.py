@@ -5,12 +5,14 @@ import os
 import sys
 from pathlib import Path
 
-from verlenv import build, catalog, gpus, recipes, toolchain, validate
+from verlenv import validate
 from verlenv.bundle import build_inputs, offline
+from verlenv.catalog import gpus, stacks
 from verlenv.commands import add_env_options, positive_int
+from verlenv.env.install import default_python
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
-from verlenv.install import default_python
+from verlenv.native import build, recipes, toolchain
 
 
 def register(sub) -> None:
@@ -39,7 +41,7 @@ def register(sub) -> None:
 
 
 def _main(args) -> int:
-    cat = catalog.load()
+    cat = stacks.load()
     bundle = offline.open_bundle(Path(args.bundle)) if args.bundle else None
     manifest = offline.read_manifest(bundle) if bundle else None
     variant = _bundle_variant(cat, bundle, manifest, args) if bundle else cat.variant(args.stack, args.variant)
@@ -77,7 +79,7 @@ def _main(args) -> int:
     return 0
 
 
-def _bundle_variant(cat: catalog.Catalog, bundle: Path, manifest: dict, args) -> catalog.Variant:
+def _bundle_variant(cat: stacks.Catalog, bundle: Path, manifest: dict, args) -> stacks.Variant:
     """The bundle's stack, and its variant (the one asked for, or its only one)."""
     if args.stack and args.stack != manifest["stack"]:
         raise UserError(f"--bundle {bundle} holds {manifest['stack']}, not {args.stack}")

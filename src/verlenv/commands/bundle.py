@@ -5,8 +5,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from verlenv import catalog, gpus, pins
 from verlenv.bundle import build_inputs, fetch, kernel_cache, make, parts
+from verlenv.catalog import gpus, pins, stacks
 from verlenv.errors import UserError
 
 
@@ -57,8 +57,8 @@ def register(sub) -> None:
 
 
 def _main(args) -> int:
-    cat = catalog.load()
-    names = list(dict.fromkeys(args.variant or [catalog.DEFAULT_VARIANT]))
+    cat = stacks.load()
+    names = list(dict.fromkeys(args.variant or [stacks.DEFAULT_VARIANT]))
     variants = [cat.variant(args.stack, name) for name in names]
     stack = variants[0].stack
     _check_variants(args, variants)
@@ -81,7 +81,7 @@ def _main(args) -> int:
     return 0
 
 
-def _check_variants(args, variants: list[catalog.Variant]) -> None:
+def _check_variants(args, variants: list[stacks.Variant]) -> None:
     """Each variant is locked for the platform and glibc asked for; --without names their source builds."""
     for variant in variants:
         if args.platform not in variant.platforms:
@@ -117,7 +117,7 @@ def _check_extras(args) -> int | None:
     return size
 
 
-def _carried_sources(args, cat: catalog.Catalog, variants: list[catalog.Variant]) -> list:
+def _carried_sources(args, cat: stacks.Catalog, variants: list[stacks.Variant]) -> list:
     """With --build-inputs: the source builds whose wheel the bundle leaves out, so the nodes build them."""
     if not args.build_inputs:
         return []
@@ -143,7 +143,7 @@ def _archs(args, stack) -> tuple[list[str], list[str]]:
     return archs, [t.arch for t in targets]
 
 
-def _built(args, variants: list[catalog.Variant], locks: dict[str, Path], archs: list[str],
+def _built(args, variants: list[stacks.Variant], locks: dict[str, Path], archs: list[str],
            devices: list[str]) -> tuple[dict[str, list[make.Built]], dict[str, str]]:
     """Each variant's source-built wheels from the wheel cache (none on a dry run) and why they are carried or not."""
     built, notes = {}, {}

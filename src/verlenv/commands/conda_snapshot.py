@@ -3,8 +3,8 @@
 import sys
 from pathlib import Path
 
-from verlenv import conda_snapshot
 from verlenv.errors import UserError
+from verlenv.lock import conda_snapshot
 
 
 def register(sub) -> None:

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from verlenv.catalog import VARIANT_HELP
+from verlenv.catalog.stacks import VARIANT_HELP
 from verlenv.commands import add_env_options
 from verlenv.doctor import facts as facts_mod, logs, matcher, probes
 from verlenv.errors import UserError
@@ -111,15 +111,15 @@ def _default_python(args) -> str:
     .venv-<stack>-<variant>), else this interpreter (outside a checkout)."""
     if args.python:
         return args.python
-    from verlenv import catalog
-    from verlenv.install import default_python
+    from verlenv.catalog import stacks
+    from verlenv.env.install import default_python
 
     try:
-        cat = catalog.load()
+        cat = stacks.load()
     except UserError:
         return sys.executable
     # A bad --stack/--variant is the user's error.
-    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)
+    variant = cat.variant(args.stack, args.variant or stacks.DEFAULT_VARIANT)
     try:
         return default_python(variant, cat.root, "doctor")
     except UserError:
@@ -140,9 +140,10 @@ def _probe(args) -> int:
 
 def _doctor_cluster(args) -> int:
     """`doctor --ray`: the doctor's probes on every node, and the fingerprint differences."""
-    from verlenv import catalog, pins, validate
+    from verlenv import validate
+    from verlenv.catalog import pins, stacks
     from verlenv.cluster import launch
-    from verlenv.install import default_python
+    from verlenv.env.install import default_python
 
     if args.node_timeout <= 0:
         raise UserError(f"--node-timeout {args.node_timeout:g}: must be a positive number of seconds")
@@ -150,8 +151,8 @@ def _doctor_cluster(args) -> int:
     unknown = [n for n in only or [] if n not in probes.PROBES]
     if unknown:
         raise UserError(f"unknown probe {', '.join(unknown)}; valid: {', '.join(probes.PROBES)}")
-    cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)
+    cat = stacks.load()
+    variant = cat.variant(args.stack, args.variant or stacks.DEFAULT_VARIANT)
     python = validate.python3(args.python or default_python(variant, cat.root, "doctor"))
     lock = args.lock or pins.lock_path(cat.root, variant, pins.machine_platform())
     if not lock.is_file():

@@ -6,9 +6,10 @@ import os
 import sys
 from pathlib import Path
 
-from verlenv import catalog, install, pins, runtime_env
-from verlenv.catalog import VARIANT_HELP
+from verlenv.catalog import pins, stacks
+from verlenv.catalog.stacks import VARIANT_HELP
 from verlenv.commands import add_env_options
+from verlenv.env import install, runtime_env
 from verlenv.errors import UserError
 
 
@@ -33,8 +34,8 @@ def _main(args) -> int:
         raise UserError("--kernel-cache-into goes with --bundle DIR (it unpacks a bundle's kernel cache)")
     if args.bundle:
         return _install_bundle(args)
-    cat = catalog.load()
-    variant = cat.variant(args.stack, args.variant or catalog.DEFAULT_VARIANT)
+    cat = stacks.load()
+    variant = cat.variant(args.stack, args.variant or stacks.DEFAULT_VARIANT)
     prefix = install.install(cat.root, variant, args.prefix, args.conda, args.python, args.installer)
     lock = install.lock_path(cat.root, variant)
     return 1 if _drifted(str(install.env_python(prefix)), cat, variant, lock) else 0
@@ -46,7 +47,7 @@ def _install_bundle(args) -> int:
 
     if args.installer != "uv":
         raise UserError("--bundle installs with the uv the bundle carries; drop --installer pip")
-    cat = catalog.load()
+    cat = stacks.load()
     into = args.python if args.python and not args.prefix and not args.conda else None
     bundle = offline.open_bundle(args.bundle)
     manifest = offline.read_manifest(bundle)  # which stack and variant; offline.install checks it all
@@ -90,7 +91,7 @@ def _install_bundle(args) -> int:
     return 0
 
 
-def _drifted(python: str, cat: catalog.Catalog, variant: catalog.Variant, lock: Path) -> bool:
+def _drifted(python: str, cat: stacks.Catalog, variant: stacks.Variant, lock: Path) -> bool:
     """The drift check after an install, each result on its own line; True when the env differs from the lock."""
     from verlenv.verify.runner import lock_drift  # here: a plain install's start need not load the verify machinery
 

@@ -3,8 +3,9 @@
 import sys
 from pathlib import Path
 
-from verlenv import catalog, conda_layer, lock, render
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
+from verlenv.lock import conda_layer, locks, render
 
 
 def register(sub) -> None:
@@ -21,38 +22,38 @@ def register(sub) -> None:
 
 
 def _main(args) -> int:
-    cat = catalog.load(args.catalog)
-    wanted = lock.selected(cat, args.stack, args.variant)
+    cat = stacks.load(args.catalog)
+    wanted = locks.selected(cat, args.stack, args.variant)
     if args.check:
-        problems = lock.check(cat, args.stack, args.variant)
+        problems = locks.check(cat, args.stack, args.variant)
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
             print(f"verlenv lock --check: {len(problems)} problem(s)", file=sys.stderr)
-            return lock.EXIT_STALE
+            return locks.EXIT_STALE
         print(f"verlenv lock --check: {len(wanted)} lock(s) and their environment files are fresh", file=sys.stderr)
         return 0
-    unreachable = lock.conda_unreachable()
+    unreachable = locks.conda_unreachable()
     if args.conda_only:
-        stacks = list({v.stack.name: v.stack for v in wanted}.values())
+        chosen = list({v.stack.name: v.stack for v in wanted}.values())
     else:
-        locked = lock.relock(cat, wanted)
+        locked = locks.relock(cat, wanted)
         for rel in render.write(cat):
             print(f"wrote {rel}", file=sys.stderr)
-        stacks = list({v.stack.name: v.stack for v in locked}.values())
+        chosen = list({v.stack.name: v.stack for v in locked}.values())
     if not unreachable:
-        for stack in stacks:
-            lock.conda_lock(cat, stack)
+        for stack in chosen:
+            locks.conda_lock(cat, stack)
         return 0
-    print(f"conda channels unreachable ({lock.CONDA_PROBE_URL}: {unreachable}); solving the conda layer against "
+    print(f"conda channels unreachable ({locks.CONDA_PROBE_URL}: {unreachable}); solving the conda layer against "
           f"{conda_layer.SNAPSHOT_DIR}", file=sys.stderr)
     failed = []
-    for stack in stacks:
+    for stack in chosen:
         try:
-            lock.conda_lock_offline(cat, stack)
+            locks.conda_lock_offline(cat, stack)
         except UserError as e:
             failed.append(f"{stack.name}: {e}")
     if failed:
         raise UserError("; ".join(failed) + "; no conda-lock.yml was written for " +
-                        ", ".join(f.split(":")[0] for f in failed), exit_code=lock.EXIT_NO_CONDA)
+                        ", ".join(f.split(":")[0] for f in failed), exit_code=locks.EXIT_NO_CONDA)
     return 0

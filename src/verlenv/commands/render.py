@@ -3,7 +3,8 @@
 import sys
 from pathlib import Path
 
-from verlenv import catalog, render
+from verlenv.catalog import stacks
+from verlenv.lock import render
 
 
 def register(sub) -> None:
@@ -13,7 +14,7 @@ def register(sub) -> None:
 
 
 def _main(args) -> int:
-    cat = catalog.load(args.catalog)
+    cat = stacks.load(args.catalog)
     changed = render.write(cat)
     for rel in changed:
         print(f"wrote {rel}", file=sys.stderr)

@@ -4,8 +4,9 @@ without `verlenv install` (an offline carry, a conda env made by hand)."""
 import argparse
 import sys
 
-from verlenv import catalog, runtime_env
+from verlenv.catalog import stacks
 from verlenv.commands import add_env_options
+from verlenv.env import runtime_env
 from verlenv.errors import UserError
 
 
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.python:
         parser.error("--python is required: the env's interpreter")
     try:
-        cat = catalog.load()
+        cat = stacks.load()
         path = runtime_env.apply(args.python, cat.path, cat.variant(args.stack, args.variant))
     except UserError as e:
         print(f"verlenv: {e}", file=sys.stderr)

@@ -6,7 +6,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from verlenv import toolchain, validate
+from verlenv import validate
+from verlenv.native import toolchain
 
 
 def register(sub) -> None:

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import catalog, gpus, pins, validate
+from verlenv import validate
+from verlenv.catalog import gpus, pins, stacks
 from verlenv.commands import add_options
+from verlenv.env.install import default_python
 from verlenv.errors import UserError
-from verlenv.install import default_python
 from verlenv.verify.options import VerifyOptions, option_fields
 
 
@@ -48,10 +49,10 @@ def command_line(options: VerifyOptions) -> list[str]:
                                                          if a != "--gpu" and (i == 0 or argv[i - 1] != "--gpu"))]
 
 
-def checked(options: VerifyOptions, cat: catalog.Catalog) -> tuple[catalog.Variant, list[dict]]:
+def checked(options: VerifyOptions, cat: stacks.Catalog) -> tuple[stacks.Variant, list[dict]]:
     """Every option checked before anything runs, one line for the first one wrong: the variant, and the family
     rows the trainer check trains."""
-    from verlenv import backends
+    from verlenv.catalog import backends
     from verlenv.verify import runner
 
     if options.gpu != "auto":
@@ -78,7 +79,7 @@ def checked(options: VerifyOptions, cat: catalog.Catalog) -> tuple[catalog.Varia
     rows = runner.family_rows(options)
     shrunk = [row for row in rows if row["source"] != "families.toml"]  # the --model-config ones
     if shrunk:  # built in the env on the meta device: its class exists there and the model is tiny
-        from verlenv import families
+        from verlenv.catalog import families
         from verlenv.verify import model_probe
 
         python = validate.python3(options.python or default_python(variant, cat.root, "verify"))
@@ -89,7 +90,7 @@ def checked(options: VerifyOptions, cat: catalog.Catalog) -> tuple[catalog.Varia
 def handle(args) -> int:
     options = VerifyOptions.from_args(args)
     started = datetime.now(timezone.utc)
-    cat = catalog.load()
+    cat = stacks.load()
     variant, families = checked(options, cat)
     if options.ray is not None:  # each node checks its own GPUs and env; this machine only drives
         return _verify_cluster(options, cat, variant, families, started)
@@ -122,7 +123,7 @@ def handle(args) -> int:
     return 2 if lost else run.exit_code
 
 
-def _verify_cluster(options: VerifyOptions, cat: catalog.Catalog, variant: catalog.Variant, families: list[dict],
+def _verify_cluster(options: VerifyOptions, cat: stacks.Catalog, variant: stacks.Variant, families: list[dict],
                     started: datetime) -> int:
     """`verify --ray`: the flags that apply to many nodes, the address and the report path checked up front, then
     the cluster's run."""

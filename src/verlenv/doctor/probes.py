@@ -19,7 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from verlenv import catalog as catalog_mod, pins
+from verlenv.catalog import pins, stacks as catalog_mod
 from verlenv.doctor import node_probes, symbols
 from verlenv.doctor.facts import EnvFacts
 from verlenv.doctor.probe_result import ProbeResult, ok, problem, skipped, warning

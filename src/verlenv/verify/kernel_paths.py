@@ -6,7 +6,7 @@ output with (verify/kernels/_kernel_paths.py)."""
 import re
 from pathlib import Path
 
-from verlenv import families as families_mod, packages
+from verlenv.catalog import families as families_mod, packages
 from verlenv.errors import UserError
 from verlenv.fsutil import load_table, packaged_table
 from verlenv.verify.results import CheckResult

@@ -6,8 +6,8 @@ import dataclasses
 import os
 from dataclasses import dataclass, field, fields
 
-from verlenv import gpus
-from verlenv.catalog import STACK_HELP, VARIANT_HELP
+from verlenv.catalog import gpus
+from verlenv.catalog.stacks import STACK_HELP, VARIANT_HELP
 from verlenv.errors import UserError
 
 MODES = ("fast", "thorough")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import packages
+from verlenv.catalog import packages
 from verlenv.fsutil import write_atomic
 from verlenv.verify.results import KINDS, STATUSES, not_run, totals
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from verlenv import backends, catalog, families, gpus, packages
+from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.doctor import facts as facts_mod
 from verlenv.errors import UserError
 from verlenv.verify import kernel_paths, static
@@ -45,8 +45,8 @@ class Settings:
     """A run's options and what was resolved from them (the env, its variant and lock, the GPU profile, the family
     rows, the kernel folder)."""
     python: str
-    catalog: catalog.Catalog
-    variant: catalog.Variant
+    catalog: stacks.Catalog
+    variant: stacks.Variant
     profile: gpus.GpuProfile | None
     gpus: list[gpus.Gpu]
     lock: Path | None
@@ -56,7 +56,7 @@ class Settings:
     families: list[dict] = field(default_factory=list)
 
     @classmethod
-    def from_options(cls, o: VerifyOptions, *, python: str, cat: catalog.Catalog, variant: catalog.Variant,
+    def from_options(cls, o: VerifyOptions, *, python: str, cat: stacks.Catalog, variant: stacks.Variant,
                      profile: gpus.GpuProfile | None, visible: list[gpus.Gpu], lock: Path | None,
                      families_rows: list[dict] | None = None, kernels_dir: Path | None = None) -> "Settings":
         """A run's settings from its options, with what was resolved from them."""
@@ -103,7 +103,7 @@ class Settings:
         return "thorough" if self.thorough else "fast"
 
     @property
-    def stack(self) -> catalog.Stack:
+    def stack(self) -> stacks.Stack:
         return self.variant.stack
 
     @property
@@ -273,7 +273,7 @@ def _protected_results(protected: list[str], probe: dict, pins: dict, scope: Sco
                                    pins[name].version if name in pins else None, scope) for name in protected]
 
 
-def lock_drift(python: str, cat: catalog.Catalog, variant: catalog.Variant, lock: Path) -> list[CheckResult]:
+def lock_drift(python: str, cat: stacks.Catalog, variant: stacks.Variant, lock: Path) -> list[CheckResult]:
     """The checks `verlenv install` runs after installing: the env equals the lock; torch, cuDNN, NCCL intact."""
     s = Settings(python=python, catalog=cat, variant=variant, profile=None, gpus=[], lock=lock)
     installed = installed_versions(facts_mod.gather(python))
@@ -286,7 +286,7 @@ def lock_drift(python: str, cat: catalog.Catalog, variant: catalog.Variant, lock
 def _pins(s: Settings) -> dict:
     if s.no_lock or s.lock is None or not s.lock.is_file():
         return {}
-    from verlenv.pins import read_lock
+    from verlenv.catalog.pins import read_lock
 
     return read_lock(s.lock)
 

@@ -17,10 +17,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from verlenv import cubins, packages, runtime_env
+from verlenv import cubins
+from verlenv.catalog import packages
+from verlenv.catalog.packages import Package
 from verlenv.doctor import symbols
+from verlenv.env import runtime_env
 from verlenv.errors import UserError
-from verlenv.packages import Package
 from verlenv.verify.results import SKIPPED_BY_REQUEST, CheckResult
 
 CUDART = re.compile(r"^libcudart\.so\.(\d+)")
@@ -207,7 +209,7 @@ def check_protected(name: str, package: str, probe: dict | None, pin_version: st
 
 def check_locked_files(python: str, names: list[str]) -> CheckResult:
     """Every file of every locked distribution has the size and sha256 its RECORD holds."""
-    from verlenv import installed_files
+    from verlenv.env import installed_files
 
     scan = installed_files.check(python, names, reuse=True)
     damaged = {n: why for n, e in sorted(scan["dists"].items()) if (why := installed_files.damaged(e))}
@@ -366,7 +368,7 @@ def check_megatron_api(facts, gaps: dict[str, str], scope) -> CheckResult | None
     """Every megatron-core name the bridges (Megatron-Bridge, mbridge) and verl import, or read off a megatron-core
     Enum, exists in the installed megatron-core, except the catalog's reviewed gaps (optional paths). Read from
     source: no GPU, nothing imported."""
-    from verlenv import mcore_refs
+    from verlenv.verify import mcore_refs
 
     core = facts.dist("megatron-core")
     if core is None:
@@ -630,7 +632,7 @@ def jit_tools(env: dict[str, str | None]) -> dict[str, str | None]:
 
 def _tool_version(tool: str, path: str) -> str | None:
     if tool == "nvcc":
-        from verlenv import toolchain
+        from verlenv.native import toolchain
 
         found = toolchain.nvcc_release(Path(path))
         return (found[1] or found[0]) if found else None
@@ -652,7 +654,7 @@ def check_jit(pkg: Package, env: dict[str, str | None], torch_cuda: str | None, 
     """jit/<package>: the tools the package's run-time builds call are there as its builds find them, nvcc is of
     torch's CUDA major and accepts the gcc it will call, and that gcc is not older than the package is known to
     compile with (a warning naming the fix)."""
-    from verlenv import toolchain
+    from verlenv.native import toolchain
 
     name, jit = f"jit/{pkg.name}", pkg.jit
     found = {t: p for t, p in jit_tools(env).items() if t in jit.tools}

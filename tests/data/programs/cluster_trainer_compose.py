@@ -13,11 +13,11 @@ from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-from verlenv import catalog, families
+from verlenv.catalog import families, stacks
 from verlenv.cluster import trainer
 
 paths = {k: f"/tmp/verlenv-cluster-trainer-x/{k}" for k in ("model", "data", "reward", "checkpoints", "run")}
-CATALOG = catalog.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
+CATALOG = stacks.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
 LLAMA = families.table().rows(families.table().select(["llama"], False))[0]
 
 

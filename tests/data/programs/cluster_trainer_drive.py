@@ -9,7 +9,7 @@ sys.path.insert(0, sys.argv[1])
 import ray  # noqa: E402
 
 import verlenv  # noqa: E402
-from verlenv import catalog, families  # noqa: E402
+from verlenv.catalog import families, stacks  # noqa: E402
 from verlenv.cluster import driver, trainer  # noqa: E402
 from verlenv.verify.options import VerifyOptions  # noqa: E402
 
@@ -26,7 +26,7 @@ answered = {i: {"state": "checked", "fingerprint": {"gpu:count": str(int(n["Reso
 check = trainer.check_module()
 verls = check.command
 check.command = lambda python, paths, *rest, **sizes: [python, standin, *verls(python, paths, *rest, **sizes)[3:]]
-cat = catalog.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
+cat = stacks.load(os.path.join(os.path.dirname(sys.argv[1]), "stacks.toml"))
 llama = families.table().rows(families.table().select(["llama"], False))[0]
 results = {}
 for setting, log in jobs:

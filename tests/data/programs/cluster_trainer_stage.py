@@ -6,7 +6,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, sys.argv[1])
-from verlenv import families
+from verlenv.catalog import families
 from verlenv.cluster import trainer
 
 root = sys.argv[2]

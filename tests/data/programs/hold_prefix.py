@@ -2,7 +2,7 @@
 import sys
 from pathlib import Path
 
-from verlenv.install import prefix_lock
+from verlenv.env.install import prefix_lock
 
 with prefix_lock(Path(sys.argv[1]), False):
     print("held", flush=True)

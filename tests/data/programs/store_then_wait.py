@@ -5,7 +5,7 @@ import sys
 import threading
 from pathlib import Path
 
-from verlenv import wheelcache
+from verlenv.native import wheelcache
 
 copy = shutil.copy2
 

@@ -11,10 +11,10 @@ import check_verl_trainer as t
 
 # What verify hands the check for each variant (its actor's and rollout's rows, the env's overrides) and the family.
 sys.path.insert(0, SRC)
-from verlenv import catalog, families
+from verlenv.catalog import families, stacks
 from verlenv.cluster.trainer import trainer_spec
 
-CATALOG = catalog.load(os.path.join(os.path.dirname(SRC), "stacks.toml"))
+CATALOG = stacks.load(os.path.join(os.path.dirname(SRC), "stacks.toml"))
 SPECS = {v: trainer_spec(CATALOG.variant("verl-0.9", v)) for v in ("fsdp", "megatron")}
 LLAMA = families.table().rows(families.table().select(["llama"], False))[0]
 

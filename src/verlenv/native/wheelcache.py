@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv.sources import sha256_file
+from verlenv.native.sources import sha256_file
 
 ENTRY_FILE = "entry.json"
 

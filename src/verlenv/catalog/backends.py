@@ -9,7 +9,7 @@ from pathlib import Path
 from verlenv.errors import UserError
 from verlenv.fsutil import load_table, packaged_table
 
-DATA = Path(__file__).with_name("data") / "backends.toml"
+DATA = Path(__file__).parents[1] / "data" / "backends.toml"
 # The fields a row's overrides may name, filled by the check.
 FIELDS = ("actor_tp", "rollout_tp", "kv_cache_bytes")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from verlenv import backends
+from verlenv.catalog import backends
 from verlenv.errors import UserError
 from verlenv.fsutil import read_toml
 
@@ -56,7 +56,7 @@ class Variant:
     not_taken: dict[str, str] = field(default_factory=dict)
     # megatron-core names verl and its bridge (Megatron-Bridge or mbridge) use but megatron-core lacks, reviewed as
     # optional paths: "<file in the package>: <megatron.core name>" -> why it is not on verl's default path
-    # (src/verlenv/mcore_refs.py).
+    # (src/verlenv/verify/mcore_refs.py).
     megatron_api_gaps: dict[str, str] = field(default_factory=dict)
     # verl's actor and rollout in this env (rows of data/backends.toml): what its checks and trainer run.
     actor: str = "fsdp"

@@ -4,9 +4,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv import sources
 from verlenv.errors import UserError
 from verlenv.fsutil import read_toml
+from verlenv.native import sources
 
 ARCH_FORMATS = ("nodot", "dotted")  # "80;90" (flash-attn, TE) or "8.0;9.0" (TORCH_CUDA_ARCH_LIST)
 # "major": any nvcc of torch's CUDA major, the exact minor preferred (torch's own rule); "exact": only torch's

@@ -14,11 +14,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv import catalog, cubins, recipes, toolchain, validate, wheelcache
+from verlenv import cubins, validate
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
-from verlenv.ninja_stats import ninja_logs, ninja_stats
-from verlenv.parallelism import mem_available_gib, parallelism_for, split_jobs
-from verlenv.proctree import run_logged
+from verlenv.native import recipes, toolchain, wheelcache
+from verlenv.native.ninja_stats import ninja_logs, ninja_stats
+from verlenv.native.parallelism import mem_available_gib, parallelism_for, split_jobs
+from verlenv.native.proctree import run_logged
 
 # Run in the env: which of the named distributions it lacks.
 _MISSING = """
@@ -125,7 +127,7 @@ class Jobs:
     cores: int
 
 
-def build_one(root: Path, variant: catalog.Variant, package: str, python: str, archs: list[str],
+def build_one(root: Path, variant: stacks.Variant, package: str, python: str, archs: list[str],
               wheelhouse: Path, work: Path, jobs: int | None = None, threads: int | None = None,
               source: Path | None = None, keep: bool = False, toolkit: Path | None = None,
               devices: list[str] | None = None) -> BuildResult:
@@ -140,7 +142,7 @@ def build_one(root: Path, variant: catalog.Variant, package: str, python: str, a
     return run_build(plan, wheelhouse, work, _jobs(plan, jobs, threads), source, keep)
 
 
-def plan_build(root: Path, variant: catalog.Variant, package: str, python: str, archs: list[str], work: Path,
+def plan_build(root: Path, variant: stacks.Variant, package: str, python: str, archs: list[str], work: Path,
                toolkit: Path | None = None, devices: list[str] | None = None) -> BuildPlan:
     """Check that the variant builds `package` for `archs`, resolve the toolchain, and name the cache key."""
     recipe = recipes.load(root, package)

@@ -19,10 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from verlenv import catalog, installed_files, pins, runtime_env, validate
+from verlenv import validate
+from verlenv.catalog import pins, stacks
+from verlenv.env import installed_files, runtime_env
 from verlenv.errors import UserError
 from verlenv.fsutil import is_atomic_temp_of, write_atomic
-from verlenv.sources import sha256_file
+from verlenv.native.sources import sha256_file
 
 MARKER = "verlenv-env.json"
 # Present while verlenv makes a new env: a later install finding it knows the env was cut short and remakes it.
@@ -31,7 +33,7 @@ LOCK_NAME = ".verlenv-install.lock"
 LOCK_SUFFIX = ".verlenv-install.lock"
 
 
-def lock_path(root: Path, variant: catalog.Variant) -> Path:
+def lock_path(root: Path, variant: stacks.Variant) -> Path:
     """The variant's lock for this machine's platform."""
     platform = pins.machine_platform()
     if platform not in variant.platforms:
@@ -84,7 +86,7 @@ def env_python(prefix: Path) -> Path:
     return prefix / "bin" / "python"
 
 
-def default_python(variant: catalog.Variant, root: Path, purpose: str) -> str:
+def default_python(variant: stacks.Variant, root: Path, purpose: str) -> str:
     """The env a command works on: the active venv/conda env unless it is verlenv's own (e.g. a nox
     session's), else the variant's default venv."""
     own = os.path.realpath(sys.prefix)
@@ -142,13 +144,13 @@ def prefix_lock(prefix: Path, conda: bool):
         yield
 
 
-def refuse_unfresh_lock(root: Path, variant: catalog.Variant) -> None:
+def refuse_unfresh_lock(root: Path, variant: stacks.Variant) -> None:
     """The lock must be what `verlenv lock` wrote from today's stacks.toml (`lock --check`'s test), else
     installing it would give an env nobody resolved."""
-    from verlenv import lock as lock_mod
+    from verlenv.lock import locks as lock_mod
 
     # lock_problems reads only the catalog's root from it.
-    cat = catalog.Catalog(Path(root) / catalog.CATALOG_NAME, variant.stack.name, {variant.stack.name: variant.stack})
+    cat = stacks.Catalog(Path(root) / stacks.CATALOG_NAME, variant.stack.name, {variant.stack.name: variant.stack})
     problems = lock_mod.lock_problems(cat, variant, pins.machine_platform())
     if problems:
         raise UserError(f"refusing to install: {problems[0]}"
@@ -217,7 +219,7 @@ print(json.dumps(out))
 """
 
 
-def kept_source_builds(python: Path, variant: catalog.Variant) -> list[str]:
+def kept_source_builds(python: Path, variant: stacks.Variant) -> list[str]:
     """Requirement lines for the variant's locally built wheels the env already has, so a sync keeps them.
 
     `uv pip sync` removes what the lock does not list; flash-attn, apex and TE's torch part are never in
@@ -273,7 +275,7 @@ def sync(python: Path, lock: Path, installer: str = "uv", keep: list[str] = (), 
                         exit_code=1)
 
 
-def install(root: Path, variant: catalog.Variant, prefix: Path | None, conda: bool, python: str | None,
+def install(root: Path, variant: stacks.Variant, prefix: Path | None, conda: bool, python: str | None,
             installer: str = "uv") -> Path:
     # Every input is checked before anything is touched.
     lock = lock_path(root, variant)
@@ -336,7 +338,7 @@ def not_an_env_message(prefix: Path) -> str:
             f"give a new or empty folder, or an existing env")
 
 
-def _install_locked(root: Path, variant: catalog.Variant, lock: Path, prefix: Path, conda: bool, python: str | None,
+def _install_locked(root: Path, variant: stacks.Variant, lock: Path, prefix: Path, conda: bool, python: str | None,
                     installer: str) -> Path:
     creating = prefix / CREATING
     created = not conda and (creating.exists() or not env_python(prefix).exists())

@@ -10,7 +10,7 @@ from verlenv import cubins
 from verlenv.errors import UserError
 from verlenv.fsutil import packaged_table
 
-DATA = Path(__file__).with_name("data") / "gpus.toml"
+DATA = Path(__file__).parents[1] / "data" / "gpus.toml"
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ from pathlib import Path
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
-from verlenv import catalog, pins, render
-from verlenv.conda_snapshot import CHANNEL_URL, SNAPSHOT_DIR  # noqa: F401 -- SNAPSHOT_DIR is part of this API
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
+from verlenv.lock import render
+from verlenv.lock.conda_snapshot import CHANNEL_URL, SNAPSHOT_DIR  # noqa: F401 -- SNAPSHOT_DIR is part of this API
 
 # The index uv resolves against, through its JSON form (PEP 691): every file with its url and sha256.
 SIMPLE_JSON = "https://pypi.org/simple/{name}/"
@@ -127,7 +128,7 @@ def conda_entries(records: list, spec, platform: str) -> list:
     return list(planned.values())
 
 
-def wheel_tags(platform: str, python: str = "3.12", glibc: str = catalog.DEFAULT_GLIBC) -> list[Tag]:
+def wheel_tags(platform: str, python: str = "3.12", glibc: str = stacks.DEFAULT_GLIBC) -> list[Tag]:
     """What pip on that CPython and glibc accepts for the platform, most preferred first."""
     arch, version = pins.MACHINES[platform], tuple(int(part) for part in python.split("."))
     interpreter = f"cp{version[0]}{version[1]}"
@@ -146,7 +147,7 @@ def _tag_rank(platform: str, python: str, glibc: str) -> dict[Tag, int]:
 
 
 def pick_file(files: list[dict], pin: pins.LockedPin, platform: str, python: str = "3.12",
-              glibc: str = catalog.DEFAULT_GLIBC) -> dict | None:
+              glibc: str = stacks.DEFAULT_GLIBC) -> dict | None:
     """The file pip would install for a pin: the best-tagged wheel whose sha256 the lock lists, else its sdist."""
     allowed = {h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")}
     rank = _tag_rank(platform, python, glibc)
@@ -181,7 +182,7 @@ def pypi_files(name: str, attempts: int = 3) -> list[dict]:
 
 
 def pip_entries(lock: dict[str, pins.LockedPin], platform: str, category: str, python: str, fetch=pypi_files,
-                glibc: str = catalog.DEFAULT_GLIBC) -> list:
+                glibc: str = stacks.DEFAULT_GLIBC) -> list:
     """One conda-lock pip dependency per pin: the url and sha256 of the file pip takes for the platform."""
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
@@ -245,7 +246,7 @@ def write(root: Path, group: render.Group, folder: Path, sources: list[Path], fe
 
 def snapshot_problems(root: Path) -> list[str]:
     """Every snapshot record has provenance with its own hashes, from enough repositories."""
-    from verlenv.conda_snapshot import MIN_SOURCES, name_of, read_config, subdir_of
+    from verlenv.lock.conda_snapshot import MIN_SOURCES, name_of, read_config, subdir_of
 
     path = Path(root) / SNAPSHOT_DIR / "provenance.json"
     try:
@@ -281,7 +282,7 @@ def lockfile_problems(root: Path, group: render.Group, locked, shown: str) -> li
     return problems
 
 
-def _conda_problems(root: Path, stack: catalog.Stack, conda: list, platform: str, shown: str) -> list[str]:
+def _conda_problems(root: Path, stack: stacks.Stack, conda: list, platform: str, shown: str) -> list[str]:
     snapshot = snapshot_records(root, platform)
     problems = []
     for p in conda:

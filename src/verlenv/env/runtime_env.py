@@ -17,9 +17,10 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from verlenv import catalog, toolchain
+from verlenv.catalog import stacks
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
+from verlenv.native import toolchain
 
 PTH_NAME = "verlenv-runtime-env.pth"
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -120,7 +121,7 @@ def field_values(settings: dict[str, Value], site: str, prefix: str, make: bool)
     return values
 
 
-def apply(python: str | Path, stacks_toml: Path, variant: catalog.Variant) -> Path | None:
+def apply(python: str | Path, stacks_toml: Path, variant: stacks.Variant) -> Path | None:
     """Write (or, for a variant with no runtime_env, remove) the env's .pth; returns its path when written."""
     settings = defaults(stacks_toml, variant.stack.name, variant.name)
     env = probe(python, [])

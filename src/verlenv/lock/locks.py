@@ -24,9 +24,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from verlenv import catalog, conda_layer, pins, render
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
 from verlenv.fsutil import read_text, write_atomic
+from verlenv.lock import conda_layer, render
 
 INDEX = "https://pypi.org/simple"
 COMPILE_COMMAND = "nox -s lock"
@@ -39,23 +40,23 @@ UV_ENV_KEEP = {"UV_CACHE_DIR", "UV_NO_CACHE", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT"
                "UV_CONCURRENT_DOWNLOADS", "UV_PYTHON_DOWNLOADS"}
 
 
-def inputs_path(root: Path, variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> Path:
+def inputs_path(root: Path, variant: stacks.Variant, platform: str = pins.LOCK_PLATFORM) -> Path:
     # linux-64 keeps the name it had when it was the only platform.
     suffix = "" if platform == pins.LOCK_PLATFORM else f".{platform}"
     return Path(root) / pins.LOCK_DIR / f"{variant.key}{suffix}.inputs.json"
 
 
-def base_of(variant: catalog.Variant) -> catalog.Variant | None:
+def base_of(variant: stacks.Variant) -> stacks.Variant | None:
     return variant.stack.variants[variant.extends] if variant.extends else None
 
 
-def resolver_requirements(variant: catalog.Variant) -> list[str]:
+def resolver_requirements(variant: stacks.Variant) -> list[str]:
     """The variant's pins plus its source builds, so their dependencies come from real metadata.
     Source builds named only by a URL (git) stay out: uv would clone and build them."""
     return [*variant.requirements, *(str(b.requirement) for b in variant.source_builds if b.url is None)]
 
 
-def resolver_overrides(variant: catalog.Variant) -> list[str]:
+def resolver_overrides(variant: stacks.Variant) -> list[str]:
     """The variant's overrides, plus one per requirement it does not take: a source build's own pin
     replaces the published one, anything else gets a marker that is never true (dropped)."""
     dropped = []
@@ -70,13 +71,13 @@ def uv_platform(platform: str, glibc: str) -> str:
     return f"{pins.MACHINES[platform]}-manylinux_{glibc.replace('.', '_')}"
 
 
-def python_platform(variant: catalog.Variant, platform: str) -> str:
+def python_platform(variant: stacks.Variant, platform: str) -> str:
     """uv's --python-platform for a variant's lock: the platform's machine on the variant's glibc (manylinux_2_28
     unless stacks.toml names a newer one, as for a package that publishes manylinux_2_34 wheels only)."""
     return uv_platform(platform, variant.glibc)
 
 
-def uv_flags(variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
+def uv_flags(variant: stacks.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
     stack = variant.stack
     flags = ["--python-version", stack.python, "--python-platform", python_platform(variant, platform),
              "--generate-hashes", "--exclude-newer", stack.exclude_newer]
@@ -91,7 +92,7 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def lock_inputs(variant: catalog.Variant, base_lock_text: str | None, platform: str = pins.LOCK_PLATFORM) -> dict:
+def lock_inputs(variant: stacks.Variant, base_lock_text: str | None, platform: str = pins.LOCK_PLATFORM) -> dict:
     """Everything the resolution depends on besides PyPI itself; its digest goes into the sidecar."""
     inputs: dict = {"requirements": resolver_requirements(variant), "uv_flags": uv_flags(variant, platform)}
     if overrides := resolver_overrides(variant):
@@ -124,7 +125,7 @@ def uv_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
 
 
-def resolve(variant: catalog.Variant, platform: str, workdir: Path, uv: str,
+def resolve(variant: stacks.Variant, platform: str, workdir: Path, uv: str,
             base_pins: dict[str, pins.LockedPin] | None) -> str:
     """Run `uv pip compile` for one variant and platform in workdir; return the lock's text."""
     key = variant.key
@@ -172,7 +173,7 @@ def version_differences(reference: dict[str, pins.LockedPin], other: dict[str, p
     return diffs
 
 
-def platform_problems(cat: catalog.Catalog, variant: catalog.Variant) -> list[str]:
+def platform_problems(cat: stacks.Catalog, variant: stacks.Variant) -> list[str]:
     """Each platform's lock must pin what the linux-64 lock pins: the env files list those pins for all."""
     reference = pins.lock_path(cat.root, variant)
     problems = []
@@ -192,7 +193,7 @@ def platform_problems(cat: catalog.Catalog, variant: catalog.Variant) -> list[st
     return problems
 
 
-def lock_problems(cat: catalog.Catalog, variant: catalog.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
+def lock_problems(cat: stacks.Catalog, variant: stacks.Variant, platform: str = pins.LOCK_PLATFORM) -> list[str]:
     """Why the committed lock of a variant for a platform is not what `verlenv lock` would write now (offline)."""
     lock, side = pins.lock_path(cat.root, variant, platform), inputs_path(cat.root, variant, platform)
     rel, fix = _rel(cat, lock), f"run `verlenv lock --stack {variant.stack.name} --variant {variant.name}`"
@@ -243,19 +244,19 @@ def _what_changed(old: dict, new: dict) -> str:
     return "its recorded inputs do not match"
 
 
-def _rel(cat: catalog.Catalog, path: Path) -> str:
+def _rel(cat: stacks.Catalog, path: Path) -> str:
     try:
         return str(path.relative_to(cat.root))
     except ValueError:
         return str(path)
 
 
-def selected(cat: catalog.Catalog, stack: str | None, variant: str | None) -> list[catalog.Variant]:
-    stacks = [cat.stack(stack)] if stack else list(cat.stacks.values())
-    return [s.variant(variant) for s in stacks] if variant else [v for s in stacks for v in s.variants.values()]
+def selected(cat: stacks.Catalog, stack: str | None, variant: str | None) -> list[stacks.Variant]:
+    chosen = [cat.stack(stack)] if stack else list(cat.stacks.values())
+    return [s.variant(variant) for s in chosen] if variant else [v for s in chosen for v in s.variants.values()]
 
 
-def _plan(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.Variant]:
+def _plan(cat: stacks.Catalog, wanted: list[stacks.Variant]) -> list[stacks.Variant]:
     """Wanted variants, bases first; a base joins the run only when its committed lock is not fresh."""
     wanted = list(wanted)
     keys = {v.key for v in wanted}
@@ -267,12 +268,12 @@ def _plan(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.V
     return sorted(wanted, key=lambda v: (v.stack.name, _depth(v)))
 
 
-def _depth(variant: catalog.Variant) -> int:
+def _depth(variant: stacks.Variant) -> int:
     base = base_of(variant)
     return 0 if base is None else 1 + _depth(base)
 
 
-def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.Variant]:
+def relock(cat: stacks.Catalog, wanted: list[stacks.Variant]) -> list[stacks.Variant]:
     """Resolve every planned variant for each of its platforms, then (only if all succeeded and every
     platform pins the linux-64 versions) replace the committed locks."""
     plan = _plan(cat, wanted)
@@ -282,12 +283,12 @@ def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.
                                          check=True).stdout.split()[:2])
     texts: dict[tuple[str, str], str] = {}
 
-    def base_text(v: catalog.Variant, platform: str) -> str | None:
+    def base_text(v: stacks.Variant, platform: str) -> str | None:
         base = base_of(v)
         return ((texts.get((base.key, platform)) or pins.lock_path(cat.root, base, platform).read_text())
                 if base else None)
 
-    def one(v: catalog.Variant, platform: str) -> str:
+    def one(v: stacks.Variant, platform: str) -> str:
         base = base_text(v, platform)
         return resolve(v, platform, Path(tmp), uv, pins.parse_lock(base, v.extends) if base else None)
 
@@ -312,7 +313,7 @@ def relock(cat: catalog.Catalog, wanted: list[catalog.Variant]) -> list[catalog.
     return plan
 
 
-def write_lock(root: Path, variant: catalog.Variant, platform: str, text: str, base_text: str | None,
+def write_lock(root: Path, variant: stacks.Variant, platform: str, text: str, base_text: str | None,
                resolver: str) -> None:
     """The lock and the record of its inputs, which `lock --check` and `install` test it against."""
     inputs = lock_inputs(variant, base_text, platform)
@@ -324,13 +325,13 @@ def write_lock(root: Path, variant: catalog.Variant, platform: str, text: str, b
     write_atomic(inputs_path(root, variant, platform), json.dumps(record, indent=2) + "\n")
 
 
-def env_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]:
+def env_problems(cat: stacks.Catalog, chosen: list[stacks.Stack]) -> list[str]:
     """Committed environment files against what render produces now: pins first, then the whole text."""
     try:
         want = render.rendered(cat)
     except UserError as e:
         return [f"cannot render the environment files: {e}"]
-    names = {s.name for s in stacks}
+    names = {s.name for s in chosen}
     problems = []
     for rel, text in want.items():
         owner = rel.parts[1] if rel.parts[0] == "environments" else cat.default
@@ -372,7 +373,7 @@ def _pin_diff(have: list[str], want: list[str]) -> str:
     return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
 
 
-def conda_dirs(cat: catalog.Catalog, stack: catalog.Stack) -> list[Path]:
+def conda_dirs(cat: stacks.Catalog, stack: stacks.Stack) -> list[Path]:
     """Folders holding one stack's environment files (and its conda-lock files), relative to the root."""
     return [render.stack_dir(stack)] + ([Path(".")] if stack.name == cat.default else [])
 
@@ -382,10 +383,10 @@ def env_files(group: render.Group) -> list[str]:
     return group.env_files
 
 
-def conda_lock_problems(cat: catalog.Catalog, stacks: list[catalog.Stack]) -> list[str]:
+def conda_lock_problems(cat: stacks.Catalog, chosen: list[stacks.Stack]) -> list[str]:
     """For each committed conda-lock file: it parses, and its content hash matches its group's env files."""
     problems = []
-    for stack in stacks:
+    for stack in chosen:
         for folder in conda_dirs(cat, stack):
             for group in render.groups(stack):
                 lockfile = cat.root / folder / group.lock_file
@@ -423,14 +424,14 @@ def conda_lock_file_problems(lockfile: Path, sources: list[Path], cuda: str, sho
     return problems
 
 
-def check(cat: catalog.Catalog, stack: str | None = None, variant: str | None = None) -> list[str]:
+def check(cat: stacks.Catalog, stack: str | None = None, variant: str | None = None) -> list[str]:
     variants = selected(cat, stack, variant)
-    stacks = list({v.stack.name: v.stack for v in variants}.values())
+    chosen = list({v.stack.name: v.stack for v in variants}.values())
     problems = [p for v in variants for platform in v.platforms for p in lock_problems(cat, v, platform)]
     problems += [p for v in variants for p in platform_problems(cat, v)]
     # A lock cannot be checked against a broken snapshot: its problems alone are reported then.
     snapshot = conda_layer.snapshot_problems(cat.root)
-    return problems + env_problems(cat, stacks) + (snapshot or conda_lock_problems(cat, stacks))
+    return problems + env_problems(cat, chosen) + (snapshot or conda_lock_problems(cat, chosen))
 
 
 def conda_unreachable(url: str = CONDA_PROBE_URL, timeout: float = 5.0) -> str | None:
@@ -451,7 +452,7 @@ def _conda_exe() -> list[str]:
     return []
 
 
-def conda_lock(cat: catalog.Catalog, stack: catalog.Stack) -> None:
+def conda_lock(cat: stacks.Catalog, stack: stacks.Stack) -> None:
     """Run conda-lock for each group of one stack's env files; a lockfile is replaced only when it succeeds."""
     for folder in conda_dirs(cat, stack):
         where = cat.root / folder
@@ -471,7 +472,7 @@ def conda_lock(cat: catalog.Catalog, stack: catalog.Stack) -> None:
             print(f"wrote {_rel(cat, final)}", file=sys.stderr)
 
 
-def conda_lock_offline(cat: catalog.Catalog, stack: catalog.Stack) -> None:
+def conda_lock_offline(cat: stacks.Catalog, stack: stacks.Stack) -> None:
     """The conda-lock files from the vendored snapshot: the default stack's at the top, the others' beside their env
     files; one per group (conda-lock.yml, conda-lock.<base>.yml)."""
     folder = Path(".") if stack.name == cat.default else render.stack_dir(stack)

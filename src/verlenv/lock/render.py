@@ -16,7 +16,7 @@ pins with conda-lock's platform selector (`# [linux64]`), so no other platform g
 from dataclasses import dataclass
 from pathlib import Path
 
-from verlenv import catalog, pins
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 
@@ -28,12 +28,12 @@ BASE_CATEGORY = "main"
 CONDA_LOCK_FILE = "conda-lock.yml"
 
 
-def root_of(variant: catalog.Variant) -> catalog.Variant:
+def root_of(variant: stacks.Variant) -> stacks.Variant:
     """The base variant a variant extends, directly or through others (itself for a base)."""
     return variant if variant.extends is None else root_of(variant.stack.variants[variant.extends])
 
 
-def bases(stack: catalog.Stack) -> list[catalog.Variant]:
+def bases(stack: stacks.Stack) -> list[stacks.Variant]:
     """The stack's variants that extend none, in stacks.toml's order; the first one's files keep the plain names."""
     found = [v for v in stack.variants.values() if v.extends is None]
     if not found:
@@ -45,22 +45,22 @@ def bases(stack: catalog.Stack) -> list[catalog.Variant]:
 class Group:
     """The env files one conda-lock file holds: a base variant (category main) and the variants extending it."""
 
-    stack: catalog.Stack
-    base: catalog.Variant
+    stack: stacks.Stack
+    base: stacks.Variant
 
     @property
     def primary(self) -> bool:
         return self.base is bases(self.stack)[0]
 
     @property
-    def variants(self) -> list[catalog.Variant]:
+    def variants(self) -> list[stacks.Variant]:
         """The base first (its file is conda-lock's main category), then the variants extending it."""
         return [self.base] + [v for v in self.stack.variants.values() if v is not self.base and root_of(v) is self.base]
 
     @property
     def platforms(self) -> list[str]:
-        """Every platform any of its variants is locked for, in catalog.PLATFORMS order."""
-        return [p for p in catalog.PLATFORMS if any(p in v.platforms for v in self.variants)]
+        """Every platform any of its variants is locked for, in stacks.PLATFORMS order."""
+        return [p for p in stacks.PLATFORMS if any(p in v.platforms for v in self.variants)]
 
     @property
     def lock_file(self) -> str:
@@ -71,34 +71,34 @@ class Group:
         return [env_file_name(v) for v in self.variants]
 
 
-def groups(stack: catalog.Stack) -> list[Group]:
+def groups(stack: stacks.Stack) -> list[Group]:
     return [Group(stack, base) for base in bases(stack)]
 
 
-def group_of(variant: catalog.Variant) -> Group:
+def group_of(variant: stacks.Variant) -> Group:
     return Group(variant.stack, root_of(variant))
 
 
-def env_file_name(variant: catalog.Variant) -> str:
+def env_file_name(variant: stacks.Variant) -> str:
     if variant.extends is None and variant is bases(variant.stack)[0]:
         return "environment.yml"
     return f"environment.{variant.name}.yml"
 
 
-def category(variant: catalog.Variant) -> str:
+def category(variant: stacks.Variant) -> str:
     return BASE_CATEGORY if variant.extends is None else variant.name
 
 
-def base_variant(stack: catalog.Stack) -> catalog.Variant:
+def base_variant(stack: stacks.Stack) -> stacks.Variant:
     """The stack's first base variant: the one whose files are environment.yml and conda-lock.yml."""
     return bases(stack)[0]
 
 
-def read_locks(cat: catalog.Catalog, stack: catalog.Stack) -> dict[str, dict[str, pins.LockedPin]]:
+def read_locks(cat: stacks.Catalog, stack: stacks.Stack) -> dict[str, dict[str, pins.LockedPin]]:
     return {name: pins.read_lock(pins.lock_path(cat.root, v)) for name, v in stack.variants.items()}
 
 
-def pip_pins(variant: catalog.Variant, locks: dict[str, dict[str, pins.LockedPin]]) -> list[str]:
+def pip_pins(variant: stacks.Variant, locks: dict[str, dict[str, pins.LockedPin]]) -> list[str]:
     """The pins this variant's file lists: all of its lock, less what its base file already lists."""
     own = locks[variant.name]
     if variant.extends is None:
@@ -113,14 +113,14 @@ def pip_pins(variant: catalog.Variant, locks: dict[str, dict[str, pins.LockedPin
     return [p.requirement for n, p in sorted(own.items()) if n not in base]
 
 
-def conda_specs(stack: catalog.Stack) -> list[str]:
+def conda_specs(stack: stacks.Stack) -> list[str]:
     # A version on conda's pip would be lost: conda-lock adds a bare `pip` after the file's own specs.
     # The locked pip is in the `pip:` list, which conda-lock's pip step installs over conda's.
     specs = [f"python={stack.python}", "pip", stack.host_compiler]
     return specs + (list(stack.toolkit_conda) if stack.toolkit == "conda" else [])
 
 
-def render_variant(variant: catalog.Variant, locks: dict[str, dict[str, pins.LockedPin]]) -> str:
+def render_variant(variant: stacks.Variant, locks: dict[str, dict[str, pins.LockedPin]]) -> str:
     import yaml  # here, not at the top: `verlenv verify`/`install` import this module and run without pyyaml
 
     stack, group = variant.stack, group_of(variant)
@@ -149,11 +149,11 @@ def render_variant(variant: catalog.Variant, locks: dict[str, dict[str, pins.Loc
     return "\n".join(lines) + "\n" + body
 
 
-def stack_dir(stack: catalog.Stack) -> Path:
+def stack_dir(stack: stacks.Stack) -> Path:
     return Path("environments") / stack.name
 
 
-def rendered(cat: catalog.Catalog) -> dict[Path, str]:
+def rendered(cat: stacks.Catalog) -> dict[Path, str]:
     """{path relative to the repo root: content} of every generated environment file."""
     files: dict[Path, str] = {}
     for stack in cat.stacks.values():
@@ -167,7 +167,7 @@ def rendered(cat: catalog.Catalog) -> dict[Path, str]:
     return files
 
 
-def write(cat: catalog.Catalog) -> list[Path]:
+def write(cat: stacks.Catalog) -> list[Path]:
     """Write the files that differ; return those written."""
     changed = []
     for rel, text in rendered(cat).items():

@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 from verlenv.errors import UserError
 from verlenv.fsutil import load_table, packaged_table
 
-DATA = Path(__file__).with_name("data") / "packages.toml"
+DATA = Path(__file__).parents[1] / "data" / "packages.toml"
 # What a row's required_by may name: every variant, or the variants of one actor or rollout (stacks.toml).
 PARTS = ("actor", "rollout")
 # The tools a run-time JIT may call, as its builds find them: nvcc (under CUDA_HOME), gcc (nvcc's host compiler),

@@ -13,7 +13,7 @@ from pathlib import Path
 from verlenv.errors import UserError
 from verlenv.fsutil import load_table, packaged_table
 
-DATA = Path(__file__).with_name("data") / "families.toml"
+DATA = Path(__file__).parents[1] / "data" / "families.toml"
 INPUTS = ("text", "images")
 ALL = "all"
 

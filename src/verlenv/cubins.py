@@ -5,17 +5,18 @@ header naming the kind (PTX or ELF cubin) and the SM arch. Reading the header ne
 works on compressed entries too.
 """
 
-import functools
 import re
 import struct
-import tomllib
 import zipfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+
+from verlenv.fsutil import packaged_table
+
+GPU_CODE = Path(__file__).with_name("data") / "gpu_code.toml"
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2
@@ -105,16 +106,14 @@ def parse_code(name: str) -> FatbinEntry:
     return FatbinEntry("elf" if m[1] == "sm" else "ptx", int(m[2]), m[3])
 
 
-@functools.cache
 def rules() -> dict[str, str]:
     """data/gpu_code.toml's [runs_on]: code kind (sm, sm_a, compute_f...) -> the rule naming the devices it runs on."""
-    return tomllib.loads(resources.files("verlenv").joinpath("data/gpu_code.toml").read_text())["runs_on"]
+    return packaged_table(GPU_CODE)["runs_on"]
 
 
 def compiles_for(package: str) -> tuple[str, ...]:
     """data/gpu_code.toml's [compiles]: the archs `package`'s arch knob can compile for; () = any."""
-    data = tomllib.loads(resources.files("verlenv").joinpath("data/gpu_code.toml").read_text())
-    return tuple(data.get("compiles", {}).get(package, ()))
+    return tuple(packaged_table(GPU_CODE).get("compiles", {}).get(package, ()))
 
 
 def uncompilable(package: str, archs: list[str]) -> list[str]:
@@ -125,7 +124,7 @@ def uncompilable(package: str, archs: list[str]) -> list[str]:
 
 def shipped() -> list[dict]:
     """data/gpu_code.toml's [[shipped]] rows: the code each upstream object carries."""
-    return tomllib.loads(resources.files("verlenv").joinpath("data/gpu_code.toml").read_text())["shipped"]
+    return packaged_table(GPU_CODE)["shipped"]
 
 
 def runs_on(entry: FatbinEntry, device_arch: str) -> bool:

@@ -1,10 +1,13 @@
 """Atomic file writes (a reader sees the old file or the complete new one, never half of it), and text reads
 that fail in one line."""
 
+import functools
 import os
 import tempfile
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from verlenv.errors import UserError
 
@@ -72,3 +75,20 @@ def read_toml(path: Path) -> dict:
         return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
+
+
+def _as_read(path: Path, data: dict) -> dict:
+    return data
+
+
+def load_table(path: Path, parse: Callable[[Path, dict], Any] = _as_read):
+    """A table file's rows as `parse(path, data)` makes them (the data itself without one); one line when the file
+    cannot be read, parsed or its rows are wrong."""
+    return parse(path, read_toml(path))
+
+
+@functools.cache
+def packaged_table(path: Path, parse: Callable[[Path, dict], Any] = _as_read):
+    """load_table of a file verlenv ships (data/*.toml), read once per process: it does not change while verlenv
+    runs. Callers treat what it returns as read-only."""
+    return load_table(path, parse)

@@ -542,8 +542,9 @@ def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_pat
         z.writestr("tinyext-0.1.dist-info/RECORD", "")
     built = make.Built("tinyext", wheel, make.sha256_file(wheel), "f" * 24, {"archs": ["9.0"]})
     out = tmp_path / "b"
-    manifest = make.make(project / "locks" / "tiny-fsdp.linux-64.txt", out, "linux-64", "3.12", built=[built],
-                         tools=False)
+    options = make.Options({"fsdp": project / "locks" / "tiny-fsdp.linux-64.txt"}, out, "linux-64", "3.12",
+                           built={"fsdp": [built]}, tools=False)
+    manifest = make.make(options)
     entry = next(e for e in manifest["files"] if e["origin"] == "built")
     assert entry["fingerprint"] == "f" * 24 and entry["file"] == "wheels/tinyext-0.1-py3-none-any.whl"
     python, _, _ = offline.install(out, prefix=tmp_path / "env", python=_python312())

@@ -489,24 +489,25 @@ def test_check_logic_on_cpu(on_cpu, name):
 
 
 def test_vllm_jit_caches_follow_their_env_vars_and_new_flashinfer_ops_are_nvcc_builds(tmp_path):
-    vllm = load("vllm")
-    dirs = vllm.jit_cache_dirs({"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
-                                "TRITON_CACHE_DIR": str(tmp_path / "tr"), "VLLM_CACHE_ROOT": str(tmp_path / "vl"),
-                                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "in")})
+    vllm, eng = load("vllm"), load("_engines")
+    dirs = eng.jit_cache_dirs(vllm.JIT_CACHES, {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
+                                                "TRITON_CACHE_DIR": str(tmp_path / "tr"),
+                                                "VLLM_CACHE_ROOT": str(tmp_path / "vl"),
+                                                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "in")})
     assert dirs["flashinfer"] == str(tmp_path / "fi" / ".cache" / "flashinfer")
     assert dirs["triton"] == str(tmp_path / "tr")
     (tmp_path / "tr").mkdir()
     (tmp_path / "tr" / "old.cubin").write_text("")
-    before = {name: vllm.cache_files(path) for name, path in dirs.items()}
+    before = {name: eng.cache_files(path) for name, path in dirs.items()}
     (tmp_path / "tr" / "new.cubin").write_text("")
     ops = Path(dirs["flashinfer"]) / "0.6.12" / "90" / "cached_ops" / "sampling"
     ops.mkdir(parents=True)
     (ops / "sampling.so").write_text("")
     (Path(dirs["flashinfer"]) / "cubins").mkdir()
     (Path(dirs["flashinfer"]) / "cubins" / "downloaded.cubin").write_text("")
-    new = vllm.new_cache_files(before, dirs)
+    new = eng.new_cache_files(before, dirs)
     assert [len(new[n]) for n in ("flashinfer", "triton", "vllm", "inductor")] == [2, 1, 0, 0]
-    assert vllm.nvcc_built(new) == [str(ops / "sampling.so")]
+    assert eng.nvcc_built(new, vllm.JIT_CACHES) == [str(ops / "sampling.so")]
 
 
 class FakeCuda:

@@ -5,6 +5,7 @@ The scripts here are test doubles (tiny stdlib scripts named like the real ones)
 the contract is exercised on a machine without a GPU.
 """
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import tables
 from test_verify_profiles import REPO
 from verlenv.catalog import gpus, packages, stacks
 from verlenv.verify import runner
+from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST
 from waiting import exited, until
 
@@ -36,10 +38,13 @@ def kernels(tmp_path, monkeypatch) -> Path:
 
 
 def settings(kernels: Path, variant: str = "fsdp", **kw) -> runner.Settings:
+    """Settings of a run on an H100 of the stand-in scripts; `kw`: VerifyOptions fields, or Settings' own."""
     cat = stacks.load(REPO / "stacks.toml")
+    option_names = {f.name for f in dataclasses.fields(VerifyOptions)}
+    options = VerifyOptions(**{"timeout": STAND_IN_S, **{k: v for k, v in kw.items() if k in option_names}})
     base = dict(python=sys.executable, catalog=cat, variant=cat.variant(None, variant), profile=gpus.profile("h100"),
-                gpus=H100, lock=None, kernels_dir=kernels, timeout=STAND_IN_S)
-    return runner.Settings(**{**base, **kw})
+                gpus=H100, lock=None, kernels_dir=kernels, options=options)
+    return runner.Settings(**{**base, **{k: v for k, v in kw.items() if k not in option_names}})
 
 
 @pytest.fixture
@@ -148,7 +153,7 @@ def test_optional_failures_do_not_block_but_required_ones_do(kernels):
 
 
 def test_skip_package_does_not_run_the_script_and_says_why(kernels, tmp_path):
-    results = runner.run_kernels(settings(kernels, only="apex", skipped=frozenset({"apex"})))
+    results = runner.run_kernels(settings(kernels, only="apex", skip_package=("apex",)))
     assert [(r.name, r.status, r.reason) for r in results] == [("apex/kernels", "skip", SKIPPED_BY_REQUEST)]
     assert not (tmp_path / "apex.ran").exists()
     assert SKIPPED_BY_REQUEST == "skipped by request (--skip-package)"

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -290,119 +290,204 @@ def _union(locks: dict[str, Path]) -> tuple[list[LockedPin], dict[tuple[str, str
     return list(pins.values()), users
 
 
-def make(locks: Path | dict[str, Path], out: Path, platform: str, python: str, *, glibc: str = fetch.GLIBC,
-         stack: str = "", variant: str = "", built: dict[str, list[Built]] | list[Built] | None = None,
-         built_note: dict[str, str] | str = "included", base: Path | None = None, tools: bool = True,
-         dry: bool = False, build_python: str | None = None, command: str = "",
-         kernel_cache: Path | None = None, sources: list[inputs.Wanted] = (),
-         toolkit: Path | None = None, tests: bool = False) -> dict | None:
-    """Write the bundle of one or several variants' locks into `out` (published by one rename); the manifest, or
-    None for a dry run. A file several variants share is carried once; each entry names the variants it serves.
-    `sources`: source builds whose verified source is carried (sources/); `toolkit`: a CUDA_HOME carried as a tar;
-    `tests`: the test tools too (suite_pins), unpacked with the other tools by the bootstrap."""
+@dataclass(frozen=True)
+class Options:
+    """What a bundle is asked to carry: one or several variants' locks for one platform, and the extras."""
+
+    locks: dict[str, Path]  # variant: its lock
+    out: Path
+    platform: str
+    python: str
+    glibc: str = fetch.GLIBC
+    stack: str = ""
+    built: dict[str, list[Built]] = field(default_factory=dict)  # variant: its source-built wheels
+    built_note: dict[str, str] = field(default_factory=dict)  # variant: why they are or are not carried
+    base: Path | None = None  # a `pip freeze` of the target: what it has is left out
+    tools: bool = True
+    build_python: str | None = None  # builds the sdist-only pins (default: python)
+    command: str = ""
+    kernel_cache: Path | None = None
+    sources: tuple[inputs.Wanted, ...] = ()  # source builds whose verified source is carried (sources/)
+    toolkit: Path | None = None  # a CUDA_HOME carried as a tar
+    tests: bool = False  # the test tools too (suite_pins), unpacked with the other tools by the bootstrap
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a bundle carries and why, resolved before anything is fetched or written."""
+
+    options: Options
+    remote: list[fetch.RemoteFile]  # the locks' pins this platform takes (sdist-only ones are built into wheels)
+    tools: list[fetch.RemoteFile]  # what `install --bundle` runs on (and, with tests, what the suite imports)
+    dropped: list[LockedPin]  # pins the base has at the locked version: left to it
+    notes: list[str]  # same-named pins the base has at another version
+    users: dict[tuple[str, str], list[str]]  # (name, version): the variants that pin it
+
+
+def make(options: Options, dry: bool = False) -> dict | None:
+    """Write the bundle of one or several variants' locks into `options.out` (published by one rename); the
+    manifest, or None for a dry run, which prints the plan. A file several variants share is carried once; each
+    entry names the variants it serves."""
     started = time.monotonic()
-    locks = locks if isinstance(locks, dict) else {variant: Path(locks)}
-    built = built if isinstance(built, dict) else {v: list(built or []) for v in locks}
-    notes_by_variant = built_note if isinstance(built_note, dict) else {v: built_note for v in locks}
-    union, users = _union(locks)
-    base_versions = read_freeze(base) if base else {}
+    bundle = plan(options)
+    if dry:
+        print_plan(bundle)
+        return None
+    return write(bundle, started)
+
+
+def plan(options: Options) -> Plan:
+    """The files to carry: each lock's pins less the base's, resolved for the platform, and the tools."""
+    union, users = _union(options.locks)
+    base_versions = read_freeze(options.base) if options.base else {}
     keep, dropped, notes = subtract_base({f"{p.name}=={p.version}": p for p in union}, base_versions)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    remote = fetch.resolve(keep, platform, python, glibc)
-    tool_files = resolve_tools(platform, python, glibc, tests) if tools else []
-    if dry:
-        dry_run(remote, tool_files, dropped)
-        if kernel_cache:
-            found = kcache.files(kernel_cache)
-            print(f"kernel cache {kernel_cache}: {len(found)} files, "
-                  f"{sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
-        for w in sources:
-            print(f"build input: {w.recipe.package} {w.version} ({w.recipe.source.describe(w.version)})")
-        if toolkit:
-            major_minor, release = inputs.check_toolkit(toolkit)
-            print(f"toolkit {toolkit}: nvcc {release or major_minor}")
-        return None
-    every = sorted(locks)
-    out = out.absolute()
+    remote = fetch.resolve(keep, options.platform, options.python, options.glibc)
+    tool_files = resolve_tools(options.platform, options.python, options.glibc, options.tests) if options.tools else []
+    return Plan(options, remote, tool_files, dropped, notes, users)
+
+
+def print_plan(bundle: Plan) -> None:
+    """The dry run: every file with its size and whether it is cached, then the extras."""
+    o = bundle.options
+    for v, lock in sorted(o.locks.items()):
+        print(f"{v or 'variant'}: lock {lock.name}; source-built wheels {o.built_note.get(v, 'included')}")
+    dry_run(bundle.remote, bundle.tools, bundle.dropped)
+    if o.kernel_cache:
+        found = kcache.files(o.kernel_cache)
+        print(f"kernel cache {o.kernel_cache}: {len(found)} files, "
+              f"{sum(f.stat().st_size for f in found) / 1024**2:.1f} MiB")
+    for w in o.sources:
+        print(f"build input: {w.recipe.package} {w.version} ({w.recipe.source.describe(w.version)})")
+    if o.toolkit:
+        major_minor, release = inputs.check_toolkit(o.toolkit)
+        print(f"toolkit {o.toolkit}: nvcc {release or major_minor}")
+
+
+def write(bundle: Plan, started: float) -> dict:
+    """Fetch and place every planned file in a temporary folder beside the target, then publish it by rename."""
+    o = bundle.options
+    out = o.out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        files = []
         # A build's inputs first: a source that fails its check stops the bundle before the lock's downloads.
-        for w, path in inputs.carry_sources(list(sources), tmp / inputs.SOURCES_DIR, fsutil.cache_dir()):
-            files.append(_entry(path, inputs.SOURCE, w.recipe.package, w.version, sha256_file(path), list(w.variants),
-                                kind=w.recipe.source.kind, source=w.recipe.source.source_id(w.version)))
-        toolkit_note = None
-        if toolkit:
-            toolkit_note = inputs.pack_toolkit(toolkit, tmp / inputs.TOOLKIT_FILE)
-            files.append(_entry(tmp / inputs.TOOLKIT_FILE, inputs.TOOLKIT, None, toolkit_note["nvcc"],
-                                sha256_file(tmp / inputs.TOOLKIT_FILE), every))
-        have = fetch.fetch_all([*remote, *tool_files])
-        (tmp / "wheels").mkdir()
-        (tmp / "tool").mkdir()
-        for f in remote:
-            serves = users[(f.name, f.version)]
-            if f.kind == "sdist":
-                wheel = build_sdist(f, have[f.sha256], build_python or python)
-                _place(wheel, tmp / "wheels" / wheel.name)
-                files.append(_entry(tmp / "wheels" / wheel.name, "lock", f.name, f.version, sha256_file(wheel), serves,
-                                    built_from={"file": f.filename, "sha256": f.sha256}))
-            else:
-                _place(have[f.sha256], tmp / "wheels" / f.filename)
-                files.append(_entry(tmp / "wheels" / f.filename, "lock", f.name, f.version, f.sha256, serves))
-        placed: dict[str, dict] = {}
-        for v in every:
-            for b in built.get(v, []):
-                if b.sha256 in placed:  # one wheel serving several variants (flash-attn)
-                    placed[b.sha256]["variants"].append(v)
-                    continue
-                _place(b.wheel, tmp / "wheels" / b.wheel.name)
-                placed[b.sha256] = _entry(tmp / "wheels" / b.wheel.name, "built", b.name,
-                                          str(parse_wheel_filename(b.wheel.name)[1]), b.sha256, [v],
-                                          fingerprint=b.fingerprint, inputs=b.inputs)
-        files += placed.values()
-        for f in tool_files:
-            _place(have[f.sha256], tmp / "tool" / f.filename)
-            files.append(_entry(tmp / "tool" / f.filename, "tool", f.name, f.version, f.sha256, every))
-        kernel_note = None
-        if kernel_cache:
-            count = kcache.pack(kernel_cache, tmp / kcache.FILE)
-            files.append(_entry(tmp / kcache.FILE, kcache.ORIGIN, None, None, sha256_file(tmp / kcache.FILE), every))
-            kernel_note = {"source": str(Path(kernel_cache).absolute()), "files": count}
-        for pin in dropped:
-            files.append({"file": None, "sha256": None, "size": 0, "distribution": pin.name, "version": pin.version,
-                          "origin": "base", "variants": users[(pin.name, pin.version)]})
+        files, toolkit_note = _carry_build_inputs(o, tmp)
+        have = fetch.fetch_all([*bundle.remote, *bundle.tools])
+        files += _carry_lock_files(bundle, have, tmp)
+        files += _carry_built(o, tmp)
+        files += _carry_tools(bundle, have, tmp)
+        kernel_files, kernel_note = _carry_kernel_cache(o, tmp)
+        files += kernel_files
+        files += [{"file": None, "sha256": None, "size": 0, "distribution": pin.name, "version": pin.version,
+                   "origin": "base", "variants": bundle.users[(pin.name, pin.version)]} for pin in bundle.dropped]
         for e in files:
             if e["file"]:
                 e["file"] = str(e["file"].relative_to(tmp))
-        variants = {}
-        for v, lock in locks.items():
-            shutil.copyfile(lock, tmp / lock.name)
-            variants[v] = {"lock": {"file": lock.name, "sha256": sha256_file(lock)}, "built": notes_by_variant[v],
-                           "sources": sorted(w.recipe.package for w in sources if v in w.variants)}
-        needs = [g for f in [*remote, *tool_files] if (g := fetch.needs_glibc(f.filename))]
-        manifest = {
-            "format": FORMAT, "stack": stack, "platform": platform, "python": python,
-            "glibc": {"allowed": glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
-            "variants": variants,
-            "kernel_cache": kernel_note, "toolkit": toolkit_note, "tests": bool(tools and tests),
-            "base": {"freeze_sha256": sha256_file(base) if base else None, "notes": notes},
-            "made": {"by": f"verlenv {__version__}", "command": command,
-                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                     "seconds": round(time.monotonic() - started, 1)},
-            "files": files,
-        }
+        manifest = _manifest(bundle, tmp, files, toolkit_note, kernel_note, started)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        if out.exists():
-            os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
+        _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     size = sum(e["size"] for e in files)
-    print(f"bundle {out}: {', '.join(every)}: {sum(1 for e in files if e['file'])} files, {size / 1024**2:.1f} MiB, "
-          f"{len(dropped)} left to the base, in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    print(f"bundle {out}: {', '.join(sorted(o.locks))}: {sum(1 for e in files if e['file'])} files, "
+          f"{size / 1024**2:.1f} MiB, {len(bundle.dropped)} left to the base, in {time.monotonic() - started:.1f} s",
+          file=sys.stderr)
     return manifest
+
+
+def _carry_build_inputs(o: Options, tmp: Path) -> tuple[list[dict], dict | None]:
+    """(entries, the toolkit's note) of the verified sources and the CUDA_HOME a node's build needs."""
+    files = []
+    for w, path in inputs.carry_sources(list(o.sources), tmp / inputs.SOURCES_DIR, fsutil.cache_dir()):
+        files.append(_entry(path, inputs.SOURCE, w.recipe.package, w.version, sha256_file(path), list(w.variants),
+                            kind=w.recipe.source.kind, source=w.recipe.source.source_id(w.version)))
+    if not o.toolkit:
+        return files, None
+    note = inputs.pack_toolkit(o.toolkit, tmp / inputs.TOOLKIT_FILE)
+    files.append(_entry(tmp / inputs.TOOLKIT_FILE, inputs.TOOLKIT, None, note["nvcc"],
+                        sha256_file(tmp / inputs.TOOLKIT_FILE), sorted(o.locks)))
+    return files, note
+
+
+def _carry_lock_files(bundle: Plan, have: dict[str, Path], tmp: Path) -> list[dict]:
+    """The locks' files into wheels/; an sdist-only pin as the wheel built from it."""
+    files = []
+    (tmp / "wheels").mkdir()
+    for f in bundle.remote:
+        serves = bundle.users[(f.name, f.version)]
+        if f.kind == "sdist":
+            wheel = build_sdist(f, have[f.sha256], bundle.options.build_python or bundle.options.python)
+            _place(wheel, tmp / "wheels" / wheel.name)
+            files.append(_entry(tmp / "wheels" / wheel.name, "lock", f.name, f.version, sha256_file(wheel), serves,
+                                built_from={"file": f.filename, "sha256": f.sha256}))
+        else:
+            _place(have[f.sha256], tmp / "wheels" / f.filename)
+            files.append(_entry(tmp / "wheels" / f.filename, "lock", f.name, f.version, f.sha256, serves))
+    return files
+
+
+def _carry_built(o: Options, tmp: Path) -> list[dict]:
+    """The source-built wheels into wheels/, one entry per wheel naming every variant it serves."""
+    placed: dict[str, dict] = {}
+    for v in sorted(o.locks):
+        for b in o.built.get(v, []):
+            if b.sha256 in placed:  # one wheel serving several variants (flash-attn)
+                placed[b.sha256]["variants"].append(v)
+                continue
+            _place(b.wheel, tmp / "wheels" / b.wheel.name)
+            placed[b.sha256] = _entry(tmp / "wheels" / b.wheel.name, "built", b.name,
+                                      str(parse_wheel_filename(b.wheel.name)[1]), b.sha256, [v],
+                                      fingerprint=b.fingerprint, inputs=b.inputs)
+    return list(placed.values())
+
+
+def _carry_tools(bundle: Plan, have: dict[str, Path], tmp: Path) -> list[dict]:
+    (tmp / "tool").mkdir()
+    every = sorted(bundle.options.locks)
+    for f in bundle.tools:
+        _place(have[f.sha256], tmp / "tool" / f.filename)
+    return [_entry(tmp / "tool" / f.filename, "tool", f.name, f.version, f.sha256, every) for f in bundle.tools]
+
+
+def _carry_kernel_cache(o: Options, tmp: Path) -> tuple[list[dict], dict | None]:
+    if not o.kernel_cache:
+        return [], None
+    count = kcache.pack(o.kernel_cache, tmp / kcache.FILE)
+    entry = _entry(tmp / kcache.FILE, kcache.ORIGIN, None, None, sha256_file(tmp / kcache.FILE), sorted(o.locks))
+    return [entry], {"source": str(Path(o.kernel_cache).absolute()), "files": count}
+
+
+def _manifest(bundle: Plan, tmp: Path, files: list[dict], toolkit_note: dict | None, kernel_note: dict | None,
+              started: float) -> dict:
+    """The manifest; each variant's lock is copied beside it."""
+    o = bundle.options
+    variants = {}
+    for v, lock in o.locks.items():
+        shutil.copyfile(lock, tmp / lock.name)
+        variants[v] = {"lock": {"file": lock.name, "sha256": sha256_file(lock)},
+                       "built": o.built_note.get(v, "included"),
+                       "sources": sorted(w.recipe.package for w in o.sources if v in w.variants)}
+    needs = [g for f in [*bundle.remote, *bundle.tools] if (g := fetch.needs_glibc(f.filename))]
+    return {
+        "format": FORMAT, "stack": o.stack, "platform": o.platform, "python": o.python,
+        "glibc": {"allowed": o.glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
+        "variants": variants,
+        "kernel_cache": kernel_note, "toolkit": toolkit_note, "tests": bool(o.tools and o.tests),
+        "base": {"freeze_sha256": sha256_file(o.base) if o.base else None, "notes": bundle.notes},
+        "made": {"by": f"verlenv {__version__}", "command": o.command,
+                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "seconds": round(time.monotonic() - started, 1)},
+        "files": files,
+    }
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Replace `out` by the finished folder `tmp` (a rename on one filesystem), then drop the old one."""
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.rename(out, old)
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)

@@ -2,13 +2,12 @@
 tensor-parallel size must divide, how its log splits the rollout server's start. The catalog names one of each per
 variant; the check script gets the rows whole, so a new backend is a row."""
 
-import functools
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_toml
+from verlenv.fsutil import load_table, packaged_table
 
 DATA = Path(__file__).parents[1] / "data" / "backends.toml"
 # The fields a row's overrides may name, filled by the check.
@@ -156,12 +155,9 @@ def parse(path: Path, data: dict) -> Table:
 
 
 def load(path: Path | None = None) -> Table:
-    path = Path(path) if path else DATA
-    data = read_toml(path)
-    return parse(path, data)
+    return load_table(Path(path) if path else DATA, parse)
 
 
-@functools.cache
 def table() -> Table:
     """The packaged table (data/backends.toml), read once per process."""
-    return load()
+    return packaged_table(DATA, parse)

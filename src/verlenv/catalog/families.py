@@ -5,14 +5,13 @@ A family reaches the check script as one dict (`Family.row()`): the config class
 config), the model class, the config's arguments, the inputs kind and what verl's config needs for it."""
 
 import copy
-import functools
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_toml
+from verlenv.fsutil import load_table, packaged_table
 
 DATA = Path(__file__).parents[1] / "data" / "families.toml"
 INPUTS = ("text", "images")
@@ -185,15 +184,12 @@ def parse(path: Path, data: dict) -> Table:
 
 
 def load(path: Path | None = None) -> Table:
-    path = Path(path) if path else DATA
-    data = read_toml(path)
-    return parse(path, data)
+    return load_table(Path(path) if path else DATA, parse)
 
 
-@functools.cache
 def table() -> Table:
     """The packaged table (data/families.toml), read once per process."""
-    return load()
+    return packaged_table(DATA, parse)
 
 
 # ---- a user's config.json, shrunk -------------------------------------------------------------------------------
@@ -362,32 +358,17 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
     """A user's config.json as a family of the check's size: its architecture and features kept, its sizes set
     by the table's [shrink] rules; one line naming what it does not know when it cannot."""
     table_ = table_ or table()
-    rules = table_.shrink
     original = read_config(path)
     config = copy.deepcopy(original)
-    model_type = config.get("model_type")
-    archs = config.get("architectures")
-    if not isinstance(model_type, str) or not model_type:
-        raise UserError(f"--model-config {path}: no model_type; a Hugging Face config.json names one")
-    if model_type not in rules["model_types"]:
-        raise UserError(f"--model-config {path}: cannot shrink model_type {model_type!r}; known: "
-                        f"{', '.join(rules['model_types'])} ({table_.path.name} [shrink])")
-    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise UserError(f"--model-config {path}: no architectures list; it names the model class to build")
-    rules = _rules(rules, model_type)
+    model_type, archs = _identity(config, path, table_)
+    rules = _rules(table_.shrink, model_type)
     # What a tiny random bf16 model does without: quantized weights' format, remote code, the hub's bookkeeping.
     for key in ("auto_map", "quantization_config", "_name_or_path", "transformers_version", "torch_dtype", "dtype"):
         config.pop(key, None)
     vision_rules = rules.get("vision", {}).get(model_type)
     changed: dict = {}
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
-    _check_sizes(config, _size_keys(rules), rules, "", path)
-    if text is not None:
-        _check_sizes(text, _size_keys(rules), rules, "text_config.", path)
-    if vision_rules is not None and isinstance(config.get("vision_config"), dict):
-        sized = {k for k, v in vision_rules.get("set", {}).items() if isinstance(v, int)} | set(vision_rules.get(
-            "follow", {})) | set(rules.get("keep", {}))
-        _check_sizes(config["vision_config"], sized, rules, "vision_config.", path)
+    _check_all_sizes(config, text, rules, vision_rules, path)
     if vision_rules is not None and text is None:
         # Older VL configs keep the language model's keys at the top level.
         _shrink_text(config, rules, changed, "")
@@ -396,20 +377,8 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
         _shrink_text(text if text is not None else config, rules, changed, "text_config." if text is not None else "")
         text = text if text is not None else config
     if vision_rules is not None:
-        vision = config.get("vision_config")
-        if not isinstance(vision, dict):
-            raise UserError(f"--model-config {path}: model_type {model_type} has no vision_config to shrink")
-        for key, value in vision_rules.get("set", {}).items():
-            if key in vision and vision[key] != value:
-                changed[f"vision_config.{key}"] = [vision[key], value]
-                vision[key] = value
-        for key, text_key in vision_rules.get("follow", {}).items():
-            if key in vision:
-                changed[f"vision_config.{key}"] = [vision[key], text[text_key]]
-                vision[key] = text[text_key]
-        if problems := _too_big(vision, rules, "vision_config."):
-            raise UserError(f"--model-config {path}: does not know how to shrink {', '.join(problems[:3])} "
-                            f"({table_.path.name} [shrink.vision.{model_type}])")
+        _shrink_vision(config, text, vision_rules, rules, changed, path, f"{table_.path.name} "
+                       f"[shrink.vision.{model_type}]")
     elif isinstance(config.get("vision_config"), dict):
         raise UserError(f"--model-config {path}: model_type {model_type} has a vision_config but no "
                         f"[shrink.vision.{model_type}] rules in {table_.path.name}")
@@ -432,3 +401,47 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
                   model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
                   model_type=model_type, source=str(path), shrunk=changed, known_issues=known, overrides=overrides,
                   needs=needs)
+
+
+def _identity(config: dict, path: Path, table_: Table) -> tuple[str, list]:
+    """(model_type, architectures) of a config the shrink knows; one line when it names none or an unknown one."""
+    model_type = config.get("model_type")
+    archs = config.get("architectures")
+    if not isinstance(model_type, str) or not model_type:
+        raise UserError(f"--model-config {path}: no model_type; a Hugging Face config.json names one")
+    if model_type not in table_.shrink["model_types"]:
+        raise UserError(f"--model-config {path}: cannot shrink model_type {model_type!r}; known: "
+                        f"{', '.join(table_.shrink['model_types'])} ({table_.path.name} [shrink])")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise UserError(f"--model-config {path}: no architectures list; it names the model class to build")
+    return model_type, archs
+
+
+def _check_all_sizes(config: dict, text: dict | None, rules: dict, vision_rules: dict | None, path: Path) -> None:
+    """The size keys of the top level, the text config and the vision config hold sizes (whole numbers)."""
+    _check_sizes(config, _size_keys(rules), rules, "", path)
+    if text is not None:
+        _check_sizes(text, _size_keys(rules), rules, "text_config.", path)
+    if vision_rules is not None and isinstance(config.get("vision_config"), dict):
+        sized = {k for k, v in vision_rules.get("set", {}).items() if isinstance(v, int)} | set(vision_rules.get(
+            "follow", {})) | set(rules.get("keep", {}))
+        _check_sizes(config["vision_config"], sized, rules, "vision_config.", path)
+
+
+def _shrink_vision(config: dict, text: dict, vision_rules: dict, rules: dict, changed: dict, path: Path,
+                   where_rules: str) -> None:
+    """Set the vision config's sizes and make the ones that follow the text config agree with it."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        raise UserError(f"--model-config {path}: model_type {config['model_type']} has no vision_config to shrink")
+    for key, value in vision_rules.get("set", {}).items():
+        if key in vision and vision[key] != value:
+            changed[f"vision_config.{key}"] = [vision[key], value]
+            vision[key] = value
+    for key, text_key in vision_rules.get("follow", {}).items():
+        if key in vision:
+            changed[f"vision_config.{key}"] = [vision[key], text[text_key]]
+            vision[key] = text[text_key]
+    if problems := _too_big(vision, rules, "vision_config."):
+        raise UserError(f"--model-config {path}: does not know how to shrink {', '.join(problems[:3])} "
+                        f"({where_rules})")

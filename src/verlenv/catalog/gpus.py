@@ -3,12 +3,14 @@
 import os
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 
 from verlenv import cubins
 from verlenv.errors import UserError
+from verlenv.fsutil import packaged_table
+
+DATA = Path(__file__).parents[1] / "data" / "gpus.toml"
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ NOT_PROFILES = ("defaults",)
 
 
 def profiles() -> dict[str, GpuProfile]:
-    data = tomllib.loads(resources.files("verlenv").joinpath("data/gpus.toml").read_text())
+    data = packaged_table(DATA)
     shared = data.get("defaults", {}).get("thresholds", {})
     out = {}
     for key, t in data.items():

@@ -3,14 +3,13 @@ a variant needs each, its kernel check scripts and their limits. Every module th
 it here; a new package is a row."""
 
 import fnmatch
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from verlenv.errors import UserError
-from verlenv.fsutil import read_toml
+from verlenv.fsutil import load_table, packaged_table
 
 DATA = Path(__file__).parents[1] / "data" / "packages.toml"
 # What a row's required_by may name: every variant, or the variants of one actor or rollout (stacks.toml).
@@ -143,44 +142,57 @@ def parse(path: Path, data: dict) -> Table:
     packages: dict[str, Package] = {}
     scripts: dict[str, Script] = {}
     for name, row in rows.items():
-        where = f"packages.{name}"
-        if not isinstance(row, dict):
-            raise UserError(f"{path}: {where} must be a table")
-        if canonicalize_name(name) != name:
-            raise UserError(f"{path}: {where}: name it {canonicalize_name(name)!r} (the canonical form)")
-        keys = {"dists", "required_by", "objects", "intact", "recorded", "checks", "system_libraries", "jit", "unmet"}
-        if unknown := sorted(set(row) - keys):
-            raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(keys))}")
-        required_by = _strings(row.get("required_by", []), f"{where}.required_by", path)
-        for r in required_by:
-            part, _, value = r.partition(":")
-            if r != "all" and (part not in PARTS or not value):
-                raise UserError(f"{path}: {where}.required_by: {r!r}; valid: all, actor:<name>, rollout:<name>")
-        objects = row.get("objects", {})
-        if not isinstance(objects, dict):
-            raise UserError(f"{path}: {where}.objects must be a table of distribution = [modules]")
-        checks = _strings(row.get("checks", []), f"{where}.checks", path)
-        unmet = row.get("unmet", {})
-        if not isinstance(unmet, dict) or not all(isinstance(v, str) and v.strip() for v in unmet.values()):
-            raise UserError(f"{path}: {where}.unmet must be a table of requirement = reason")
-        packages[name] = Package(
-            name=name,
-            dists=_strings(row.get("dists"), f"{where}.dists", path) if "dists" in row else (name,),
-            objects=tuple((canonicalize_name(d), _strings(m, f"{where}.objects.{d}", path))
-                          for d, m in objects.items()),
-            required_by=required_by,
-            intact=_strings(row.get("intact", []), f"{where}.intact", path),
-            recorded=_strings(row.get("recorded", []), f"{where}.recorded", path),
-            checks=checks,
-            system_libraries=_libraries(row.get("system_libraries", {}), f"{where}.system_libraries", path),
-            jit=_jit(row["jit"], f"{where}.jit", path) if "jit" in row else None,
-            unmet={canonicalize_name(r): why for r, why in unmet.items()},
-        )
-        for key in checks:
+        packages[name] = _package(path, name, row)
+        for key in packages[name].checks:
             if key in scripts:
-                raise UserError(f"{path}: {where}.checks: {key!r} is also a check of {scripts[key].package}")
+                raise UserError(f"{path}: packages.{name}.checks: {key!r} is also a check of {scripts[key].package}")
             scripts[key] = Script(key, name)
-    limits = data.get("scripts", {})
+    scripts = _script_limits(path, data.get("scripts", {}), scripts)
+    report = data.get("report", {})
+    return Table(path=path, packages=packages, scripts=scripts,
+                 report_also=_strings(report.get("also", []), "report.also", path),
+                 report_patterns=_strings(report.get("patterns", []), "report.patterns", path),
+                 order=tuple(packages))
+
+
+def _package(path: Path, name: str, row) -> Package:
+    """One [packages.<name>] row, or one line saying what in it is wrong."""
+    where = f"packages.{name}"
+    if not isinstance(row, dict):
+        raise UserError(f"{path}: {where} must be a table")
+    if canonicalize_name(name) != name:
+        raise UserError(f"{path}: {where}: name it {canonicalize_name(name)!r} (the canonical form)")
+    keys = {"dists", "required_by", "objects", "intact", "recorded", "checks", "system_libraries", "jit", "unmet"}
+    if unknown := sorted(set(row) - keys):
+        raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(keys))}")
+    required_by = _strings(row.get("required_by", []), f"{where}.required_by", path)
+    for r in required_by:
+        part, _, value = r.partition(":")
+        if r != "all" and (part not in PARTS or not value):
+            raise UserError(f"{path}: {where}.required_by: {r!r}; valid: all, actor:<name>, rollout:<name>")
+    objects = row.get("objects", {})
+    if not isinstance(objects, dict):
+        raise UserError(f"{path}: {where}.objects must be a table of distribution = [modules]")
+    checks = _strings(row.get("checks", []), f"{where}.checks", path)
+    unmet = row.get("unmet", {})
+    if not isinstance(unmet, dict) or not all(isinstance(v, str) and v.strip() for v in unmet.values()):
+        raise UserError(f"{path}: {where}.unmet must be a table of requirement = reason")
+    return Package(
+        name=name,
+        dists=_strings(row.get("dists"), f"{where}.dists", path) if "dists" in row else (name,),
+        objects=tuple((canonicalize_name(d), _strings(m, f"{where}.objects.{d}", path)) for d, m in objects.items()),
+        required_by=required_by,
+        intact=_strings(row.get("intact", []), f"{where}.intact", path),
+        recorded=_strings(row.get("recorded", []), f"{where}.recorded", path),
+        checks=checks,
+        system_libraries=_libraries(row.get("system_libraries", {}), f"{where}.system_libraries", path),
+        jit=_jit(row["jit"], f"{where}.jit", path) if "jit" in row else None,
+        unmet={canonicalize_name(r): why for r, why in unmet.items()},
+    )
+
+
+def _script_limits(path: Path, limits, scripts: dict[str, Script]) -> dict[str, Script]:
+    """The checks' scripts with the time limit and lane of their [scripts.<key>] rows; one lane holds one script."""
     if not isinstance(limits, dict):
         raise UserError(f"{path}: scripts must be a table of [scripts.<key>] rows")
     for key, row in limits.items():
@@ -198,20 +210,13 @@ def parse(path: Path, data: dict) -> Table:
     lanes = [s.lane for s in scripts.values() if s.lane is not None]
     if len(lanes) != len(set(lanes)):
         raise UserError(f"{path}: two scripts share a lane; each lane holds one script")
-    report = data.get("report", {})
-    return Table(path=path, packages=packages, scripts=scripts,
-                 report_also=_strings(report.get("also", []), "report.also", path),
-                 report_patterns=_strings(report.get("patterns", []), "report.patterns", path),
-                 order=tuple(packages))
+    return scripts
 
 
 def load(path: Path | None = None) -> Table:
-    path = Path(path) if path else DATA
-    data = read_toml(path)
-    return parse(path, data)
+    return load_table(Path(path) if path else DATA, parse)
 
 
-@functools.cache
 def table() -> Table:
     """The packaged table (data/packages.toml), read once per process."""
-    return load()
+    return packaged_table(DATA, parse)

@@ -322,12 +322,7 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
         glibc = glibc or base.glibc
     # verl's own defaults where a variant names neither (its FSDP actor and vLLM rollout).
     actor, rollout = actor or DEFAULT_ACTOR, rollout or DEFAULT_ROLLOUT
-    table_rows = backends.table()
-    for part, value in (("actor", actor), ("rollout", rollout)):
-        known = table_rows.actors if part == "actor" else table_rows.rollouts
-        if not isinstance(value, str) or value not in known:
-            raise UserError(f"{path}: {where}.{part} is {value!r}; valid: {', '.join(known)} "
-                            f"(rows of {table_rows.path.name})")
+    _check_parts(actor, rollout, where, path)
     pinned = {canonicalize_name(_requirement(r, f"{where}.requirements", path).name) for r in requirements}
     # The resolver drops what is not taken, so a top-level pin of it would silently vanish.
     if clash := sorted(n for n in not_taken if n in pinned):
@@ -335,14 +330,29 @@ def _variant(stack: Stack, name: str, raw: dict, path: Path, seen: tuple[str, ..
                         f"take it (remove it from not_taken) or do not pin it")
     for r in overrides:
         _requirement(r, f"{where}.overrides", path)
-    source_builds = []
+    return Variant(stack=stack, name=name, requirements=tuple(requirements),
+                   source_builds=_source_builds(builds, where, path), extends=table.get("extends"),
+                   platforms=platforms, overrides=tuple(overrides), not_taken=not_taken, megatron_api_gaps=api_gaps,
+                   actor=actor, rollout=rollout, trainer_overrides=trainer_overrides, glibc=glibc or DEFAULT_GLIBC)
+
+
+def _check_parts(actor, rollout, where: str, path: Path) -> None:
+    """The actor and the rollout are rows of data/backends.toml."""
+    table_rows = backends.table()
+    for part, value in (("actor", actor), ("rollout", rollout)):
+        known = table_rows.actors if part == "actor" else table_rows.rollouts
+        if not isinstance(value, str) or value not in known:
+            raise UserError(f"{path}: {where}.{part} is {value!r}; valid: {', '.join(known)} "
+                            f"(rows of {table_rows.path.name})")
+
+
+def _source_builds(builds: list[str], where: str, path: Path) -> tuple[SourceBuild, ...]:
+    """Each source build pins '==' a version or names a URL."""
+    out = []
     for text in builds:
         req = _requirement(text, f"{where}.source_builds", path)
         build = SourceBuild(name=canonicalize_name(req.name), requirement=req)
         if build.version is None and build.url is None:
             raise UserError(f"{path}: {where}.source_builds: {text!r} must pin '==' a version or name a URL")
-        source_builds.append(build)
-    return Variant(stack=stack, name=name, requirements=tuple(requirements), source_builds=tuple(source_builds),
-                   extends=table.get("extends"), platforms=platforms, overrides=tuple(overrides),
-                   not_taken=not_taken, megatron_api_gaps=api_gaps, actor=actor, rollout=rollout,
-                   trainer_overrides=trainer_overrides, glibc=glibc or DEFAULT_GLIBC)
+        out.append(build)
+    return tuple(out)

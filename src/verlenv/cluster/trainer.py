@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from verlenv.catalog import backends
 from verlenv.verify.kernels import _phases
@@ -187,6 +189,28 @@ def _error(e: Exception) -> str:
     return f"{type(e).__name__}: {(lines[-1] if lines else '')[:300]}"
 
 
+@dataclass(frozen=True)
+class TrainerRun:
+    """One run of verl's trainer across a cluster: where its inputs go, what it trains, on which nodes."""
+    base: str  # the inputs' folder, the same path on every node
+    spec: dict  # the cluster run's spec (time limits, the trainer's log, the job's runtime_env)
+    options: object  # the verify options (thorough, rollout_tp, actor_tp, ray)
+    variant: object
+    family: dict
+    gpus: dict[str, int]  # node id: its GPUs, every GPU node alike
+    everywhere: list[str]  # every node id: verl's TaskRunner and reward workers may land on any
+    names: dict[str, str]  # node id: its name in the report
+    progress: Callable[[str], None]
+
+    @property
+    def gpus_per_node(self) -> int:
+        return next(iter(self.gpus.values()))
+
+    @property
+    def node_task_s(self) -> float:
+        return self.spec.get("node_task_s", NODE_TASK_S)
+
+
 def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str], spec: dict, options, variant,
         progress=lambda line: None) -> dict:
     """verl's trainer across the GPU nodes of a cluster whose every node passed, for the run's first family (the
@@ -202,8 +226,9 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
     family = spec["families"][0]
     out = {"nnodes": len(gpus), "n_gpus_per_node": next(iter(gpus.values())), "nodes": sorted(names[i] for i in gpus),
            "inputs": base, "family": family["name"]}
+    job = TrainerRun(base, spec, options, variant, family, gpus, everywhere, names, progress)
     try:
-        out.update(_stage_and_train(base, spec, options, variant, family, gpus, everywhere, names, progress))
+        out.update(_stage_and_train(job))
     except Exception as e:  # the job broke (a node lost mid-way, an error of Ray's): the nodes' report still stands
         out.update(status="fail", problems=[f"the cluster job broke: {_error(e)}"])
     finally:
@@ -213,11 +238,12 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
     return out
 
 
-def _stage_and_train(base: str, spec: dict, options, variant, family: dict, gpus: dict, everywhere: list[str],
-                     names: dict[str, str], progress) -> dict:
-    progress(f"verl's trainer: writing its inputs ({family['name']}) to {base} on {len(everywhere)} node(s)")
-    written = on_each(write_inputs_here, everywhere, base, len(gpus) * next(iter(gpus.values())), family,
-                      timeout=spec.get("node_task_s", NODE_TASK_S))
+def _stage_and_train(job: TrainerRun) -> dict:
+    names = job.names
+    job.progress(f"verl's trainer: writing its inputs ({job.family['name']}) to {job.base} on "
+                 f"{len(job.everywhere)} node(s)")
+    written = on_each(write_inputs_here, job.everywhere, job.base, len(job.gpus) * job.gpus_per_node, job.family,
+                      timeout=job.node_task_s)
     bad = {names[i]: _error(r) for i, r in written.items() if isinstance(r, Exception)}
     digests = {names[i]: r["digest"] for i, r in written.items() if not isinstance(r, Exception)}
     if bad or len(set(digests.values())) != 1:
@@ -225,25 +251,24 @@ def _stage_and_train(base: str, spec: dict, options, variant, family: dict, gpus
                "the nodes wrote different inputs from one seed (another torch, transformers or pyarrow?)")
         return {"status": "fail", "input_digests": digests, "problems": [why]}
     layout = next(iter(written.values()))["layout"]
-    paths = {k: os.path.join(base, v) for k, v in layout.items()}
-    return {"input_digests": digests,
-            **_train(paths, layout, base, spec, options, variant, family, gpus, everywhere, names, progress)}
+    paths = {k: os.path.join(job.base, v) for k, v in layout.items()}
+    return {"input_digests": digests, **_train(job, paths, layout)}
 
 
-def _train(paths: dict, layout: dict, base: str, spec: dict, options, variant, family: dict, gpus: dict,
-           everywhere: list[str], names: dict[str, str], progress) -> dict:
+def _train(job: TrainerRun, paths: dict, layout: dict) -> dict:
     import ray
 
     check = check_module()
+    spec, options, names = job.spec, job.options, job.names
     env = worker_env((spec.get("runtime_env") or {}).get("env_vars"))
     proof = {"thorough": options.thorough, "rollout_tp": options.rollout_tp, "actor_tp": options.actor_tp}
-    trainer = trainer_spec(variant)
-    cmd = command(sys.executable, paths, trainer, family, len(gpus), next(iter(gpus.values())), env, **proof)
+    trainer = trainer_spec(job.variant)
+    cmd = command(sys.executable, paths, trainer, job.family, len(job.gpus), job.gpus_per_node, env, **proof)
     log = spec["trainer_log"]
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     given = options.ray or "auto"
     address = given if given.startswith("ray://") else ray.get_runtime_context().gcs_address
-    progress(f"verl's trainer: {len(gpus)} node(s) x {next(iter(gpus.values()))} GPU(s) on {address}; log {log}")
+    job.progress(f"verl's trainer: {len(job.gpus)} node(s) x {job.gpus_per_node} GPU(s) on {address}; log {log}")
     # A fresh, empty working folder on this machine: it is on the trainer's sys.path, so nothing there may shadow.
     with tempfile.TemporaryDirectory(prefix="verlenv-trainer-run-") as cwd, open(log, "w") as sink:
         # run_trainer echoes every line: into the log as it comes (readable while verl runs), then the log is
@@ -254,8 +279,7 @@ def _train(paths: dict, layout: dict, base: str, spec: dict, options, variant, f
                                                    ray_address=address, log_env=trainer["rollout"].get("log_env"))
     _phases.write_timed_log(log, lines, walls["launch_wall"])
     texts = [line.text for line in lines]
-    found = {i: r for i, r in on_each(weights_here, everywhere, base, layout,
-                                      timeout=spec.get("node_task_s", NODE_TASK_S)).items()
+    found = {i: r for i, r in on_each(weights_here, job.everywhere, job.base, layout, timeout=job.node_task_s).items()
              if r is not None and not isinstance(r, Exception)}
     weights = next((r for r in found.values() if "error" not in r), None)
     steps = check.parse_metrics(texts)

@@ -61,6 +61,31 @@ def _main(args) -> int:
     names = list(dict.fromkeys(args.variant or [stacks.DEFAULT_VARIANT]))
     variants = [cat.variant(args.stack, name) for name in names]
     stack = variants[0].stack
+    _check_variants(args, variants)
+    locks = {v.name: pins.lock_path(cat.root, v, args.platform) for v in variants}
+    size = _check_extras(args)
+    sources = _carried_sources(args, cat, variants)
+    archs, devices = _archs(args, stack)
+    built, notes = _built(args, variants, locks, archs, devices)
+    out = args.out or cat.root / "bundles" / f"{stack.name}-{'+'.join(names)}.{args.platform}"
+    options = make.Options(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,
+                           built=built, built_note=notes, base=args.base,
+                           build_python=args.build_python or stack.python,
+                           command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache,
+                           sources=tuple(sources), toolkit=args.toolkit, tests=args.tests)
+    with space.reported(out, "--out"):  # a full disk names the bundle's folder, not the cache file read
+        manifest = make.make(options, dry=args.dry_run)
+    if manifest is not None and size:
+        with space.reported(out.with_name(out.name + ".parts"), "--split",
+                            needed=sum(e["size"] for e in manifest["files"])):
+            written = parts.split(out, out.with_name(out.name + ".parts"), size)
+        print(f"parts: {len(written)} of at most {size / 1024**2:.1f} MiB in {out.with_name(out.name + '.parts')}",
+              file=sys.stderr)
+    return 0
+
+
+def _check_variants(args, variants: list[stacks.Variant]) -> None:
+    """Each variant is locked for the platform and glibc asked for; --without names their source builds."""
     for variant in variants:
         if args.platform not in variant.platforms:
             raise UserError(f"{variant.key} is not locked for {args.platform}; it is locked for: "
@@ -72,7 +97,10 @@ def _main(args) -> int:
     if unknown := [n for n in args.without if n not in buildable]:
         raise UserError(f"--without {unknown[0]}: not a source-built package of {', '.join(v.key for v in variants)}; "
                         f"valid: {', '.join(buildable) or 'none'}")
-    locks = {v.name: pins.lock_path(cat.root, v, args.platform) for v in variants}
+
+
+def _check_extras(args) -> int | None:
+    """Check the extras' inputs before any download; the part size of --split, if given."""
     size = None
     if args.split:
         try:
@@ -89,14 +117,24 @@ def _main(args) -> int:
         make.source_tree()  # before any download: the tests and their pyproject.toml are here
     if args.base and not args.base.is_file():
         raise UserError(f"--base {args.base}: no such file; give a `pip freeze` of the target")
-    sources = []
-    if args.build_inputs:
-        carried = {v.name: set() if args.no_built else {b.name for b in v.source_builds} - set(args.without)
-                   for v in variants}
-        sources = build_inputs.wanted(cat.root, variants, carried, build_inputs.parse_given(args.source))
-        if not sources:
-            print("note: --build-inputs: the bundle carries every source-built wheel; no source to carry",
-                  file=sys.stderr)
+    return size
+
+
+def _carried_sources(args, cat: stacks.Catalog, variants: list[stacks.Variant]) -> list:
+    """With --build-inputs: the source builds whose wheel the bundle leaves out, so the nodes build them."""
+    if not args.build_inputs:
+        return []
+    carried = {v.name: set() if args.no_built else {b.name for b in v.source_builds} - set(args.without)
+               for v in variants}
+    sources = build_inputs.wanted(cat.root, variants, carried, build_inputs.parse_given(args.source))
+    if not sources:
+        print("note: --build-inputs: the bundle carries every source-built wheel; no source to carry",
+              file=sys.stderr)
+    return sources
+
+
+def _archs(args, stack) -> tuple[list[str], list[str]]:
+    """(the archs the source-built wheels must cover, the named GPUs' own compute capabilities)."""
     targets = [gpus.profile(g) for g in dict.fromkeys(args.gpu or []) if g != "auto"] if not args.archs else []
     for target in targets:
         if target.machine != pins.MACHINES.get(args.platform):
@@ -105,7 +143,12 @@ def _main(args) -> int:
                             f"is for {args.platform}; give --platform {there}")
     archs = ([a.strip() for a in args.archs.split(";")] if args.archs
              else gpus.archs_for(args.gpu) if args.gpu else list(stack.gpu_archs))
-    devices = [t.arch for t in targets]
+    return archs, [t.arch for t in targets]
+
+
+def _built(args, variants: list[stacks.Variant], locks: dict[str, Path], archs: list[str],
+           devices: list[str]) -> tuple[dict[str, list[make.Built]], dict[str, str]]:
+    """Each variant's source-built wheels from the wheel cache (none on a dry run) and why they are carried or not."""
     built, notes = {}, {}
     for v in variants:
         wanted = [b for b in v.source_builds if b.name not in args.without]
@@ -119,17 +162,4 @@ def _main(args) -> int:
                                                                       archs, only=[b.name for b in wanted],
                                                                       devices=devices)
             notes[v.name] = "included" if not left else f"included but {', '.join(left)} (left out: --without)"
-    out = args.out or cat.root / "bundles" / f"{stack.name}-{'+'.join(names)}.{args.platform}"
-    with space.reported(out, "--out"):  # a full disk names the bundle's folder, not the cache file read
-        manifest = make.make(locks, out, args.platform, stack.python, glibc=args.glibc, stack=stack.name,
-                             built=built, built_note=notes, base=args.base, dry=args.dry_run,
-                             build_python=args.build_python or stack.python,
-                             command=shlex.join(["verlenv", *sys.argv[1:]]), kernel_cache=args.kernel_cache,
-                             sources=sources, toolkit=args.toolkit, tests=args.tests)
-    if manifest is not None and size:
-        with space.reported(out.with_name(out.name + ".parts"), "--split",
-                            needed=sum(e["size"] for e in manifest["files"])):
-            written = parts.split(out, out.with_name(out.name + ".parts"), size)
-        print(f"parts: {len(written)} of at most {size / 1024**2:.1f} MiB in {out.with_name(out.name + '.parts')}",
-              file=sys.stderr)
-    return 0
+    return built, notes

@@ -28,8 +28,9 @@ _MISSING = Path(__file__).with_name("env_programs") / "missing_distributions.py"
 _IMPORT_MODULES = _MISSING.with_name("import_modules.py")
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildResult:
+    """The record of one build: its wheel, cache key, whether the cache served it, and the cache entry's record."""
     package: str
     wheel: Path
     fingerprint: str
@@ -92,6 +93,33 @@ def _diagnose(log_path: Path) -> str:
     return format_diagnoses(diagnose_text(log_path.read_text(errors="replace")))
 
 
+@dataclass(frozen=True)
+class BuildPlan:
+    """One planned build: the recipe, the archs asked for and compiled, the toolchain and the cache key."""
+    recipe: recipes.Recipe
+    python: str
+    version: str
+    archs: list[str]  # what the user asked for
+    built_archs: list[str]  # what is compiled (none for host-only code: one build serves all archs)
+    checked_archs: list[str]  # the archs plus the target devices' own, each needing a cubin that runs on it
+    info: toolchain.TorchInfo
+    toolchain: toolchain.Toolchain
+    inputs: dict
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """How many compile jobs and nvcc threads a build runs, and why."""
+    max_jobs: int
+    threads: int
+    decided: str
+    given: bool  # MAX_JOBS came from the user (a hard total)
+    memory_jobs: int
+    mem_available_gib: float
+    cores: int
+
+
 def build_one(root: Path, variant: stacks.Variant, package: str, python: str, archs: list[str],
               wheelhouse: Path, work: Path, jobs: int | None = None, threads: int | None = None,
               source: Path | None = None, keep: bool = False, toolkit: Path | None = None,
@@ -100,6 +128,16 @@ def build_one(root: Path, variant: stacks.Variant, package: str, python: str, ar
     a bundle carries); `toolkit`: a CUDA_HOME a bundle carries, used when no CUDA_HOME is set; `devices`: the
     compute capabilities the wheel must run on besides `archs` (a B300's 10.3 for a 10.0 build), checked by the
     arch-family rules."""
+    plan = plan_build(root, variant, package, python, archs, work, toolkit, devices)
+    if hit := _cache_hit(plan, wheelhouse):
+        return hit
+    check_requires(plan.recipe, python)
+    return run_build(plan, wheelhouse, work, _jobs(plan, jobs, threads), source, keep)
+
+
+def plan_build(root: Path, variant: stacks.Variant, package: str, python: str, archs: list[str], work: Path,
+               toolkit: Path | None = None, devices: list[str] | None = None) -> BuildPlan:
+    """Check that the variant builds `package` for `archs`, resolve the toolchain, and name the cache key."""
     recipe = recipes.load(root, package)
     wanted = variant.source_build(recipe.package)
     if wanted is None:
@@ -120,32 +158,48 @@ def build_one(root: Path, variant: stacks.Variant, package: str, python: str, ar
         print(f"  warning: {tc.warning}", file=sys.stderr)
     version = recipe.source.version_for(wanted.version)
     inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info, built_archs, tc.nvcc_version)
-    fp = wheelcache.fingerprint(inputs)
+    checked = [*archs, *(d for d in devices or [] if d not in archs)]
+    return BuildPlan(recipe, python, version, archs, built_archs, checked, info, tc, inputs,
+                     wheelcache.fingerprint(inputs))
+
+
+def _cache_hit(plan: BuildPlan, wheelhouse: Path) -> BuildResult | None:
+    package, fp = plan.recipe.package, plan.fingerprint
     try:
-        hit = wheelcache.lookup(wheelhouse, recipe.package, fp)
+        hit = wheelcache.lookup(wheelhouse, package, fp)
     except wheelcache.Corrupt as e:
         print(f"  {e}; rebuilding", file=sys.stderr)
-        wheelcache.remove(wheelhouse, recipe.package, fp)
-        hit = None
-    if hit:
-        print(f"  cache hit {hit.path} ({hit.wheel.name}): no rebuild", file=sys.stderr)
-        return BuildResult(recipe.package, hit.wheel, fp, True, hit.record)
-    check_requires(recipe, python)
+        wheelcache.remove(wheelhouse, package, fp)
+        return None
+    if not hit:
+        return None
+    print(f"  cache hit {hit.path} ({hit.wheel.name}): no rebuild", file=sys.stderr)
+    return BuildResult(package, hit.wheel, fp, True, hit.record)
 
+
+def _jobs(plan: BuildPlan, jobs: int | None, threads: int | None) -> Jobs:
+    """The user's MAX_JOBS and threads where given (flag or environment), else what memory and cores allow."""
+    recipe = plan.recipe
     mem, cores = mem_available_gib(), os.cpu_count() or 1
     # nvcc threads only help when the recipe can pass them on and there is GPU code to split by arch.
-    n_archs = len(archs) if recipe.threads_variable and recipe.gpu_code else 1
+    n_archs = len(plan.archs) if recipe.threads_variable and recipe.gpu_code else 1
     par = parallelism_for(recipe.mem_per_job_gib, recipe.mem_per_extra_thread_gib, n_archs, mem, cores)
     given_jobs = jobs or _env_int("MAX_JOBS")
-    jobs = given_jobs or par.jobs
     given_threads = threads or (_env_int(recipe.threads_variable) if recipe.threads_variable else None)
-    threads = given_threads or par.threads
     decided = "given by the user" if given_jobs or given_threads else par.reason
-    print(f"  parallelism: MAX_JOBS={jobs}, {recipe.threads_variable or 'threads'}={threads} ({decided})",
-          file=sys.stderr)
+    chosen = Jobs(given_jobs or par.jobs, given_threads or par.threads, decided, bool(given_jobs), par.memory_jobs,
+                  mem, cores)
+    print(f"  parallelism: MAX_JOBS={chosen.max_jobs}, {recipe.threads_variable or 'threads'}={chosen.threads} "
+          f"({decided})", file=sys.stderr)
+    return chosen
 
+
+def run_build(plan: BuildPlan, wheelhouse: Path, work: Path, jobs: Jobs, source: Path | None = None,
+              keep: bool = False) -> BuildResult:
+    """Run one planned build in a fresh or resumed tree, check its cubins, and cache the wheel with its record."""
+    recipe, fp = plan.recipe, plan.fingerprint
     work.mkdir(parents=True, exist_ok=True)
-    origin = recipe.source.fetch(version, work, source)  # the verified sdist, the clone holding the commit, the folder
+    origin = recipe.source.fetch(plan.version, work, source)  # the verified sdist, the clone holding the commit, ...
     tmp, src, lock = _resumable_tree(work, recipe, fp, origin) if recipe.source.resumable else (None, None, None)
     if tmp is None:
         tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
@@ -158,52 +212,11 @@ def build_one(root: Path, variant: stacks.Variant, package: str, python: str, ar
     try:
         if not resumed:  # a resumed tree was checked against the verified sdist above
             src = recipe.source.place(origin, tmp / "src")
-        env = {**os.environ, **tc.env, **recipe.env, recipe.jobs_variable: str(jobs)}
-        # The env's own tools (ninja, cmake) as if it were activated; the toolchain's nvcc stays first.
-        env["PATH"] = f"{tc.cuda_home}/bin:{Path(python).parent}:{env['PATH']}"
-        if recipe.gpu_code and recipe.arch_variable:
-            env[recipe.arch_variable] = recipe.arch_value(archs)
-        if recipe.threads_variable:
-            env[recipe.threads_variable] = str(threads)
-        split = {}
-        if recipe.concurrent_extensions_variable:
-            at_once, per_extension, why = extension_split(recipe, jobs, bool(given_jobs), par.memory_jobs, cores)
-            env[recipe.concurrent_extensions_variable], env[recipe.jobs_variable] = str(at_once), str(per_extension)
-            print(f"  {recipe.concurrent_extensions_variable}={at_once} extensions at once x "
-                  f"{recipe.jobs_variable}={per_extension} jobs each ({why})", file=sys.stderr)
-            split = {"extensions_at_once": at_once, "jobs_per_extension": per_extension, "split": why}
-        env |= _site_paths(recipe, info, env)
-        cmd = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
-               *recipe.pip_args, "-w", str(tmp / "dist"), str(src)]
-        print(f"  log: {log_path}", file=sys.stderr)
-        sampler = MemorySampler()
-        sampler.start()
-        started = time.time()
-        rc = run_logged(cmd, env, log_path, src, append=resumed)
-        wall = time.time() - started
-        peak = sampler.stop()
-        if rc != 0:
-            raise UserError(f"building {recipe.package} failed (exit {rc}); full log: {log_path}\n{_tail(log_path)}"
-                            + (f"\n{d}" if (d := _diagnose(log_path)) else ""), exit_code=1)
-        wheel = next((tmp / "dist").glob("*.whl"))
+        env, split = _build_env(plan, jobs)
+        wheel, wall, peak = _compile(plan, env, src, tmp, log_path, resumed)
         objects = cubins.wheel_shared_objects(wheel, tmp / "scan")
-        _check_cubins(recipe, objects, [*archs, *(d for d in devices or [] if d not in archs)], log_path)
-        record = {
-            "inputs": inputs,
-            "toolchain": {"cuda_home": tc.cuda_home, "nvcc": tc.nvcc_version, "nvcc_release": tc.nvcc_release,
-                          "torch_cuda": tc.torch_cuda, "nvcc_match": tc.match, "warning": tc.warning,
-                          "source": tc.source, "host_cxx": f"{tc.host_cxx} {tc.host_cxx_version}"},
-            "parallelism": {"max_jobs": jobs, "threads": threads, "decision": decided,
-                            "mem_available_gib": round(mem, 1), "cores": cores, **split},
-            "wall_s": round(wall, 1),
-            # A resumed build: wall_s is this run's; ninja's compile_wall_s sums every run.
-            "resumed": resumed,
-            "peak_mem_used_gib": peak,
-            "max_rss_single_process_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
-            "ninja": ninja_stats(src, cores),
-            "cubins": {Path(o).name: sorted(cubins.cubin_archs(cubins.shared_object_archs(o))) for o in objects},
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        _check_cubins(recipe, objects, plan.checked_archs, log_path)
+        record = _record(plan, jobs, split, src, objects, wall, peak, resumed)
         # The logs travel with the entry, so its ninja figures can be re-derived per unit later.
         evidence = {"build.log": log_path} | {
             f"ninja/{'__'.join(log.parent.relative_to(src).parts) or 'top'}.ninja_log": log for log in ninja_logs(src)}
@@ -217,6 +230,69 @@ def build_one(root: Path, variant: stacks.Variant, package: str, python: str, ar
         else:
             shutil.rmtree(tmp, ignore_errors=True)
         lock.close()
+
+
+def _build_env(plan: BuildPlan, jobs: Jobs) -> tuple[dict[str, str], dict]:
+    """(the build's environment, how its jobs were split over extensions built at once, if they are)."""
+    recipe, tc = plan.recipe, plan.toolchain
+    env = {**os.environ, **tc.env, **recipe.env, recipe.jobs_variable: str(jobs.max_jobs)}
+    # The env's own tools (ninja, cmake) as if it were activated; the toolchain's nvcc stays first.
+    env["PATH"] = f"{tc.cuda_home}/bin:{Path(plan.python).parent}:{env['PATH']}"
+    if recipe.gpu_code and recipe.arch_variable:
+        env[recipe.arch_variable] = recipe.arch_value(plan.archs)
+    if recipe.threads_variable:
+        env[recipe.threads_variable] = str(jobs.threads)
+    split = {}
+    if recipe.concurrent_extensions_variable:
+        at_once, per_extension, why = extension_split(recipe, jobs.max_jobs, jobs.given, jobs.memory_jobs, jobs.cores)
+        env[recipe.concurrent_extensions_variable], env[recipe.jobs_variable] = str(at_once), str(per_extension)
+        print(f"  {recipe.concurrent_extensions_variable}={at_once} extensions at once x "
+              f"{recipe.jobs_variable}={per_extension} jobs each ({why})", file=sys.stderr)
+        split = {"extensions_at_once": at_once, "jobs_per_extension": per_extension, "split": why}
+    env |= _site_paths(recipe, plan.info, env)
+    return env, split
+
+
+def _compile(plan: BuildPlan, env: dict[str, str], src: Path, tmp: Path, log_path: Path,
+             resumed: bool) -> tuple[Path, float, float]:
+    """(the wheel, wall seconds, peak GiB used) of `pip wheel` on the placed sources; one line naming the cause if
+    it fails."""
+    recipe = plan.recipe
+    cmd = [plan.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
+           *recipe.pip_args, "-w", str(tmp / "dist"), str(src)]
+    print(f"  log: {log_path}", file=sys.stderr)
+    sampler = MemorySampler()
+    sampler.start()
+    started = time.time()
+    rc = run_logged(cmd, env, log_path, src, append=resumed)
+    wall = time.time() - started
+    peak = sampler.stop()
+    if rc != 0:
+        raise UserError(f"building {recipe.package} failed (exit {rc}); full log: {log_path}\n{_tail(log_path)}"
+                        + (f"\n{d}" if (d := _diagnose(log_path)) else ""), exit_code=1)
+    return next((tmp / "dist").glob("*.whl")), wall, peak
+
+
+def _record(plan: BuildPlan, jobs: Jobs, split: dict, src: Path, objects: list[Path], wall: float, peak: float,
+            resumed: bool) -> dict:
+    """What the cache entry says about how its wheel was made."""
+    tc = plan.toolchain
+    return {
+        "inputs": plan.inputs,
+        "toolchain": {"cuda_home": tc.cuda_home, "nvcc": tc.nvcc_version, "nvcc_release": tc.nvcc_release,
+                      "torch_cuda": tc.torch_cuda, "nvcc_match": tc.match, "warning": tc.warning,
+                      "source": tc.source, "host_cxx": f"{tc.host_cxx} {tc.host_cxx_version}"},
+        "parallelism": {"max_jobs": jobs.max_jobs, "threads": jobs.threads, "decision": jobs.decided,
+                        "mem_available_gib": round(jobs.mem_available_gib, 1), "cores": jobs.cores, **split},
+        "wall_s": round(wall, 1),
+        # A resumed build: wall_s is this run's; ninja's compile_wall_s sums every run.
+        "resumed": resumed,
+        "peak_mem_used_gib": peak,
+        "max_rss_single_process_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, 2),
+        "ninja": ninja_stats(src, jobs.cores),
+        "cubins": {Path(o).name: sorted(cubins.cubin_archs(cubins.shared_object_archs(o))) for o in objects},
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def verdicts(package: str, archs: list[str], targets: list, visible: list[tuple[str, str]]) -> list[str]:

@@ -3,13 +3,12 @@
 of fallback lines and vLLM attention backends (data/kernel_paths.toml) that verl's trainer check reads its run's
 output with (verify/kernels/_kernel_paths.py)."""
 
-import functools
 import re
 from pathlib import Path
 
 from verlenv.catalog import families as families_mod, packages
 from verlenv.errors import UserError
-from verlenv.fsutil import read_toml
+from verlenv.fsutil import load_table, packaged_table
 from verlenv.verify.results import CheckResult
 
 DATA = Path(__file__).parents[1] / "data" / "kernel_paths.toml"
@@ -51,15 +50,12 @@ def parse(path: Path, data: dict) -> dict:
 
 
 def load(path: Path | None = None) -> dict:
-    path = Path(path) if path else DATA
-    data = read_toml(path)
-    return parse(path, data)
+    return load_table(Path(path) if path else DATA, parse)
 
 
-@functools.cache
 def table() -> dict:
     """The packaged table, read once per process: what the trainer check gets as its profile's `kernel_paths`."""
-    return load()
+    return packaged_table(DATA, parse)
 
 
 def check_rows(families_table: families_mod.Table, paths: dict | None = None) -> None:

@@ -42,23 +42,16 @@ RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
 
 @dataclass
 class Settings:
+    """A run's options and what was resolved from them (the env, its variant and lock, the GPU profile, the family
+    rows, the kernel folder)."""
     python: str
     catalog: stacks.Catalog
     variant: stacks.Variant
     profile: gpus.GpuProfile | None
     gpus: list[gpus.Gpu]
     lock: Path | None
-    no_lock: bool = False
-    skipped: frozenset[str] = frozenset()
-    only: str | None = None
+    options: VerifyOptions = field(default_factory=VerifyOptions)
     kernels_dir: Path = KERNELS_DIR
-    timeout: float = 150.0
-    forced: bool = False
-    # The production path (verl's and vLLM's defaults, one script at a time) instead of the fast proof; the
-    # tensor-parallel sizes of verl's rollout and Megatron actor in the trainer check.
-    thorough: bool = False
-    rollout_tp: int = 1
-    actor_tp: int = 1
     # The model families verl's trainer check trains (data/families.toml rows, or shrunk config.json files).
     families: list[dict] = field(default_factory=list)
 
@@ -66,15 +59,44 @@ class Settings:
     def from_options(cls, o: VerifyOptions, *, python: str, cat: stacks.Catalog, variant: stacks.Variant,
                      profile: gpus.GpuProfile | None, visible: list[gpus.Gpu], lock: Path | None,
                      families_rows: list[dict] | None = None, kernels_dir: Path | None = None) -> "Settings":
-        """A run's settings from its options, with what was resolved from them (the env, its variant and lock, the
-        GPU profile, the family rows)."""
+        """A run's settings from its options, with what was resolved from them."""
         return cls(python=python, catalog=cat, variant=variant, profile=profile, gpus=visible,
-                   lock=None if o.no_lock else lock, no_lock=o.no_lock,
-                   skipped=frozenset(canonicalize_name(n) for n in o.skip_package),
-                   only=canonicalize_name(o.only) if o.only else None, kernels_dir=kernels_dir or KERNELS_DIR,
-                   timeout=o.timeout, forced=o.force, thorough=o.thorough, rollout_tp=o.rollout_tp,
-                   actor_tp=o.actor_tp,
+                   lock=None if o.no_lock else lock, options=o, kernels_dir=kernels_dir or KERNELS_DIR,
                    families=families_rows if families_rows is not None else family_rows(o))
+
+    @property
+    def no_lock(self) -> bool:
+        return self.options.no_lock
+
+    @property
+    def skipped(self) -> frozenset[str]:
+        return frozenset(canonicalize_name(n) for n in self.options.skip_package)
+
+    @property
+    def only(self) -> str | None:
+        return canonicalize_name(self.options.only) if self.options.only else None
+
+    @property
+    def timeout(self) -> float:
+        return self.options.timeout
+
+    @property
+    def forced(self) -> bool:
+        return self.options.force
+
+    # The production path (verl's and vLLM's defaults, one script at a time) instead of the fast proof; the
+    # tensor-parallel sizes of verl's rollout and Megatron actor in the trainer check.
+    @property
+    def thorough(self) -> bool:
+        return self.options.thorough
+
+    @property
+    def rollout_tp(self) -> int:
+        return self.options.rollout_tp
+
+    @property
+    def actor_tp(self) -> int:
+        return self.options.actor_tp
 
     @property
     def mode(self) -> str:

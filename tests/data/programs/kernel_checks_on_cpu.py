@@ -15,10 +15,11 @@ KERNELS, OUT = sys.argv[1], sys.argv[2]
 
 
 def load(name):
-    if "_common" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("_common", os.path.join(KERNELS, "_common.py"))
-        sys.modules["_common"] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    for helper in ("_common", "_engines"):  # what the scripts import from their own folder
+        if helper not in sys.modules:
+            spec = importlib.util.spec_from_file_location(helper, os.path.join(KERNELS, f"{helper}.py"))
+            sys.modules[helper] = module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
     spec = importlib.util.spec_from_file_location(f"kernel_check_{name}", os.path.join(KERNELS, f"check_{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -85,8 +86,8 @@ if have("transformers") and have("tokenizers"):
         directory = tempfile.mkdtemp(dir=OUT)
         vm.write_tiny_model(directory, torch)
         prompts = vm.prompt_token_ids(torch)[:3]
-        first = vm.transformers_greedy(torch, directory, prompts, device="cpu")
-        again = vm.transformers_greedy(torch, directory, prompts, device="cpu")
+        first, _ = sys.modules["_engines"].transformers_greedy(torch, directory, prompts, device="cpu")
+        again, _ = sys.modules["_engines"].transformers_greedy(torch, directory, prompts, device="cpu")
         tokenizer = AutoTokenizer.from_pretrained(directory)
         problems = []
         if first != again or any(len(p) != vm.NEW_TOKENS for p in first):

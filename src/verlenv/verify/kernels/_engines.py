@@ -1,6 +1,7 @@
-"""For a check of an inference engine (check_sglang.py): prompts in the vocabulary of the trainer check's tokenizer
-(_models.py), transformers' greedy reference for them, the judging of the engine's tokens against it, the JIT caches
-an engine may fill at run time, and a child process for an engine that may kill its own process tree.
+"""For a check of an inference engine (check_vllm.py, check_sglang.py): prompts, transformers' greedy reference for
+them, the judging of the engine's tokens against it (check_sglang.py; prompts in the vocabulary of the trainer check's
+tokenizer, _models.py), the JIT caches an engine may fill at run time, and a child process for an engine that may
+kill its own process tree.
 
 Standard library at import: it runs in the env under test beside _common; torch is passed in by the scripts once they
 know it imports.

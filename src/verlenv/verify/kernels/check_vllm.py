@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import _common
+import _engines
 
 PACKAGE = "vllm"
 # This process has initialised CUDA (the reference model) before the engine starts: a forked EngineCore cannot
@@ -31,12 +32,15 @@ os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 # has no business writing outside the caches it was given, nor reaching out from an air-gapped node (a GPU visit found
 # the file in the check's home, 2026-11-28). The user's own setting wins.
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-# Where each JIT compiler vLLM may use at run time keeps what it compiled: (name, env var overriding it, default).
-JIT_CACHES = (("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfer"),
-              ("triton", "TRITON_CACHE_DIR", "~/.triton/cache", ""),
-              ("vllm", "VLLM_CACHE_ROOT", "~/.cache/vllm", ""),
-              ("inductor", "TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{os.environ.get('USER', 'root')}", ""))
-VOCAB, PROMPTS, NEW_TOKENS = 256, 16, 8
+# Where each JIT compiler vLLM may use at run time keeps what it compiled: (name, env var overriding the folder,
+# default folder, sub-folder, compiled with nvcc: FlashInfer's cached_ops).
+JIT_CACHES = (("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfer", True),
+              ("triton", "TRITON_CACHE_DIR", "~/.triton/cache", "", False),
+              ("vllm", "VLLM_CACHE_ROOT", "~/.cache/vllm", "", False),
+              ("inductor", "TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{os.environ.get('USER', 'root')}", "",
+               False))
+VOCAB = 256
+NEW_TOKENS = _engines.NEW_TOKENS
 # The fast proof's KV cache: 16 prompts of at most 128 tokens need well under 1 MiB per layer.
 KV_CACHE_BYTES = 1 << 28
 SPECIAL = ["<unk>", "<s>", "</s>"]
@@ -64,12 +68,7 @@ def write_tiny_model(directory, torch):
 
 
 def prompt_token_ids(torch):
-    gen = torch.Generator().manual_seed(1)
-    prompts = []
-    for i in range(PROMPTS):
-        words = torch.randint(len(SPECIAL), VOCAB, (4 + i,), generator=gen).tolist()
-        prompts.append([1] + words)  # <s> first, as a tokenizer with a BOS would do
-    return prompts
+    return _engines.prompt_token_ids(torch, VOCAB, len(SPECIAL), 1)  # <s> first, as a tokenizer with a BOS would do
 
 
 def attention_backend(llm_class, kwargs):
@@ -102,42 +101,6 @@ def fixed_kv_cache(kwargs, engine_args_class) -> bool:
     return True
 
 
-def transformers_greedy(torch, directory, prompts, device="cuda"):
-    """Greedy continuation of each prompt by transformers, one full forward per token (no cache, no stopping)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(directory).to(device, torch.bfloat16).eval()
-    picks = []
-    with torch.no_grad():
-        for ids in prompts:
-            x = torch.tensor([ids], device=device)
-            for _ in range(NEW_TOKENS):
-                x = torch.cat([x, model(x).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-            picks.append(x[0, len(ids):].tolist())
-    return picks
-
-
-def jit_cache_dirs(environ=os.environ) -> dict[str, str]:
-    return {name: os.path.join(os.path.expanduser(environ.get(var) or default), *filter(None, [sub]))
-            for name, var, default, sub in JIT_CACHES}
-
-
-def cache_files(directory: str) -> set[str]:
-    found = set()
-    for root, _, files in os.walk(directory):
-        found.update(os.path.join(root, f) for f in files)
-    return found
-
-
-def new_cache_files(before: dict[str, set[str]], dirs: dict[str, str]) -> dict[str, list[str]]:
-    return {name: sorted(cache_files(path) - before[name]) for name, path in dirs.items()}
-
-
-def nvcc_built(new: dict[str, list[str]]) -> list[str]:
-    """FlashInfer's JIT output (its cached_ops folder): modules it compiled with nvcc at run time."""
-    return [f for f in new.get("flashinfer", []) if f"{os.sep}cached_ops{os.sep}" in f]
-
-
 def check_import():
     import vllm
 
@@ -155,8 +118,8 @@ def check_generate(torch, profile):
                       max_model_len=128, seed=0, enable_prefix_caching=False)
         backend = attention_backend(LLM, kwargs)
         fixed = not profile.thorough and fixed_kv_cache(kwargs, EngineArgs)
-        dirs = jit_cache_dirs()
-        before = {name: cache_files(path) for name, path in dirs.items()}
+        dirs = _engines.jit_cache_dirs(JIT_CACHES)
+        before = {name: _engines.cache_files(path) for name, path in dirs.items()}
         start = time.perf_counter()
         llm = LLM(**kwargs)
         engine_s = time.perf_counter() - start
@@ -167,14 +130,14 @@ def check_generate(torch, profile):
         llm.generate(requests[:1], SamplingParams(max_tokens=1, temperature=1.0, top_k=50, top_p=0.9),
                      use_tqdm=False)
         first_token_s = time.perf_counter() - start
-        compiled = new_cache_files(before, dirs)
+        compiled = _engines.new_cache_files(before, dirs)
         params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
         llm.generate(requests, params, use_tqdm=False)  # warm-up
         start = time.perf_counter()
         outputs = llm.generate(requests, params, use_tqdm=False)
         seconds = time.perf_counter() - start
         del llm  # shuts the engine down and frees its share of GPU memory before the reference runs
-        want = transformers_greedy(torch, directory, prompts)
+        want, _ = _engines.transformers_greedy(torch, directory, prompts)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     got = [list(o.outputs[0].token_ids) for o in outputs]
@@ -192,7 +155,7 @@ def check_generate(torch, profile):
     if numbers["first_token_matches"] != len(prompts):
         problems.append(f"first greedy token differs from transformers for "
                         f"{len(prompts) - numbers['first_token_matches']} of {len(prompts)} prompts")
-    built = nvcc_built(compiled)
+    built = _engines.nvcc_built(compiled, JIT_CACHES)
     if built:
         problems.append(f"the first generation JIT-compiled {len(built)} FlashInfer files with nvcc (e.g. "
                         f"{built[0]}); is VLLM_USE_FLASHINFER_SAMPLER=0 in effect (the env's runtime defaults)?")

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from test_kernel_scripts import KERNELS, REPO, has_modules, load, results_of
-from verlenv.catalog import backends, families, gpus, stacks
+from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.cluster.trainer import trainer_spec
 
 IMPORT_SCRIPT = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib.util as u; "
@@ -175,13 +175,14 @@ def test_output_ids_of_one_answer_or_many():
 
 
 def test_jit_caches_follow_their_env_vars_and_only_nvcc_caches_count_as_builds(tmp_path):
-    check, eng = sglang(), engines()
-    dirs = eng.jit_cache_dirs(check.JIT_CACHES, {"TVM_FFI_CACHE_DIR": str(tmp_path / "tvm"),
+    eng, jit = engines(), load("_jit_caches")
+    caches = jit.watched(packages.table().jit_caches, "sglang")
+    dirs = eng.jit_cache_dirs(caches, {"TVM_FFI_CACHE_DIR": str(tmp_path / "tvm"),
                                                  "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
                                                  "TRITON_CACHE_DIR": str(tmp_path / "tr"),
                                                  "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "in")})
     assert dirs == {"sglang": str(tmp_path / "tvm"), "flashinfer": str(tmp_path / "fi" / ".cache" / "flashinfer"),
-                    "triton": str(tmp_path / "tr"), "inductor": str(tmp_path / "in")}
+                    "triton": str(tmp_path / "tr"), "torchinductor": str(tmp_path / "in")}
     before = {name: eng.cache_files(path) for name, path in dirs.items()}
     # What a first generation leaves (the layouts of tvm-ffi 0.1.9, FlashInfer 0.6.11, Triton 3.6, seen here).
     made = [tmp_path / "tvm" / "sgl_kernel_jit_activation_bf16_t_true_dce174b0398896c8" / name
@@ -193,8 +194,8 @@ def test_jit_caches_follow_their_env_vars_and_only_nvcc_caches_count_as_builds(t
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
     new = eng.new_cache_files(before, dirs)
-    assert [len(new[n]) for n in ("sglang", "flashinfer", "triton", "inductor")] == [3, 2, 1, 0]
-    assert eng.nvcc_built(new, check.JIT_CACHES) == [str(made[4]), str(made[2])]
+    assert [len(new[n]) for n in ("sglang", "flashinfer", "triton", "torchinductor")] == [3, 2, 1, 0]
+    assert eng.nvcc_built(new, caches) == [str(made[4]), str(made[2])]
 
 
 def test_the_engines_answer_comes_back_from_its_child(monkeypatch):

@@ -22,6 +22,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import verlenv
+from verlenv.catalog import packages
 
 KERNELS = Path(verlenv.__file__).parent / "verify" / "kernels"
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
 # The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
-HELPERS = ("_common", "_engines", "_models", "_phases", "_kernel_paths")
+HELPERS = ("_common", "_jit_caches", "_engines", "_models", "_phases", "_kernel_paths")
 
 
 def load(name: str):
@@ -489,8 +490,11 @@ def test_check_logic_on_cpu(on_cpu, name):
 
 
 def test_vllm_jit_caches_follow_their_env_vars_and_new_flashinfer_ops_are_nvcc_builds(tmp_path):
-    vllm, eng = load("vllm"), load("_engines")
-    dirs = eng.jit_cache_dirs(vllm.JIT_CACHES, {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
+    """The caches vLLM's check watches are data/packages.toml's [jit_caches] rows for vllm, as --profile hands them."""
+    eng, jit = load("_engines"), load("_jit_caches")
+    caches = jit.watched(packages.table().jit_caches, "vllm")
+    assert set(caches) == {"flashinfer", "triton", "vllm", "torchinductor"}
+    dirs = eng.jit_cache_dirs(caches, {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi"),
                                                 "TRITON_CACHE_DIR": str(tmp_path / "tr"),
                                                 "VLLM_CACHE_ROOT": str(tmp_path / "vl"),
                                                 "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "in")})
@@ -506,8 +510,10 @@ def test_vllm_jit_caches_follow_their_env_vars_and_new_flashinfer_ops_are_nvcc_b
     (Path(dirs["flashinfer"]) / "cubins").mkdir()
     (Path(dirs["flashinfer"]) / "cubins" / "downloaded.cubin").write_text("")
     new = eng.new_cache_files(before, dirs)
-    assert [len(new[n]) for n in ("flashinfer", "triton", "vllm", "inductor")] == [2, 1, 0, 0]
-    assert eng.nvcc_built(new, vllm.JIT_CACHES) == [str(ops / "sampling.so")]
+    assert [len(new[n]) for n in ("flashinfer", "triton", "vllm", "torchinductor")] == [2, 1, 0, 0]
+    assert eng.nvcc_built(new, caches) == [str(ops / "sampling.so")]
+    # Without its variable, vLLM's own cache follows XDG_CACHE_HOME, as vllm/envs.py has it.
+    assert jit.folder(caches["vllm"], {"XDG_CACHE_HOME": str(tmp_path / "xdg")}) == str(tmp_path / "xdg" / "vllm")
 
 
 class FakeCuda:

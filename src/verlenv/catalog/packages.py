@@ -69,6 +69,9 @@ class Table:
     report_also: tuple[str, ...] = ()
     report_patterns: tuple[str, ...] = ()
     order: tuple[str, ...] = field(default=())
+    # [jit_caches.<name>]: where each JIT compiler caches (var, default, sub, nvcc, used_by), as the kernel checks and
+    # the cluster fingerprint read it.
+    jit_caches: dict = field(default_factory=dict)
 
     def required(self, actor: str, rollout: str) -> frozenset[str]:
         """The packages a variant of this actor and rollout cannot work without: a failure of theirs fails the run."""
@@ -152,7 +155,25 @@ def parse(path: Path, data: dict) -> Table:
     return Table(path=path, packages=packages, scripts=scripts,
                  report_also=_strings(report.get("also", []), "report.also", path),
                  report_patterns=_strings(report.get("patterns", []), "report.patterns", path),
-                 order=tuple(packages))
+                 order=tuple(packages), jit_caches=_jit_caches(path, data.get("jit_caches", {})))
+
+
+JIT_CACHE_KEYS = {"var": str, "default": str, "sub": str, "nvcc": bool, "used_by": list}
+
+
+def _jit_caches(path: Path, rows) -> dict:
+    """The [jit_caches.<name>] rows, each checked: var and default strings, the rest of JIT_CACHE_KEYS optional."""
+    if not isinstance(rows, dict):
+        raise UserError(f"{path}: jit_caches must be a table of [jit_caches.<name>] rows")
+    for name, row in rows.items():
+        where = f"jit_caches.{name}"
+        if not isinstance(row, dict) or not {"var", "default"} <= set(row):
+            raise UserError(f"{path}: {where} needs var and default")
+        for key, value in row.items():
+            if key not in JIT_CACHE_KEYS or not isinstance(value, JIT_CACHE_KEYS[key]):
+                raise UserError(f"{path}: {where}.{key}: valid keys: " + ", ".join(
+                    f"{k} ({t.__name__})" for k, t in JIT_CACHE_KEYS.items()))
+    return {name: dict(row) for name, row in rows.items()}
 
 
 def _package(path: Path, name: str, row) -> Package:

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from verlenv.catalog import packages as package_table
+from verlenv.verify.kernels import _jit_caches
 
 # Variables verl, vLLM, NCCL and Ray read: a value differing on one node changes how the job runs there.
 ENV_NAMES = ("NCCL_CUMEM_ENABLE", "VLLM_WORKER_MULTIPROC_METHOD", "FLASHINFER_WORKSPACE_BASE",
@@ -131,20 +132,11 @@ def nccl_net_plugins(environ: dict) -> str:
 
 
 def jit_caches(environ: dict) -> dict[str, str]:
-    """Where each JIT compiler caches, and whether the worker can write there (a read-only cache recompiles, or
-    fails)."""
-    home = os.path.expanduser("~")
-    xdg = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    user = environ.get("USER") or str(os.getuid())
-    dirs = {
-        "triton": environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
-        "torchinductor": environ.get("TORCHINDUCTOR_CACHE_DIR") or f"/tmp/torchinductor_{user}",
-        "vllm": environ.get("VLLM_CACHE_ROOT") or os.path.join(xdg, "vllm"),
-        "flashinfer": os.path.join(environ.get("FLASHINFER_WORKSPACE_BASE") or home, ".cache", "flashinfer"),
-        "torch-extensions": environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(xdg, "torch_extensions"),
-        "cuda": environ.get("CUDA_CACHE_PATH") or os.path.join(home, ".nv", "ComputeCache"),
-    }
-    return {f"jit-cache:{k}": f"{path} ({_writable(path)})" for k, path in dirs.items()}
+    """Where each JIT compiler caches (data/packages.toml's [jit_caches], resolved as the engine checks resolve them),
+    and whether the worker can write there (a read-only cache recompiles, or fails)."""
+    rows = package_table.table().jit_caches
+    return {f"jit-cache:{name}": (f"{(path := _jit_caches.folder(row, environ))} ({_writable(path)})")
+            for name, row in rows.items()}
 
 
 def _writable(path: str) -> str:

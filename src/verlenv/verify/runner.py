@@ -339,7 +339,8 @@ def script_profile(s: Settings, beside: list[str]) -> dict:
     """What a script receives as --profile: the GPU profile, the env's variant, the mode and sizes, and which
     scripts run beside it."""
     out = {**s.profile.for_checks(len(s.gpus)), "variant": s.variant.name, "thorough": s.thorough,
-           "rollout_tp": s.rollout_tp, "actor_tp": s.actor_tp, "beside": beside}
+           "rollout_tp": s.rollout_tp, "actor_tp": s.actor_tp, "beside": beside,
+           "jit_caches": packages.table().jit_caches}
     if s.families:
         out["trainer"] = s.trainer()
     return out

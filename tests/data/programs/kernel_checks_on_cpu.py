@@ -15,7 +15,7 @@ KERNELS, OUT = sys.argv[1], sys.argv[2]
 
 
 def load(name):
-    for helper in ("_common", "_engines"):  # what the scripts import from their own folder
+    for helper in ("_common", "_jit_caches", "_engines"):  # what the scripts import from their own folder
         if helper not in sys.modules:
             spec = importlib.util.spec_from_file_location(helper, os.path.join(KERNELS, f"{helper}.py"))
             sys.modules[helper] = module = importlib.util.module_from_spec(spec)

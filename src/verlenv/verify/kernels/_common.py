@@ -56,7 +56,8 @@ class ProfileError(ValueError):
 class Profile:
     def __init__(self, key: str, arch: str, fp8: bool, thresholds: dict, gpu_count: int | None = None,
                  variant: str = "fsdp", thorough: bool = False, rollout_tp: int = 1, actor_tp: int = 1,
-                 beside: tuple[str, ...] = (), trainer: dict | None = None, runs_cubins: tuple[str, ...] = ()):
+                 beside: tuple[str, ...] = (), trainer: dict | None = None, runs_cubins: tuple[str, ...] = (),
+                 jit_caches: dict | None = None):
         self.key, self.arch, self.fp8, self.thresholds = key, arch, fp8, thresholds
         # The cubin names that run on this profile's GPU (verlenv's arch-family rules: sm_100 and sm_103a on a B300);
         # by default the arch's own.
@@ -73,6 +74,8 @@ class Profile:
         # The scripts running at the same time on the same GPUs (e.g. "verl_trainer"): a throughput measured now
         # shares the GPU.
         self.beside = beside
+        # Where each JIT compiler caches: data/packages.toml's [jit_caches] rows by name.
+        self.jit_caches = jit_caches or {}
 
     def threshold(self, name: str) -> float:
         return float(self.thresholds.get(name, DEFAULT_THRESHOLDS[name]))
@@ -130,8 +133,12 @@ def parse_profile(text: str) -> Profile:
     runs_cubins = data.get("runs_cubins", [])
     if not isinstance(runs_cubins, list) or not all(isinstance(c, str) for c in runs_cubins):
         raise ProfileError(f"--profile runs_cubins must be a list of cubin names (sm_100...), not {runs_cubins!r}")
+    jit_caches = data.get("jit_caches", {})
+    if not isinstance(jit_caches, dict) or not all(isinstance(r, dict) and isinstance(r.get("var"), str)
+                                                   and isinstance(r.get("default"), str) for r in jit_caches.values()):
+        raise ProfileError("--profile jit_caches must be a JSON object of {var, default, ...} rows")
     return Profile(key, arch, fp8, thresholds, gpu_count, variant, thorough, sizes["rollout_tp"], sizes["actor_tp"],
-                   tuple(beside), trainer, tuple(runs_cubins))
+                   tuple(beside), trainer, tuple(runs_cubins), jit_caches)
 
 
 # What the trainer check reads of each part of --profile's trainer (the rows verlenv hands over).

@@ -12,6 +12,7 @@ import os
 import traceback
 
 import _common
+import _jit_caches
 
 PROMPTS, NEW_TOKENS = 16, 8
 # A prompt whose reference logits of its two best next tokens are closer than this is a near tie: bf16 rounding in
@@ -68,10 +69,9 @@ def agreement(got: list[list[int]], want: list[list[int]], margins: list[float])
     return numbers, problems
 
 
-def jit_cache_dirs(caches, environ=os.environ) -> dict[str, str]:
-    """caches: rows (name, env var overriding the folder, default folder, sub-folder, built with nvcc)."""
-    return {name: os.path.join(os.path.expanduser(environ.get(var) or default), *filter(None, [sub]))
-            for name, var, default, sub, _ in caches}
+def jit_cache_dirs(caches: dict, environ=os.environ) -> dict[str, str]:
+    """caches: [jit_caches] rows by name (data/packages.toml); their folders in this environment."""
+    return {name: _jit_caches.folder(row, environ) for name, row in caches.items()}
 
 
 def cache_files(directory: str) -> set[str]:
@@ -88,7 +88,7 @@ def new_cache_files(before: dict[str, set[str]], dirs: dict[str, str]) -> dict[s
 def nvcc_built(new: dict[str, list[str]], caches) -> list[str]:
     """Shared objects that appeared in the caches an nvcc JIT writes (tvm-ffi's builds, FlashInfer's cached_ops):
     modules compiled with nvcc at run time. Downloaded cubins and build scratch do not count."""
-    nvcc = {name for name, *_, built_with_nvcc in caches if built_with_nvcc}
+    nvcc = {name for name, row in caches.items() if row.get("nvcc")}
     return [f for name in sorted(nvcc) for f in new.get(name, []) if f.endswith(".so")]
 
 

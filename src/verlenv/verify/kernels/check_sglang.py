@@ -32,18 +32,12 @@ import time
 
 import _common
 import _engines
+import _jit_caches
 import _models
 
 PACKAGE = "sglang"
 # Attention per mode (thorough: verl's choice for SGLang >= 0.5.12; fast: FA3 from sglang-kernel, eager only).
 ATTENTION = {False: "fa3", True: "flashinfer"}
-# Where each JIT compiler SGLang may use at run time keeps what it compiled: (name, env var overriding the folder,
-# default folder, sub-folder, compiled with nvcc).
-INDUCTOR_CACHE = f"/tmp/torchinductor_{os.environ.get('USER', 'root')}"
-JIT_CACHES = (("sglang", "TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi", "", True),
-              ("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfer", True),
-              ("triton", "TRITON_CACHE_DIR", "~/.triton/cache", "", False),
-              ("inductor", "TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE, "", False))
 # The fast proof's KV pool: 16 prompts of at most 20 + 8 tokens need under 500 tokens.
 KV_TOKENS = 4096
 # A share of the GPU memory free at start (SGLang sizes weights + KV from it): the trainer check may run beside.
@@ -133,13 +127,13 @@ def check_import():
             f"sglang {sglang.__version__}, sglang-kernel {versions['sglang-kernel']} ({ops} ops)")
 
 
-def generate_in_engine(directory: str, thorough: bool, prompts: list[list[int]]) -> dict:
+def generate_in_engine(directory: str, thorough: bool, prompts: list[list[int]], caches: dict) -> dict:
     """In the engine's child process: start the engine, time a sampled first token, then greedy generation."""
     import sglang
     from sglang.srt.server_args import ServerArgs
 
     kwargs, missing = engine_kwargs(directory, thorough, {f.name for f in dataclasses.fields(ServerArgs)})
-    dirs = _engines.jit_cache_dirs(JIT_CACHES)
+    dirs = _engines.jit_cache_dirs(caches)
     before = {name: _engines.cache_files(path) for name, path in dirs.items()}
     start = time.perf_counter()
     engine = sglang.Engine(**kwargs)
@@ -169,13 +163,15 @@ def check_generate(torch, profile):
         _models.write_tokenizer(directory)
         _models.write_model(directory, torch, family)
         prompts = prompts_for(torch)
-        run = _engines.run_isolated(generate_in_engine, directory, profile.thorough, prompts,
+        # Where each JIT compiler SGLang may use keeps what it compiled (data/packages.toml's [jit_caches]).
+        caches = _jit_caches.watched(profile.jit_caches, "sglang")
+        run = _engines.run_isolated(generate_in_engine, directory, profile.thorough, prompts, caches,
                                     timeout=ENGINE_TIMEOUT_S, what="SGLang's engine")
         want, margins = _engines.transformers_greedy(torch, directory, prompts)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     numbers, problems = _engines.agreement(run["got"], want, margins)
-    built = _engines.nvcc_built(run["compiled"], JIT_CACHES)
+    built = _engines.nvcc_built(run["compiled"], caches)
     numbers.update({"family": family["name"], "engine_start_s": run["engine_start_s"],
                     "first_token_s": run["first_token_s"], "tokens_per_s": numbers["tokens"] / run["seconds"],
                     "nvcc_built": len(built),

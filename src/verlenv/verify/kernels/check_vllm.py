@@ -23,6 +23,7 @@ import time
 
 import _common
 import _engines
+import _jit_caches
 
 PACKAGE = "vllm"
 # This process has initialised CUDA (the reference model) before the engine starts: a forked EngineCore cannot
@@ -32,13 +33,6 @@ os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 # has no business writing outside the caches it was given, nor reaching out from an air-gapped node (a GPU visit found
 # the file in the check's home, 2026-11-28). The user's own setting wins.
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-# Where each JIT compiler vLLM may use at run time keeps what it compiled: (name, env var overriding the folder,
-# default folder, sub-folder, compiled with nvcc: FlashInfer's cached_ops).
-JIT_CACHES = (("flashinfer", "FLASHINFER_WORKSPACE_BASE", "~", ".cache/flashinfer", True),
-              ("triton", "TRITON_CACHE_DIR", "~/.triton/cache", "", False),
-              ("vllm", "VLLM_CACHE_ROOT", "~/.cache/vllm", "", False),
-              ("inductor", "TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{os.environ.get('USER', 'root')}", "",
-               False))
 VOCAB = 256
 NEW_TOKENS = _engines.NEW_TOKENS
 # The fast proof's KV cache: 16 prompts of at most 128 tokens need well under 1 MiB per layer.
@@ -118,7 +112,9 @@ def check_generate(torch, profile):
                       max_model_len=128, seed=0, enable_prefix_caching=False)
         backend = attention_backend(LLM, kwargs)
         fixed = not profile.thorough and fixed_kv_cache(kwargs, EngineArgs)
-        dirs = _engines.jit_cache_dirs(JIT_CACHES)
+        # Where each JIT compiler vLLM may use keeps what it compiled (data/packages.toml's [jit_caches]).
+        caches = _jit_caches.watched(profile.jit_caches, "vllm")
+        dirs = _engines.jit_cache_dirs(caches)
         before = {name: _engines.cache_files(path) for name, path in dirs.items()}
         start = time.perf_counter()
         llm = LLM(**kwargs)
@@ -155,7 +151,7 @@ def check_generate(torch, profile):
     if numbers["first_token_matches"] != len(prompts):
         problems.append(f"first greedy token differs from transformers for "
                         f"{len(prompts) - numbers['first_token_matches']} of {len(prompts)} prompts")
-    built = _engines.nvcc_built(compiled, JIT_CACHES)
+    built = _engines.nvcc_built(compiled, caches)
     if built:
         problems.append(f"the first generation JIT-compiled {len(built)} FlashInfer files with nvcc (e.g. "
                         f"{built[0]}); is VLLM_USE_FLASHINFER_SAMPLER=0 in effect (the env's runtime defaults)?")

@@ -113,8 +113,7 @@ def check_generate(torch, profile):
         backend = attention_backend(LLM, kwargs)
         fixed = not profile.thorough and fixed_kv_cache(kwargs, EngineArgs)
         # Where each JIT compiler vLLM may use keeps what it compiled (data/packages.toml's [jit_caches]).
-        caches = _jit_caches.watched(profile.jit_caches, "vllm")
-        dirs = _engines.jit_cache_dirs(caches)
+        dirs = _engines.jit_cache_dirs(caches := _jit_caches.watched(profile.jit_caches, "vllm"))
         before = {name: _engines.cache_files(path) for name, path in dirs.items()}
         start = time.perf_counter()
         llm = LLM(**kwargs)

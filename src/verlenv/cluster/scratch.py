@@ -9,18 +9,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from verlenv.native import proctree
+
 HELPERS = ".helpers"  # "<pid> <start>" lines: processes the owner started that use the folder (the Ray driver)
 
 
 def start_time(pid: int) -> str | None:
     """When process `pid` started (clock ticks since boot, /proc/PID/stat field 22), None if it is gone or a zombie:
     with the pid it names one process, never a later one that was given the same pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces and parentheses
-    return None if fields[0] in ("Z", "X") else fields[19]
+    fields = proctree.stat_fields(pid)
+    return None if fields is None or fields[0] in ("Z", "X") else fields[19]
 
 
 def _alive(pid: int, start: str) -> bool:

@@ -51,16 +51,22 @@ def _follow(p: subprocess.Popen, log, started: float, interactive: bool) -> int:
     return p.returncode
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...; field 22, the start
+    time, is index 19), or None when the process is gone. The name may hold spaces and parentheses: split after the
+    last ")"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def proc_stats() -> dict[int, list[str]]:
-    """pid -> the fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...), for every
-    process that is still there when read."""
+    """pid -> stat_fields(pid), for every process that is still there when read."""
     out = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
+        if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) is not None:
+            out[int(entry.name)] = fields
     return out
 
 

@@ -14,7 +14,7 @@ from test_build_env import build_until
 from verlenv import cubins
 from verlenv.catalog import stacks
 from verlenv.errors import UserError
-from verlenv.native import build as builder, recipes, sources
+from verlenv.native import build as builder, recipes, sources, toolchain
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parents[1] / "data" / "ext"
@@ -321,3 +321,41 @@ def test_transformer_engine_torch_compiles_its_first_units(tmp_path, monkeypatch
     units = re.findall(r"^\s*\[1/(\d+)\]", log, re.M)
     assert units == ["28"]  # TE 2.12.0: 28 host C++ units
     assert not wheelhouse.exists() or not list(wheelhouse.rglob("*"))
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_apex_on_a_cuda_home_without_its_toolkit_header_is_refused_before_anything_compiles(tmp_path, monkeypatch):
+    """The real apex recipe, the real verl-0.9 megatron variant, the build-test env's real toolchain (PyPI torch
+    2.11 cu130 and PyPI's nvcc 13.0.88, whose CUDA_HOME has no cuda_profiler_api.h): one line naming the header, no
+    source fetched, no build tree, no wheelhouse. Without the check this build compiled for 51 min and then failed."""
+    from test_build_env import clean_build_env, torch_python
+
+    clean_build_env(monkeypatch)
+    python = torch_python()
+    variant = stacks.load(REPO / "stacks.toml").variant("verl-0.9", "megatron")
+    work, wheelhouse = tmp_path / "work", tmp_path / "wheelhouse"
+    with pytest.raises(UserError) as e:
+        builder.build_one(REPO, variant, "apex", python, ["10.0"], wheelhouse, work)
+    line = str(e.value)
+    assert "\n" not in line and e.value.exit_code == 2
+    assert re.fullmatch(r"apex includes cuda_profiler_api\.h from the CUDA toolkit \(build\.toolkit_headers of "
+                        r"\S+/recipes/apex/recipe\.toml\), which CUDA_HOME=\S+ \(from pypi\) lacks; build it with a "
+                        r"full CUDA 13\.0 toolkit: CUDA_HOME=/usr/local/cuda \(or wherever one is\) verlenv build "
+                        r"apex \.\.\.", line), line
+    assert not wheelhouse.exists() and not list(work.glob("build-*")) and not list(work.glob("*.tar*"))
+    # The same CUDA_HOME has the runtime's headers: the check looks where nvcc looks, and names only what is absent.
+    home = re.search(r"CUDA_HOME=(\S+)", line).group(1)
+    assert toolchain.missing_headers(home, ("cuda_runtime_api.h", "cuda_profiler_api.h")) == ["cuda_profiler_api.h"]
+
+
+def test_a_toolkit_header_is_found_in_include_or_a_targets_include(tmp_path):
+    """nvcc searches CUDA_HOME/include and targets/<arch>-linux/include; a header in either is present."""
+    home = tmp_path / "cuda"
+    (home / "include").mkdir(parents=True)
+    (home / "include" / "cuda.h").write_text("")
+    (home / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
+    (home / "targets" / "x86_64-linux" / "include" / "cuda_profiler_api.h").write_text("")
+    assert toolchain.missing_headers(str(home), ("cuda.h", "cuda_profiler_api.h", "nccl.h")) == ["nccl.h"]
+    assert recipes.load(REPO, "apex").toolkit_headers == ("cuda_profiler_api.h",)
+    assert recipes.load(REPO, "flash-attn").toolkit_headers == ()

@@ -132,6 +132,7 @@ def build_one(root: Path, variant: stacks.Variant, package: str, python: str, ar
     if hit := _cache_hit(plan, wheelhouse):
         return hit
     check_requires(plan.recipe, python)
+    check_toolkit_headers(plan.recipe, plan.toolchain)  # a cached wheel needs none of them: checked on a miss
     return run_build(plan, wheelhouse, work, _jobs(plan, jobs, threads), source, keep)
 
 
@@ -302,6 +303,16 @@ def verdicts(package: str, archs: list[str], targets: list, visible: list[tuple[
     here = {name for name, _ in visible}
     return [f"{package}: built and cubin-checked for {sms}, not run on an {t.title} (run `nox -s verify-{t.key}` "
             "on one)" for t in targets if not any(t.matches(name) for name in here)]
+
+
+def check_toolkit_headers(recipe: recipes.Recipe, tc: toolchain.Toolchain) -> None:
+    """Every CUDA header the recipe's sources need from the toolkit is in this CUDA_HOME, before anything is fetched
+    or compiled (a CUDA_HOME of PyPI's wheels has the compiler and the runtime, not every header of a full toolkit)."""
+    if missing := toolchain.missing_headers(tc.cuda_home, recipe.toolkit_headers):
+        raise UserError(f"{recipe.package} includes {', '.join(missing)} from the CUDA toolkit (build.toolkit_headers "
+                        f"of {recipe.path}), which CUDA_HOME={tc.cuda_home} (from {tc.source}) lacks; build it with a "
+                        f"full CUDA {tc.torch_cuda or tc.nvcc_version} toolkit: CUDA_HOME=/usr/local/cuda (or "
+                        f"wherever one is) verlenv build {recipe.package} ...")
 
 
 def check_requires(recipe: recipes.Recipe, python: str) -> None:

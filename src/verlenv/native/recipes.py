@@ -42,6 +42,9 @@ class Recipe:
     # The archs setup.py always compiles, for a package whose setup.py has no arch knob (causal-conv1d): the requested
     # archs must be among them, and one build serves every request.
     fixed_archs: tuple[str, ...] = ()
+    # CUDA toolkit headers its sources include that not every CUDA_HOME has (PyPI's CUDA 13.0 wheels lack
+    # cuda_profiler_api.h): checked before anything compiles, so such a build fails in one line, not after an hour.
+    toolkit_headers: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -101,6 +104,7 @@ def load(root: Path, package: str) -> Recipe:
             pip_args=tuple(build.get("pip_args", [])),
             nvcc_match=build.get("nvcc_match", "major"),
             fixed_archs=tuple(str(a) for a in build.get("fixed_archs", [])),
+            toolkit_headers=tuple(str(h) for h in build.get("toolkit_headers", [])),
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None

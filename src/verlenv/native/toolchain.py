@@ -81,6 +81,19 @@ class Toolchain:
         )
 
 
+def include_dirs(cuda_home: str) -> list[Path]:
+    """The folders nvcc searches for a toolkit header: CUDA_HOME/include and its targets' (a conda or PyPI layout
+    keeps some headers only under targets/<arch>-linux/include)."""
+    root = Path(cuda_home)
+    return [root / "include", *sorted(root.glob("targets/*/include"))]
+
+
+def missing_headers(cuda_home: str, headers: tuple[str, ...]) -> list[str]:
+    """The headers no include folder of this CUDA_HOME has."""
+    dirs = include_dirs(cuda_home)
+    return [h for h in headers if not any((d / h).is_file() for d in dirs)]
+
+
 # Where torch's files are and what they are now, without importing it (a few ms, where importing torch takes
 # seconds): the key of the probe's answer kept in the cache. A reinstall or rebuild of torch changes an inode, size or
 # mtime here, and so the key.

@@ -3,6 +3,7 @@
 sm_100 it passes the B200's and, by the arch-family rules, the B300's (sm_103), not the RTX PRO 6000's (sm_120); each
 arch set is a cache entry of its own. One arch per build keeps each compile small on 2 cores."""
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -103,3 +104,20 @@ def test_each_arch_set_is_its_own_cache_entry(hopper, blackwell, root, env, dirs
     assert entries == sorted([hopper.fingerprint, blackwell.fingerprint])
     again = run_build(root, env, dirs, "b200")  # the B300's build is the B200's: a hit, nothing compiled
     assert again.cached and again.fingerprint == blackwell.fingerprint
+
+
+def test_wheel_archs_reads_each_wheels_code_and_the_profiles_it_runs_on(hopper, blackwell, tmp_path):
+    """scripts/wheel_archs.py, what the GPU visits run on the wheels they build: from a wheel or a build's JSON."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
+    import wheel_archs
+
+    record = tmp_path / "build.json"
+    record.write_text(json.dumps([{"wheel": str(blackwell.wheel)}]))
+    out = tmp_path / "archs.json"
+    assert wheel_archs.main([str(hopper.wheel), str(record), "--json", str(out)]) == 0
+    sm90, sm100 = json.loads(out.read_text())
+    assert sm90["bytes"] == hopper.wheel.stat().st_size
+    assert list(sm90["cuda_objects"].values()) == [["sm_90"]] and list(sm100["cuda_objects"].values()) == [["sm_100"]]
+    assert [k for k, ok in sm90["runs_on"].items() if ok] == ["h100", "h200"]
+    assert [k for k, ok in sm100["runs_on"].items() if ok] == ["b200", "gb200", "b300"]
+    assert wheel_archs.main([str(tmp_path / "nope.whl")]) == 2

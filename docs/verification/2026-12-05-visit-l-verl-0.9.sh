@@ -1,0 +1,125 @@
+# GPU visit L (one H100 or H200): what visit K left. The fsdp variant of the 2026 families with flash-attn (its sm_90
+# wheel built on the CPU machine with PyPI's nvcc 13.0: `verlenv build flash-attn --gpu h100 --jobs 2`, resumed over
+# two sessions); the megatron re-runs of qwen3.5, qwen3.5-moe, qwen3-next and deepseek-v3 after visit K's fixes (the
+# check's CPU calibration on transformers' torch paths; the row's topk_method), with the published Qwen3-Next-80B
+# config; `--thorough` for qwen3.5 in the fsdp variant; and apex built whole for sm_90 and for sm_90+sm_100 (the
+# B200's) on the same node, one after the other, read back by the cubin check (issue 53).
+# - The bundle: `verlenv bundle --stack verl-0.9 --variant fsdp --variant megatron --gpu h100 --without apex
+#   --without transformer-engine-torch --without megatron-bridge --build-inputs --source apex=<NVIDIA/apex mirror>
+#   --source megatron-bridge=<Megatron-Bridge mirror> --wheelhouse <cache> --split 52MiB` (flash-attn's and
+#   causal-conv1d's wheels from the CPU machine's cache).
+# One `run` call per step: bash docs/verification/2026-12-05-visit-l-verl-0.9.sh STEP [ARG]
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    RAY_USAGE_STATS_ENABLED=0
+R=/root/visit; P=/root/parts; REPO=/root/repo; W=/root/wheelhouse; mkdir -p $R $P $W
+NOX=$P/bundle/.tool/bin/nox
+FSDP=$REPO/.venv-verl-0.9-fsdp; MEGATRON=$REPO/.venv-verl-0.9-megatron
+SELF=docs/verification/2026-12-05-visit-l-verl-0.9.sh
+# gpt-oss is left out: vLLM 0.24.0 cannot load it for RL (visit K; the row's known issue).
+FSDP_NEW="qwen3.5 qwen3.5-moe qwen3-vl qwen3-next deepseek-v3 glm4-moe"
+MEGATRON_AGAIN="qwen3.5 qwen3.5-moe qwen3-next deepseek-v3"
+CONFIGS="Qwen3-Next-80B-A3B-Instruct"
+step=$1; shift
+sync_repo() {  # this call's working tree onto /root/repo (the envs under it stay)
+  [ "$(pwd -P)" = "$REPO" ] && return
+  mkdir -p $REPO && tar --exclude=./.carry --exclude=./.git -cf - . | tar -C $REPO -xf -
+}
+held() { echo "held $(( $(date +%s) - $(cat $R/t0) )) s"; }
+part() {  # $1 = how many parts $P must hold after this call (call N carries .carry/eNNNN/: part N, the index with 1)
+  cp -n .carry/e[0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
+  [ "$n" -eq "$1" ] || { echo "EXPECTED $1 PARTS: machine restarted? start over"; exit 3; }
+}
+gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100; }
+boot() {  # $1 = variant: the bundle's bootstrap (the first one joins the parts), offline, into a fresh venv
+  local v=$1 t; t=$(date +%s)
+  (cd $REPO && PYTHONPATH=src python3 -m verlenv.bundle.bootstrap $P --variant $v --prefix $REPO/.venv-verl-0.9-$v \
+     > $R/install-$v.txt 2>&1)
+  echo "install $v: exit $? in $(( $(date +%s) - t )) s" | tee -a $R/install-$v.txt
+  tail -3 $R/install-$v.txt
+}
+run_named() {  # $1 = name, rest = command: in the foreground, $R/NAME.out, then $R/NAME.done (exit code, wall)
+  local name=$1 t; shift; t=$(date +%s)
+  (cd $REPO && eval "$*") > $R/$name.out 2>&1
+  echo "exit $? wall_s $(( $(date +%s) - t ))" > $R/$name.done
+}
+families() { for f in "$@"; do printf -- ' --family %s' "$f"; done; }
+configs() { for c in $CONFIGS; do printf -- ' --model-config /root/published/%s/config.json' "$c"; done; }
+verify_cmd() {  # $1 = name, rest = verify options: `nox -s verify-h100` offline from the bundle's tools
+  local name=$1; shift
+  echo "RAY_TMPDIR=/tmp/ray-$name VERLENV_TRAINER_LOG=$R/$name.trainer.log $NOX -s verify-h100 -- --gpu $(gpu)" \
+       "--report $R/$name.json --markdown $R/$name.md --timeout 1500 $*"
+}
+
+case $step in
+start)    # machine facts, the GPU memory sampler, apex's build started in the background
+  date +%s > $R/t0
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; nproc; free -g | head -2
+  df -h / | tail -1; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'
+  sync_repo
+  python3 -m pip install -q --no-index --no-deps --target /root/site .carry/k0/pyelftools-*.whl
+  cp .carry/k0/apex-*.tar /root/
+  setsid nohup bash -c "while :; do t=\$(date +%s); nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | sed \"s/^/\$t,total,/\"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | sed \"s/^/\$t,/\"; sleep 2; done >> $R/gpumem.csv" < /dev/null > /dev/null 2>&1 &
+  (cd $REPO && setsid nohup bash $SELF apex-build < /dev/null > $R/apex-build.log 2>&1 &)
+  sleep 15; tail -5 $R/apex-build.out; held ;;
+apex-build) # on the node, by itself: apex for sm_90, then for sm_90+sm_100 (h100 + b200), against the node's torch
+  # (the stack's) and its full CUDA 13.0 toolkit, same jobs, one after the other; then each wheel's objects read back
+  apex() {  # $1 = name, rest = --gpu options
+    local name=$1; shift
+    run_named $name "PYTHONPATH=$REPO/src:/root/site python3 -m verlenv build apex --stack verl-0.9" \
+              "--variant megatron --python \$(which python3) $* --source /root/apex-*.tar --wheelhouse $W" \
+              "--no-install --jobs 16 --json $R/$name.json"
+  }
+  apex apex-build --gpu h100
+  apex apex-b200 --gpu h100 --gpu b200
+  run_named apex-cubins "PYTHONPATH=$REPO/src:/root/site python3 $REPO/scripts/wheel_archs.py --json $R/apex-cubins.json" \
+            "$R/apex-build.json $R/apex-b200.json" ;;
+part)     # $1 = parts expected after this one
+  part "$1"; tail -1 $R/apex-build.out | cut -c1-200 ;;
+install)  # $1 = the last part's number: the megatron env, then the plan by itself; the parts deleted (disk)
+  part "$1"
+  sync_repo
+  boot megatron
+  rm -f $P/bundle.tar.part*
+  (cd $REPO && setsid nohup bash $SELF plan < /dev/null > $R/plan.log 2>&1 &)
+  df -h / | tail -1; tail -2 $R/apex-build.out; held ;;
+plan)     # on the node, by itself
+  echo "A $(date +%s)"
+  $MEGATRON/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  (while [ ! -f $R/apex-build.done ]; do sleep 2; done
+   run_named megatron-build "$P/bundle/.tool/bin/verlenv build transformer-engine-torch apex megatron-bridge" \
+             "--bundle $P/bundle --stack verl-0.9 --variant megatron --python $MEGATRON/bin/python --gpu h100" \
+             "--wheelhouse $W --jobs 16 --json $R/megatron-build.json"
+   echo "B $(date +%s) build: $(cat $R/megatron-build.done)"
+   run_named megatron-again "$(verify_cmd megatron-again --variant megatron --only verl --skip-package flash-attn \
+             $(families $MEGATRON_AGAIN) $(configs))"
+   echo "C $(date +%s) megatron: $(cat $R/megatron-again.done)") &
+  boot fsdp
+  # The fsdp variant whole (every static and kernel check, flash-attn's now too) and the six families.
+  run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp $(families $FSDP_NEW))"
+  echo "D $(date +%s) fsdp: $(cat $R/fsdp-new.done)"
+  # verl's and vLLM's own defaults (CUDA graphs, torch.compile, vLLM's memory sizing) for qwen3.5, alone once the
+  # fast runs are done: thorough sizes vLLM's KV cache from the GPU's free memory.
+  wait
+  run_named fsdp-thorough "$(verify_cmd fsdp-thorough --variant fsdp --only verl --thorough --family qwen3.5)"
+  echo "end $(date +%s)" ;;
+wait)     # $1 = seconds at most, until the plan ends; each finished run's files come back as one .tgz
+  t0=$(date +%s)
+  while ! grep -q '^end' $R/plan.log 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 3; done
+  cat $R/plan.log
+  sent=0  # at most 8 files come back a call: 6 runs' archives, the memory samples, the installs' output once
+  for o in $(ls $R/*.out 2>/dev/null); do n=$(basename $o .out)
+    echo "== $n: $(cat $R/$n.done 2>/dev/null || echo running)"
+    grep -E "^(FAIL|PASS|fail|warn) |passed|failed|Error|ratio|median|\[[0-9]+/[0-9]+\]" $o | cut -c1-300 | tail -14
+    [ -f $R/$n.done ] && [ ! -f $R/$n.sent ] && [ $sent -lt 6 ] && sent=$((sent + 1)) &&
+      tar -C $R -czf "$OUT/$n.tgz" $(cd $R && ls -d $n.* | grep -v '\.sent$') && touch $R/$n.sent
+  done
+  for t in $R/*.trainer.log; do [ -f "$t" ] && echo "-- $(basename $t): $(grep -c . $t) lines; $(grep -E 'step:[0-9]+' -o $t | sort -u | tr '\n' ' ')"; done
+  gzip -c $R/gpumem.csv > "$OUT/gpumem.csv.gz"
+  [ -f $R/install-fsdp.txt ] && [ ! -f $R/installs.sent ] && tar -C $R -czf "$OUT/installs.tgz" $(cd $R && ls install-*.txt) &&
+    touch $R/installs.sent
+  ls -la "$OUT"; nvidia-smi --query-gpu=memory.used --format=csv,noheader; held ;;
+partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
+  for t in $R/*.trainer.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
+  ls -la "$OUT"; held ;;
+esac

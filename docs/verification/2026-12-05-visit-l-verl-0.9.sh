@@ -2,8 +2,9 @@
 # wheel built on the CPU machine with PyPI's nvcc 13.0: `verlenv build flash-attn --gpu h100 --jobs 2`, resumed over
 # two sessions); the megatron re-runs of qwen3.5, qwen3.5-moe, qwen3-next and deepseek-v3 after visit K's fixes (the
 # check's CPU calibration on transformers' torch paths; the row's topk_method), with the published Qwen3-Next-80B
-# config; `--thorough` for qwen3.5 in the fsdp variant; and apex built whole for sm_90 and for sm_90+sm_100 (the
-# B200's) on the same node, one after the other, read back by the cubin check (issue 53).
+# config and a Kimi-K2 config (model_type kimi_k2: DeepSeek-V3's architecture); `--thorough` for qwen3.5 in the fsdp
+# variant; and apex built whole for sm_90 and for sm_90+sm_100 (the B200's) on the same node, one after the other,
+# read back by the cubin check (issue 53).
 # - The bundle: `verlenv bundle --stack verl-0.9 --variant fsdp --variant megatron --gpu h100 --without apex
 #   --without transformer-engine-torch --without megatron-bridge --build-inputs --source apex=<NVIDIA/apex mirror>
 #   --source megatron-bridge=<Megatron-Bridge mirror> --wheelhouse <cache> --split 52MiB` (flash-attn's and
@@ -19,7 +20,7 @@ SELF=docs/verification/2026-12-05-visit-l-verl-0.9.sh
 # gpt-oss is left out: vLLM 0.24.0 cannot load it for RL (visit K; the row's known issue).
 FSDP_NEW="qwen3.5 qwen3.5-moe qwen3-vl qwen3-next deepseek-v3 glm4-moe"
 MEGATRON_AGAIN="qwen3.5 qwen3.5-moe qwen3-next deepseek-v3"
-CONFIGS="Qwen3-Next-80B-A3B-Instruct"
+CONFIGS="Qwen3-Next-80B-A3B-Instruct Kimi-K2-Instruct-0905"
 step=$1; shift
 sync_repo() {  # this call's working tree onto /root/repo (the envs under it stay)
   [ "$(pwd -P)" = "$REPO" ] && return

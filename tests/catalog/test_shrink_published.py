@@ -156,6 +156,25 @@ def test_held_out_configs_keep_their_features(tmp_path):
     assert (mixtral["num_local_experts"], mixtral["num_experts_per_tok"], mixtral["intermediate_size"]) == (8, 2, 128)
 
 
+def test_kimi_k2_is_shrunk_as_the_deepseek_v3_architecture_it_is(tmp_path):
+    """model_type kimi_k2 is DeepSeek-V3's remote code under Moonshot's name: shrunk as deepseek_v3 (which transformers,
+    vLLM and Megatron-Bridge know), the rename said; its MLA, single group and 384-to-8 experts as DeepSeek-V3's."""
+    f = shrunk(tmp_path, "Kimi-K2-Instruct-0905")
+    c = f.config
+    assert f.shrunk["model_type"] == ["kimi_k2", "deepseek_v3"] and c["model_type"] == "deepseek_v3"
+    assert f.model_type == "deepseek_v3" and f.model_class == "DeepseekV3ForCausalLM"
+    assert (c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]) == (512, 64, 128, 128)
+    assert (c["n_routed_experts"], c["n_group"], c["topk_group"], c["first_k_dense_replace"]) == (8, 1, 1, 1)
+    assert f.known_issues == shrunk(tmp_path, "DeepSeek-V3").known_issues  # the architecture's row, as DeepSeek-V3's
+    # The same name on another class is not vouched for.
+    config = published.as_published("Kimi-K2-Instruct-0905")
+    config["architectures"] = ["KimiK25ForConditionalGeneration"]
+    with pytest.raises(UserError) as e:
+        families.shrink(write(tmp_path, config))
+    assert str(e.value).endswith("model_type kimi_k2 is shrunk as deepseek_v3 only for architectures "
+                                 "DeepseekV3ForCausalLM; it names ['KimiK25ForConditionalGeneration']")
+
+
 def test_a_shrunk_config_takes_its_architecture_rows_overrides_and_fast_path_packages(tmp_path):
     """The table's row of an architecture says what verl's config needs for it and which packages are its fast path;
     a user's config of the same architecture needs the same."""

@@ -361,12 +361,15 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
     original = read_config(path)
     config = copy.deepcopy(original)
     model_type, archs = _identity(config, path, table_)
+    changed: dict = {}
+    if config["model_type"] != model_type:  # remote code of a known architecture under a name of its own
+        changed["model_type"] = [config["model_type"], model_type]
+        config["model_type"] = model_type
     rules = _rules(table_.shrink, model_type)
     # What a tiny random bf16 model does without: quantized weights' format, remote code, the hub's bookkeeping.
     for key in ("auto_map", "quantization_config", "_name_or_path", "transformers_version", "torch_dtype", "dtype"):
         config.pop(key, None)
     vision_rules = rules.get("vision", {}).get(model_type)
-    changed: dict = {}
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
     _check_all_sizes(config, text, rules, vision_rules, path)
     if vision_rules is not None and text is None:
@@ -409,6 +412,11 @@ def _identity(config: dict, path: Path, table_: Table) -> tuple[str, list]:
     archs = config.get("architectures")
     if not isinstance(model_type, str) or not model_type:
         raise UserError(f"--model-config {path}: no model_type; a Hugging Face config.json names one")
+    if alias := table_.shrink.get("same_as", {}).get(model_type):
+        if not isinstance(archs, list) or not archs or archs[0] not in alias["architectures"]:
+            raise UserError(f"--model-config {path}: model_type {model_type} is shrunk as {alias['model_type']} "
+                            f"only for architectures {', '.join(alias['architectures'])}; it names {archs!r}")
+        model_type = alias["model_type"]
     if model_type not in table_.shrink["model_types"]:
         raise UserError(f"--model-config {path}: cannot shrink model_type {model_type!r}; known: "
                         f"{', '.join(table_.shrink['model_types'])} ({table_.path.name} [shrink])")

@@ -142,6 +142,29 @@ PUBLISHED = {
         "qk_rope_head_dim": 64, "rms_norm_eps": 1e-5, "rope_scaling": None, "rope_theta": 50000,
         "routed_scaling_factor": 2.446, "scoring_func": "sigmoid", "seq_aux": True, "tie_word_embeddings": False,
         "topk_group": 1, "topk_method": "noaux_tc", "v_head_dim": 128, "vocab_size": 163840}},
+    # Kimi-K2: DeepSeek-V3's architecture and remote code under a model_type of its own ("kimi_k2", so that engines
+    # can tell it apart; Moonshot's deploy guidance says to rename it deepseek_v3 where a framework does not know it).
+    # Values from public pages: a model-inspector report of Kimi-K2-Instruct-0905 (7168 wide, 61 layers, 64 heads and
+    # 64 KV heads, vocab 163840, 18432 dense MLP, rope theta 50000, YaRN x64 from 4096 with betas 1/1), Miles' Kimi-K2
+    # page (1 dense layer first) and public K2.5/K2.6 text-config fixtures (MLA 1536/512, heads 128/64/128, 384
+    # experts top-8 and 1 shared of 2048, sigmoid noaux_tc in 1 group, scaling 2.827, 262144 positions).
+    "Kimi-K2-Instruct-0905": {"repo": "moonshotai/Kimi-K2-Instruct-0905", "class": "DeepseekV3Config", "values": {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "attention_bias": False,
+        "auto_map": DEEPSEEK_AUTO_MAP, "aux_loss_alpha": 0.001, "bos_token_id": 163584, "eos_token_id": 163585,
+        "ep_size": 1, "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 7168,
+        "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 262144,
+        "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 384,
+        "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 64, "num_experts_per_tok": 8,
+        "num_hidden_layers": 61, "num_key_value_heads": 64, "num_nextn_predict_layers": 0, "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": [128, 128]},
+        "rms_norm_eps": 1e-6, "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 64.0, "mscale": 1.0,
+                                               "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                                               "type": "yarn"},
+        "rope_theta": 50000.0, "routed_scaling_factor": 2.827, "scoring_func": "sigmoid", "seq_aux": True,
+        "tie_word_embeddings": False, "topk_group": 1, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+        "use_cache": True, "v_head_dim": 128, "vocab_size": 163840}},
     "DeepSeek-V2-Lite": {"repo": "deepseek-ai/DeepSeek-V2-Lite", "class": "DeepseekV2Config", "values": {
         "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "attention_bias": False,
         "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV2Config",
@@ -204,10 +227,13 @@ def write(out: Path) -> list[Path]:
 
     written = []
     for name, entry in PUBLISHED.items():
-        config = getattr(transformers, entry["class"])(**as_published(name))
+        values = as_published(name)
+        written_out = getattr(transformers, entry["class"])(**values).to_dict()
+        # The class writes its own model_type; a model's remote config class (Kimi-K2's) writes the published one.
+        written_out["model_type"] = values["model_type"]
         path = Path(out) / name / "config.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(config.to_json_string())
+        path.write_text(json.dumps(written_out, indent=2, sort_keys=True) + "\n")
         written.append(path)
     return written
 

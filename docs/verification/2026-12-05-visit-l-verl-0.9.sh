@@ -120,6 +120,11 @@ wait)     # $1 = seconds at most, until the plan ends; each finished run's files
   [ -f $R/install-fsdp.txt ] && [ ! -f $R/installs.sent ] && tar -C $R -czf "$OUT/installs.tgz" $(cd $R && ls install-*.txt) &&
     touch $R/installs.sent
   ls -la "$OUT"; nvidia-smi --query-gpu=memory.used --format=csv,noheader; held ;;
+wheels)   # apex's sm_90+sm_100 cache entry back to the CPU machine, in pieces of 15 MiB (at most 64 MiB come back a
+  # call), for `verlenv bundle --gpu b200` there with it in the wheelhouse
+  fp=$(python3 -c "import json; print(json.load(open('$R/apex-b200.json'))[0]['fingerprint'])")
+  tar -C $W -cf - apex/$fp | split -b 15M -d -a 1 - "$OUT/apex-b200-entry.tar."
+  ls -la "$OUT"; held ;;
 partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
   for t in $R/*.trainer.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
   ls -la "$OUT"; held ;;

@@ -2,12 +2,12 @@
 # wheel built on the CPU machine with PyPI's nvcc 13.0: `verlenv build flash-attn --gpu h100 --jobs 2`, resumed over
 # two sessions); the megatron re-runs of qwen3.5, qwen3.5-moe, qwen3-next and deepseek-v3 after visit K's fixes (the
 # check's CPU calibration on transformers' torch paths; the row's topk_method), with the published Qwen3-Next-80B
-# config and a Kimi-K2 config (model_type kimi_k2: DeepSeek-V3's architecture); `--thorough` for qwen3.5 in the fsdp
-# variant; and apex built whole for sm_90 and for sm_90+sm_100 (the B200's) on the same node, one after the other,
+# config (five trainers: one round on an H200); `--thorough` for qwen3.5 in the fsdp variant if the device time
+# allows; and apex built whole for sm_90 and for sm_90+sm_100 (the B200's) on the same node, one after the other,
 # read back by the cubin check (issue 53).
 # - The bundle: `verlenv bundle --stack verl-0.9 --variant fsdp --variant megatron --gpu h100 --without apex
 #   --without transformer-engine-torch --without megatron-bridge --build-inputs --source apex=<NVIDIA/apex mirror>
-#   --source megatron-bridge=<Megatron-Bridge mirror> --wheelhouse <cache> --split 52MiB` (flash-attn's and
+#   --source megatron-bridge=<Megatron-Bridge mirror> --wheelhouse <cache> --split 50MiB` (flash-attn's and
 #   causal-conv1d's wheels from the CPU machine's cache).
 # One `run` call per step: bash docs/verification/2026-12-05-visit-l-verl-0.9.sh STEP [ARG]
 set -uo pipefail
@@ -18,9 +18,9 @@ NOX=$P/bundle/.tool/bin/nox
 FSDP=$REPO/.venv-verl-0.9-fsdp; MEGATRON=$REPO/.venv-verl-0.9-megatron
 SELF=docs/verification/2026-12-05-visit-l-verl-0.9.sh
 # gpt-oss is left out: vLLM 0.24.0 cannot load it for RL (visit K; the row's known issue).
-FSDP_NEW="qwen3.5 qwen3.5-moe qwen3-vl qwen3-next deepseek-v3 glm4-moe"
+FSDP_A="qwen3.5 qwen3-next deepseek-v3"; FSDP_B="qwen3.5-moe qwen3-vl glm4-moe"
 MEGATRON_AGAIN="qwen3.5 qwen3.5-moe qwen3-next deepseek-v3"
-CONFIGS="Qwen3-Next-80B-A3B-Instruct Kimi-K2-Instruct-0905"
+CONFIGS="Qwen3-Next-80B-A3B-Instruct"
 step=$1; shift
 sync_repo() {  # this call's working tree onto /root/repo (the envs under it stay)
   [ "$(pwd -P)" = "$REPO" ] && return
@@ -96,14 +96,20 @@ plan)     # on the node, by itself
              $(families $MEGATRON_AGAIN) $(configs))"
    echo "C $(date +%s) megatron: $(cat $R/megatron-again.done)") &
   boot fsdp
-  # The fsdp variant whole (every static and kernel check, flash-attn's now too) and the six families.
-  run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp $(families $FSDP_NEW))"
-  echo "D $(date +%s) fsdp: $(cat $R/fsdp-new.done)"
-  # verl's and vLLM's own defaults (CUDA graphs, torch.compile, vLLM's memory sizing) for qwen3.5, alone once the
-  # fast runs are done: thorough sizes vLLM's KV cache from the GPU's free memory.
+  # The fsdp variant whole (every static and kernel check, flash-attn's now too) with three families, and beside it
+  # the trainer check alone with the other three: all six at once (one verify runs as many as the GPU's memory holds
+  # for one run), so the device time the starts cost is spent on one round.
+  run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp $(families $FSDP_A))" &
+  run_named fsdp-new-b "$(verify_cmd fsdp-new-b --variant fsdp --only verl $(families $FSDP_B))"
   wait
-  run_named fsdp-thorough "$(verify_cmd fsdp-thorough --variant fsdp --only verl --thorough --family qwen3.5)"
   echo "end $(date +%s)" ;;
+thorough) # verl's and vLLM's own defaults (CUDA graphs, torch.compile, vLLM's memory sizing) for qwen3.5, alone, if
+  # the device time allows (thorough sizes vLLM's KV cache from the GPU's free memory): started, in the background
+  (cd $REPO && setsid nohup bash $SELF thorough-run < /dev/null >> $R/plan.log 2>&1 &)
+  held ;;
+thorough-run)
+  run_named fsdp-thorough "$(verify_cmd fsdp-thorough --variant fsdp --only verl --thorough --family qwen3.5)"
+  echo "thorough end $(date +%s)" ;;
 wait)     # $1 = seconds at most, until the plan ends; each finished run's files come back as one .tgz
   t0=$(date +%s)
   while ! grep -q '^end' $R/plan.log 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 3; done

@@ -111,8 +111,8 @@ thorough-run)
   run_named fsdp-thorough "$(verify_cmd fsdp-thorough --variant fsdp --only verl --thorough --family qwen3.5)"
   echo "thorough end $(date +%s)" ;;
 wait)     # $1 = seconds at most, until the plan ends; each finished run's files come back as one .tgz
-  t0=$(date +%s)
-  while ! grep -q '^end' $R/plan.log 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 3; done
+  t0=$(date +%s); mark=${2:-end}  # $2: the plan.log line's first word that ends the wait (thorough: "thorough")
+  while ! grep -q "^$mark" $R/plan.log 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 3; done
   cat $R/plan.log
   sent=0  # at most 8 files come back a call: 6 runs' archives, the memory samples, the installs' output once
   for o in $(ls $R/*.out 2>/dev/null); do n=$(basename $o .out)

@@ -12,7 +12,7 @@ import pytest
 
 from test_build_env import build_until
 from verlenv import cubins
-from verlenv.catalog import stacks
+from verlenv.catalog import pins, stacks
 from verlenv.errors import UserError
 from verlenv.native import build as builder, recipes, sources, toolchain
 
@@ -328,7 +328,8 @@ def test_transformer_engine_torch_compiles_its_first_units(tmp_path, monkeypatch
 def test_apex_on_a_cuda_home_without_its_toolkit_header_is_refused_before_anything_compiles(tmp_path, monkeypatch):
     """The real apex recipe, the real verl-0.9 megatron variant, the build-test env's real toolchain (PyPI torch
     2.11 cu130 and PyPI's nvcc 13.0.88, whose CUDA_HOME has no cuda_profiler_api.h): one line naming the header, no
-    source fetched, no build tree, no wheelhouse. Without the check this build compiled for 51 min and then failed."""
+    source fetched, no build tree, no wheelhouse. Without the check this build compiled for 51 min and then failed.
+    The megatron variant's lock now pins the wheel that ships the header (the build-test env has no such pin)."""
     from test_build_env import clean_build_env, torch_python
 
     clean_build_env(monkeypatch)
@@ -340,9 +341,10 @@ def test_apex_on_a_cuda_home_without_its_toolkit_header_is_refused_before_anythi
     line = str(e.value)
     assert "\n" not in line and e.value.exit_code == 2
     assert re.fullmatch(r"apex includes cuda_profiler_api\.h from the CUDA toolkit \(build\.toolkit_headers of "
-                        r"\S+/recipes/apex/recipe\.toml\), which CUDA_HOME=\S+ \(from pypi\) lacks; build it with a "
-                        r"full CUDA 13\.0 toolkit: CUDA_HOME=/usr/local/cuda \(or wherever one is\) verlenv build "
-                        r"apex \.\.\.", line), line
+                        r"\S+/recipes/apex/recipe\.toml\), which CUDA_HOME=\S+ \(from pypi\) lacks; install "
+                        r"nvidia-cuda-profiler-api of CUDA 13\.0 into the env \(the variant's lock pins it: `verlenv "
+                        r"install` again\), or build with a full CUDA 13\.0 toolkit \(CUDA_HOME=/usr/local/cuda\)",
+                        line), line
     assert not wheelhouse.exists() and not list(work.glob("build-*")) and not list(work.glob("*.tar*"))
     # The same CUDA_HOME has the runtime's headers: the check looks where nvcc looks, and names only what is absent.
     home = re.search(r"CUDA_HOME=(\S+)", line).group(1)
@@ -357,5 +359,20 @@ def test_a_toolkit_header_is_found_in_include_or_a_targets_include(tmp_path):
     (home / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
     (home / "targets" / "x86_64-linux" / "include" / "cuda_profiler_api.h").write_text("")
     assert toolchain.missing_headers(str(home), ("cuda.h", "cuda_profiler_api.h", "nccl.h")) == ["nccl.h"]
-    assert recipes.load(REPO, "apex").toolkit_headers == ("cuda_profiler_api.h",)
-    assert recipes.load(REPO, "flash-attn").toolkit_headers == ()
+    assert recipes.load(REPO, "apex").toolkit_headers == {"cuda_profiler_api.h": "nvidia-cuda-profiler-api"}
+    assert recipes.load(REPO, "flash-attn").toolkit_headers == {}
+
+
+def test_every_wheel_a_recipe_names_for_a_header_is_pinned_by_the_variants_that_build_it(cat):
+    """A header's wheel is in the lock of each variant that builds the recipe, at torch's CUDA major: the env then
+    holds the header, and the builder's CUDA_HOME (nvidia/cu13/include) with it."""
+    checked = 0
+    for variant in cat.all_variants():
+        for build in variant.source_builds:
+            wheels = set(recipes.load(REPO, build.name).toolkit_headers.values())
+            if not wheels or not variant.stack.cuda.startswith("13."):  # PyPI's cu13 compiler: CUDA 13 stacks only
+                continue
+            for platform in variant.stack.platforms:
+                assert wheels <= set(pins.read_lock(pins.lock_path(REPO, variant, platform))), (variant.key, platform)
+                checked += 1
+    assert checked >= 2  # verl-0.9 megatron, linux-64 and linux-aarch64

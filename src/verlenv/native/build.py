@@ -308,11 +308,13 @@ def verdicts(package: str, archs: list[str], targets: list, visible: list[tuple[
 def check_toolkit_headers(recipe: recipes.Recipe, tc: toolchain.Toolchain) -> None:
     """Every CUDA header the recipe's sources need from the toolkit is in this CUDA_HOME, before anything is fetched
     or compiled (a CUDA_HOME of PyPI's wheels has the compiler and the runtime, not every header of a full toolkit)."""
-    if missing := toolchain.missing_headers(tc.cuda_home, recipe.toolkit_headers):
+    if missing := toolchain.missing_headers(tc.cuda_home, tuple(recipe.toolkit_headers)):
+        wheels = " ".join(sorted({recipe.toolkit_headers[h] for h in missing}))
+        cuda = tc.torch_cuda or tc.nvcc_version
         raise UserError(f"{recipe.package} includes {', '.join(missing)} from the CUDA toolkit (build.toolkit_headers "
-                        f"of {recipe.path}), which CUDA_HOME={tc.cuda_home} (from {tc.source}) lacks; build it with a "
-                        f"full CUDA {tc.torch_cuda or tc.nvcc_version} toolkit: CUDA_HOME=/usr/local/cuda (or "
-                        f"wherever one is) verlenv build {recipe.package} ...")
+                        f"of {recipe.path}), which CUDA_HOME={tc.cuda_home} (from {tc.source}) lacks; install {wheels} "
+                        f"of CUDA {cuda} into the env (the variant's lock pins it: `verlenv install` again), or build "
+                        f"with a full CUDA {cuda} toolkit (CUDA_HOME=/usr/local/cuda)")
 
 
 def check_requires(recipe: recipes.Recipe, python: str) -> None:

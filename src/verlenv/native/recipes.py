@@ -1,7 +1,7 @@
 """Build recipes: `recipes/<package>/recipe.toml`, declarative data for the one builder."""
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlenv.errors import UserError
@@ -42,9 +42,10 @@ class Recipe:
     # The archs setup.py always compiles, for a package whose setup.py has no arch knob (causal-conv1d): the requested
     # archs must be among them, and one build serves every request.
     fixed_archs: tuple[str, ...] = ()
-    # CUDA toolkit headers its sources include that not every CUDA_HOME has (PyPI's CUDA 13.0 wheels lack
-    # cuda_profiler_api.h): checked before anything compiles, so such a build fails in one line, not after an hour.
-    toolkit_headers: tuple[str, ...] = ()
+    # CUDA toolkit headers its sources include that not every CUDA_HOME has, each with the PyPI wheel that ships it
+    # (PyPI's compiler wheels lack cuda_profiler_api.h): checked before anything compiles, so such a build fails in
+    # one line, not after an hour.
+    toolkit_headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -104,7 +105,7 @@ def load(root: Path, package: str) -> Recipe:
             pip_args=tuple(build.get("pip_args", [])),
             nvcc_match=build.get("nvcc_match", "major"),
             fixed_archs=tuple(str(a) for a in build.get("fixed_archs", [])),
-            toolkit_headers=tuple(str(h) for h in build.get("toolkit_headers", [])),
+            toolkit_headers={str(h): str(w) for h, w in build.get("toolkit_headers", {}).items()},
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None

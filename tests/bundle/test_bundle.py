@@ -474,6 +474,24 @@ def test_a_carried_wheel_must_hold_a_cubin_for_each_target_gpu(tmp_path):
                             "out (--without flash-attn)")
 
 
+def test_a_dry_run_stops_on_a_missing_source_built_wheel_as_the_bundle_does(tmp_path, capsys, monkeypatch):
+    """`bundle --gpu h100 --gpu b200 --dry-run` with a wheel cache holding no flash-attn for 9.0;10.0: the dry run
+    says so in the bundle's own line, before anything is resolved or fetched (it used to list the rest and total a
+    bundle without the wheel)."""
+    from verlenv import cli
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    monkeypatch.delenv("VERLENV_ROOT", raising=False)
+    empty = tmp_path / "wheelhouse"
+    assert cli.main(["bundle", "--gpu", "h100", "--gpu", "b200", "--dry-run", "--wheelhouse", str(empty), "--out",
+                     str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("verlenv bundle: no cached flash-attn 2.8.3.post2 wheel for torch 2.11.0, CUDA 13.0, "
+                          f"cp312, archs 9.0;10.0 in {empty}; make it with `verlenv build flash-attn")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_bundle_for_a_grace_gpu_must_be_for_aarch64(tmp_path, capsys, monkeypatch):
     from verlenv import cli
 
@@ -530,7 +548,7 @@ def test_choice_prefers_the_oldest_fitting_wheel_within_the_glibc_cap():
 
 
 @pytest.mark.network
-def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_path, monkeypatch):
+def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VERLENV_CACHE", str(cache))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     wheel = tmp_path / "tinyext-0.1-py3-none-any.whl"
@@ -540,10 +558,18 @@ def test_source_built_wheel_travels_with_its_fingerprint(project, cache, tmp_pat
         z.writestr("tinyext-0.1.dist-info/WHEEL",
                    "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         z.writestr("tinyext-0.1.dist-info/RECORD", "")
-    built = make.Built("tinyext", wheel, make.sha256_file(wheel), "f" * 24, {"archs": ["9.0"]})
+    built = make.Built("tinyext", wheel, make.sha256_file(wheel), "f" * 24, {"archs": ["9.0"], "version": "0.1"})
     out = tmp_path / "b"
     options = make.Options({"fsdp": project / "locks" / "tiny-fsdp.linux-64.txt"}, out, "linux-64", "3.12",
                            built={"fsdp": [built]}, tools=False)
+    # The dry run lists the source-built wheel it would carry, with its fingerprint and archs, and counts it.
+    capsys.readouterr()
+    assert make.make(options, dry=True) is None and not out.exists()
+    printed = capsys.readouterr().out.splitlines()
+    row = next(line for line in printed if "built" in line.split())
+    assert row.split()[2:] == ["built", "tinyext==0.1", wheel.name, f"({'f' * 24},", "archs", "9.0)"]
+    planned = sum(1 for line in printed if " MiB  " in line)
+    assert printed[-1].startswith(f"{planned} files, ")
     manifest = make.make(options)
     entry = next(e for e in manifest["files"] if e["origin"] == "built")
     assert entry["fingerprint"] == "f" * 24 and entry["file"] == "wheels/tinyext-0.1-py3-none-any.whl"

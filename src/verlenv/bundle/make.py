@@ -264,9 +264,13 @@ def _place(src: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def dry_run(remote: list[fetch.RemoteFile], tools: list[fetch.RemoteFile], base: list[LockedPin]) -> int:
+def dry_run(remote: list[fetch.RemoteFile], tools: list[fetch.RemoteFile], base: list[LockedPin],
+            built: list[Built] = ()) -> int:
+    """Every file with its size and state (cached, fetch, or built: a source-built wheel of the wheel cache)."""
     rows = [(f.name, f.version, f.filename, f.size, "cached" if fetch.cached(f.sha256) else "fetch")
             for f in [*remote, *tools]]
+    rows += [(b.name, b.inputs.get("version", "?"), f"{b.wheel.name} ({b.fingerprint}, archs "
+              f"{';'.join(b.inputs.get('archs', [])) or 'none'})", b.wheel.stat().st_size, "built") for b in built]
     for name, version, filename, size, state in rows:
         print(f"{size / 1024**2:10.1f} MiB  {state:6}  {name}=={version}  {filename}")
     fetch_bytes = sum(r[3] for r in rows if r[4] == "fetch")
@@ -353,7 +357,8 @@ def print_plan(bundle: Plan) -> None:
     o = bundle.options
     for v, lock in sorted(o.locks.items()):
         print(f"{v or 'variant'}: lock {lock.name}; source-built wheels {o.built_note.get(v, 'included')}")
-    dry_run(bundle.remote, bundle.tools, bundle.dropped)
+    carried = {b.sha256: b for v in sorted(o.built) for b in o.built[v]}  # a wheel several variants share, once
+    dry_run(bundle.remote, bundle.tools, bundle.dropped, list(carried.values()))
     if o.kernel_cache:
         found = kcache.files(o.kernel_cache)
         print(f"kernel cache {o.kernel_cache}: {len(found)} files, "

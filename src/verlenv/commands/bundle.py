@@ -148,7 +148,8 @@ def _archs(args, stack) -> tuple[list[str], list[str]]:
 
 def _built(args, variants: list[stacks.Variant], locks: dict[str, Path], archs: list[str],
            devices: list[str]) -> tuple[dict[str, list[make.Built]], dict[str, str]]:
-    """Each variant's source-built wheels from the wheel cache (none on a dry run) and why they are carried or not."""
+    """Each variant's source-built wheels from the wheel cache and why they are carried or not. A dry run looks them
+    up too (the cache is local): it lists them, or stops on a missing one as the bundle would."""
     built, notes = {}, {}
     for v in variants:
         wanted = [b for b in v.source_builds if b.name not in args.without]
@@ -158,8 +159,7 @@ def _built(args, variants: list[stacks.Variant], locks: dict[str, Path], archs: 
             built[v.name], notes[v.name] = [], "left out (--no-built)"
         else:
             left = sorted(b.name for b in v.source_builds if b.name in args.without)
-            built[v.name] = [] if args.dry_run else make.built_wheels(v, locks[v.name], args.wheelhouse.absolute(),
-                                                                      archs, only=[b.name for b in wanted],
-                                                                      devices=devices)
+            built[v.name] = make.built_wheels(v, locks[v.name], args.wheelhouse.absolute(), archs,
+                                              only=[b.name for b in wanted], devices=devices)
             notes[v.name] = "included" if not left else f"included but {', '.join(left)} (left out: --without)"
     return built, notes

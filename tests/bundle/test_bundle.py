@@ -504,6 +504,19 @@ def test_a_bundle_for_a_grace_gpu_must_be_for_aarch64(tmp_path, capsys, monkeypa
     assert not (tmp_path / "b").exists()
 
 
+def test_a_wheel_several_variants_share_is_carried_and_listed_once(tmp_path):
+    """The same flash-attn wheel built once for fsdp and megatron: one row of the dry run, one entry naming both."""
+    wheel = _stand_in_wheel(tmp_path)
+    shared = make.Built("flash-attn", wheel, make.sha256_file(wheel), "f" * 24, {"archs": ["9.0"]})
+    apex = make.Built("apex", wheel, "a" * 64, "a" * 24, {"archs": ["9.0"]})
+    lock = tmp_path / "lock.txt"
+    options = make.Options({"megatron": lock, "fsdp": lock}, tmp_path / "b", "linux-64", "3.12",
+                           built={"fsdp": [shared], "megatron": [shared, apex]})
+    once = make._built_once(options)
+    assert [(b.name, variants) for b, variants in once.values()] == [("flash-attn", ["fsdp", "megatron"]),
+                                                                      ("apex", ["megatron"])]
+
+
 def test_find_built_matches_a_git_pin_by_its_commit(tmp_path):
     """apex is pinned by a git URL (no version): the commit its build recorded is what must match."""
     wheelhouse = tmp_path / "wheelhouse"

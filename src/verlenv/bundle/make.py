@@ -357,8 +357,7 @@ def print_plan(bundle: Plan) -> None:
     o = bundle.options
     for v, lock in sorted(o.locks.items()):
         print(f"{v or 'variant'}: lock {lock.name}; source-built wheels {o.built_note.get(v, 'included')}")
-    carried = {b.sha256: b for v in sorted(o.built) for b in o.built[v]}  # a wheel several variants share, once
-    dry_run(bundle.remote, bundle.tools, bundle.dropped, list(carried.values()))
+    dry_run(bundle.remote, bundle.tools, bundle.dropped, [b for b, _ in _built_once(o).values()])
     if o.kernel_cache:
         found = kcache.files(o.kernel_cache)
         print(f"kernel cache {o.kernel_cache}: {len(found)} files, "
@@ -434,19 +433,23 @@ def _carry_lock_files(bundle: Plan, have: dict[str, Path], tmp: Path) -> list[di
     return files
 
 
-def _carry_built(o: Options, tmp: Path) -> list[dict]:
-    """The source-built wheels into wheels/, one entry per wheel naming every variant it serves."""
-    placed: dict[str, dict] = {}
+def _built_once(o: Options) -> dict[str, tuple[Built, list[str]]]:
+    """Each source-built wheel once, by its sha256, with the variants it serves (a flash-attn wheel serves several)."""
+    once: dict[str, tuple[Built, list[str]]] = {}
     for v in sorted(o.locks):
         for b in o.built.get(v, []):
-            if b.sha256 in placed:  # one wheel serving several variants (flash-attn)
-                placed[b.sha256]["variants"].append(v)
-                continue
-            _place(b.wheel, tmp / "wheels" / b.wheel.name)
-            placed[b.sha256] = _entry(tmp / "wheels" / b.wheel.name, "built", b.name,
-                                      str(parse_wheel_filename(b.wheel.name)[1]), b.sha256, [v],
-                                      fingerprint=b.fingerprint, inputs=b.inputs)
-    return list(placed.values())
+            once.setdefault(b.sha256, (b, []))[1].append(v)
+    return once
+
+
+def _carry_built(o: Options, tmp: Path) -> list[dict]:
+    """The source-built wheels into wheels/, one entry per wheel naming every variant it serves."""
+    placed = []
+    for b, variants in _built_once(o).values():
+        _place(b.wheel, tmp / "wheels" / b.wheel.name)
+        placed.append(_entry(tmp / "wheels" / b.wheel.name, "built", b.name, str(parse_wheel_filename(b.wheel.name)[1]),
+                             b.sha256, variants, fingerprint=b.fingerprint, inputs=b.inputs))
+    return placed
 
 
 def _carry_tools(bundle: Plan, have: dict[str, Path], tmp: Path) -> list[dict]:

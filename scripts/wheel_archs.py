@@ -28,7 +28,10 @@ def read(wheel: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         objects = cubins.wheel_shared_objects(wheel, Path(tmp))
         code = {o.name: sorted({e.name for e in cubins.shared_object_archs(o)}) for o in objects}
-        profiles = {key: not cubins.missing_archs(objects, [p.arch]) for key, p in gpus.profiles().items()}
+        # One pass for every profile: the archs some CUDA object has no cubin for.
+        rows = gpus.profiles()
+        lacking = set().union(*cubins.missing_archs(objects, [p.arch for p in rows.values()]).values())
+        profiles = {key: cubins.sm_of(p.arch) not in lacking for key, p in rows.items()}
     return {"wheel": wheel.name, "bytes": wheel.stat().st_size,
             "cuda_objects": {name: names for name, names in code.items() if names}, "runs_on": profiles}
 

@@ -308,7 +308,7 @@ def verdicts(package: str, archs: list[str], targets: list, visible: list[tuple[
 def check_toolkit_headers(recipe: recipes.Recipe, tc: toolchain.Toolchain) -> None:
     """Every CUDA header the recipe's sources need from the toolkit is in this CUDA_HOME, before anything is fetched
     or compiled (a CUDA_HOME of PyPI's wheels has the compiler and the runtime, not every header of a full toolkit)."""
-    if missing := toolchain.missing_headers(tc.cuda_home, tuple(recipe.toolkit_headers)):
+    if missing := toolchain.missing_headers(tc.cuda_home, recipe.toolkit_headers):
         wheels = " ".join(sorted({recipe.toolkit_headers[h] for h in missing}))
         cuda = tc.torch_cuda or tc.nvcc_version
         raise UserError(f"{recipe.package} includes {', '.join(missing)} from the CUDA toolkit (build.toolkit_headers "

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def include_dirs(cuda_home: str) -> list[Path]:
     return [root / "include", *sorted(root.glob("targets/*/include"))]
 
 
-def missing_headers(cuda_home: str, headers: tuple[str, ...]) -> list[str]:
+def missing_headers(cuda_home: str, headers: Iterable[str]) -> list[str]:
     """The headers no include folder of this CUDA_HOME has."""
     dirs = include_dirs(cuda_home)
     return [h for h in headers if not any((d / h).is_file() for d in dirs)]

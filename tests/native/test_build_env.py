@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,26 @@ def torch_python() -> str:
                 pytest.fail(f"cannot make the build-test env ({' '.join(cmd[:3])}): {r.stderr.strip()[-500:]}")
         write_atomic(marker, want)
     return str(python)
+
+
+def run_probe_binding(python: str, wheel: Path, dest: Path) -> list[str]:
+    """The probe's wheel unpacked into dest and its binding called by `python` on CPU tensors: the lines it prints,
+    the kernel's own __CUDA_ARCH_LIST__, then the binding's error (its check ran, so the .so linked up with torch)."""
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(dest)
+    code = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(dest)!r})\n"
+        "import cuda_ext_probe\n"
+        "print(torch.ops.cuda_ext_probe.compiled_archs())\n"
+        "try:\n"
+        "    torch.ops.cuda_ext_probe.axpy(torch.ones(4), torch.ones(4), 2.0)\n"
+        "except RuntimeError as e:\n"
+        "    print(str(e).splitlines()[0])\n"
+    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()
 
 
 def clean_build_env(monkeypatch: pytest.MonkeyPatch) -> None:

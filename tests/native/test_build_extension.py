@@ -13,12 +13,11 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from test_build_env import DATA, build_until, clean_build_env, torch_python
+from test_build_env import DATA, build_until, clean_build_env, run_probe_binding, torch_python
 from verlenv import cubins
 from verlenv.catalog import stacks
 from verlenv.native import build, ninja_stats, sources, wheelcache
@@ -90,22 +89,7 @@ def test_first_build_compiles_cubins_for_sm80_and_sm90(first, dirs, tmp_path):
 
 
 def test_built_extension_imports_and_runs_on_cpu(first, env, tmp_path):
-    target = tmp_path / "site"
-    with zipfile.ZipFile(first.wheel) as z:
-        z.extractall(target)
-    code = (
-        "import sys, torch\n"
-        f"sys.path.insert(0, {str(target)!r})\n"
-        "import cuda_ext_probe\n"
-        "print(torch.ops.cuda_ext_probe.compiled_archs())\n"
-        "try:\n"
-        "    torch.ops.cuda_ext_probe.axpy(torch.ones(4), torch.ones(4), 2.0)\n"
-        "except RuntimeError as e:\n"
-        "    print(str(e).splitlines()[0])\n"
-    )
-    out = subprocess.run([env, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
+    lines = run_probe_binding(env, first.wheel, tmp_path / "site")
     assert lines[0] == "[800, 900]"  # the kernel's own __CUDA_ARCH_LIST__
     assert "must be CUDA tensors" in lines[1]  # the binding's check ran: the .so and libtorch link up
 

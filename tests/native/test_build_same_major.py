@@ -8,12 +8,11 @@ torch 2.8.0+cu128 ($VERLENV_TEST_CU128_PYTHON, default the verl-0.7 fsdp env of 
 import os
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from test_build_env import DATA, clean_build_env
+from test_build_env import DATA, clean_build_env, run_probe_binding
 from verlenv import cubins
 from verlenv.bundle import build_inputs
 from verlenv.catalog import stacks
@@ -82,24 +81,9 @@ def test_torch_itself_only_warns_about_the_minor(built):
 
 
 def test_the_extension_has_sm90_code_and_runs_its_binding_with_torch_2_8(built, cu128_python, tmp_path):
-    target = tmp_path / "site"
-    with zipfile.ZipFile(built.wheel) as z:
-        z.extractall(target)
     [so] = cubins.wheel_shared_objects(built.wheel, tmp_path / "so")
     assert cubins.cubin_archs(cubins.shared_object_archs(so)) == {90}
-    code = (
-        "import sys, torch\n"
-        f"sys.path.insert(0, {str(target)!r})\n"
-        "import cuda_ext_probe\n"
-        "print(torch.ops.cuda_ext_probe.compiled_archs())\n"
-        "try:\n"
-        "    torch.ops.cuda_ext_probe.axpy(torch.ones(4), torch.ones(4), 2.0)\n"
-        "except RuntimeError as e:\n"
-        "    print(str(e).splitlines()[0])\n"
-    )
-    out = subprocess.run([cu128_python, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
+    lines = run_probe_binding(cu128_python, built.wheel, tmp_path / "site")
     assert lines[0] == "[900]"  # nvcc 12.5's own __CUDA_ARCH_LIST__
     assert "must be CUDA tensors" in lines[1]  # the .so loaded and linked up with torch 2.8's libraries
 

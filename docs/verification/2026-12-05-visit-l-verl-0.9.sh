@@ -2,8 +2,8 @@
 # wheel built on the CPU machine with PyPI's nvcc 13.0: `verlenv build flash-attn --gpu h100 --jobs 2`, resumed over
 # two sessions); the megatron re-runs of qwen3.5, qwen3.5-moe, qwen3-next and deepseek-v3 after visit K's fixes (the
 # check's CPU calibration on transformers' torch paths; the row's topk_method), with the published Qwen3-Next-80B
-# config (five trainers: one round on an H200); `--thorough` for qwen3.5 in the fsdp variant if the device time
-# allows; and apex built whole for sm_90 and for sm_90+sm_100 (the B200's) on the same node, one after the other,
+# config (five trainers: one round on an H200); then `--thorough` per family in the fsdp variant, one after the
+# other, as long as the machine is held; and apex built whole for sm_90 and for sm_90+sm_100 (the B200's) on the same node, one after the other,
 # read back by the cubin check (issue 53).
 # - The bundle: `verlenv bundle --stack verl-0.9 --variant fsdp --variant megatron --gpu h100 --without apex
 #   --without transformer-engine-torch --without megatron-bridge --build-inputs --source apex=<NVIDIA/apex mirror>
@@ -23,6 +23,7 @@ SELF=docs/verification/2026-12-05-visit-l-verl-0.9.sh
 FSDP_A="qwen3.5 qwen3-next deepseek-v3"; FSDP_B="qwen3.5-moe qwen3-vl glm4-moe"
 MEGATRON_AGAIN="qwen3.5 qwen3.5-moe qwen3-next deepseek-v3"
 CONFIGS="Qwen3-Next-80B-A3B-Instruct"
+THOROUGH="qwen3.5 qwen3-next deepseek-v3 qwen3-vl glm4-moe qwen3.5-moe"  # in this order, as long as the machine is held
 step=$1; shift
 sync_repo() {  # this call's working tree onto /root/repo (the envs under it stay)
   [ "$(pwd -P)" = "$REPO" ] && return
@@ -104,13 +105,13 @@ plan)     # on the node, by itself
   run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp $(families $FSDP_A))" &
   run_named fsdp-new-b "$(verify_cmd fsdp-new-b --variant fsdp --only verl $(families $FSDP_B))"
   wait
-  echo "end $(date +%s)" ;;
-thorough) # verl's and vLLM's own defaults (CUDA graphs, torch.compile, vLLM's memory sizing) for qwen3.5, alone, if
-  # the device time allows (thorough sizes vLLM's KV cache from the GPU's free memory): started, in the background
-  (cd $REPO && setsid nohup bash $SELF thorough-run < /dev/null >> $R/plan.log 2>&1 &)
-  held ;;
-thorough-run)
-  run_named fsdp-thorough "$(verify_cmd fsdp-thorough --variant fsdp --only verl --thorough --family qwen3.5)"
+  echo "end $(date +%s)"
+  # Then verl's and vLLM's own defaults (CUDA graphs, torch.compile, vLLM's memory sizing: 0.5 of the GPU, so one at
+  # a time), one family a run so that each finished run's report comes back even if the machine is taken back mid-way.
+  for f in $THOROUGH; do
+    run_named fsdp-thorough-$f "$(verify_cmd fsdp-thorough-$f --variant fsdp --only verl --thorough --family $f)"
+    echo "T $f $(date +%s) $(cat $R/fsdp-thorough-$f.done)"
+  done
   echo "thorough end $(date +%s)" ;;
 wait)     # $1 = seconds at most, until the plan ends; each finished run's files come back as one .tgz
   t0=$(date +%s); mark=${2:-end}  # $2: the plan.log line's first word that ends the wait (thorough: "thorough")

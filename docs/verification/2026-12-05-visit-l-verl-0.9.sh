@@ -75,6 +75,9 @@ apex-build) # on the node, by itself: apex for sm_90, then for sm_90+sm_100 (h10
               "--no-install --jobs 16 --json $R/$name.json"
   }
   apex apex-build --gpu h100
+  # sm_90+sm_100 only once the megatron runs are done: its 16 compile jobs would slow the install, TE's build and the
+  # trainers' start, and the device time is short
+  while [ ! -f $R/megatron-again.done ]; do sleep 5; done
   apex apex-b200 --gpu h100 --gpu b200
   run_named apex-cubins "PYTHONPATH=$REPO/src:/root/site python3 $REPO/scripts/wheel_archs.py --json $R/apex-cubins.json" \
             "$R/apex-build.json $R/apex-b200.json" ;;

@@ -83,17 +83,17 @@ apex-build) # on the node, by itself: apex for sm_90, then for sm_90+sm_100 (h10
             "$R/apex-build.json $R/apex-b200.json" ;;
 part)     # $1 = parts expected after this one
   part "$1"; tail -1 $R/apex-build.out | cut -c1-200 ;;
-install)  # $1 = the last part's number: the megatron env, then the plan by itself; the parts deleted (disk)
+install)  # $1 = the last part's number, $2 = "lean" to leave megatron out: the fsdp env, then the plan by itself
   part "$1"
   sync_repo
-  boot megatron
-  rm -f $P/bundle.tar.part*
-  (cd $REPO && setsid nohup bash $SELF plan < /dev/null > $R/plan.log 2>&1 &)
+  boot fsdp
+  (cd $REPO && setsid nohup bash $SELF plan ${2:-} < /dev/null > $R/plan.log 2>&1 &)
   df -h / | tail -1; tail -2 $R/apex-build.out; held ;;
-plan)     # on the node, by itself
+plan)     # on the node, by itself; $1 = "lean": the fsdp runs only (the device time left would not hold megatron's)
   echo "A $(date +%s)"
-  $MEGATRON/bin/python tests/data/model-configs/published.py /root/published > /dev/null
-  (while [ ! -f $R/apex-build.done ]; do sleep 2; done
+  [ "${1:-}" = lean ] || (boot megatron; rm -f $P/bundle.tar.part*
+   $MEGATRON/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+   while [ ! -f $R/apex-build.done ]; do sleep 2; done
    run_named megatron-build "$P/bundle/.tool/bin/verlenv build transformer-engine-torch apex megatron-bridge" \
              "--bundle $P/bundle --stack verl-0.9 --variant megatron --python $MEGATRON/bin/python --gpu h100" \
              "--wheelhouse $W --jobs 16 --json $R/megatron-build.json"
@@ -101,7 +101,6 @@ plan)     # on the node, by itself
    run_named megatron-again "$(verify_cmd megatron-again --variant megatron --only verl --skip-package flash-attn \
              $(families $MEGATRON_AGAIN) $(configs))"
    echo "C $(date +%s) megatron: $(cat $R/megatron-again.done)") &
-  boot fsdp
   # The fsdp variant whole (every static and kernel check, flash-attn's now too) with three families, and beside it
   # the trainer check alone with the other three: all six at once (one verify runs as many as the GPU's memory holds
   # for one run), so the device time the starts cost is spent on one round.
@@ -120,7 +119,7 @@ wait)     # $1 = seconds at most, until the plan ends; each finished run's files
   t0=$(date +%s); mark=${2:-end}  # $2: the plan.log line's first word that ends the wait (thorough: "thorough")
   while ! grep -q "^$mark" $R/plan.log 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 3; done
   cat $R/plan.log
-  sent=0  # at most 8 files come back a call: 6 runs' archives, the memory samples, the installs' output once
+  sent=0  # at most 8 files come back a call: 6 runs' archives, the memory samples, the installs' output
   for o in $(ls $R/*.out 2>/dev/null); do n=$(basename $o .out)
     echo "== $n: $(cat $R/$n.done 2>/dev/null || echo running)"
     grep -E "^(FAIL|PASS|fail|warn) |passed|failed|Error|ratio|median|\[[0-9]+/[0-9]+\]" $o | cut -c1-300 | tail -14
@@ -129,8 +128,7 @@ wait)     # $1 = seconds at most, until the plan ends; each finished run's files
   done
   for t in $R/*.trainer.log; do [ -f "$t" ] && echo "-- $(basename $t): $(grep -c . $t) lines; $(grep -E 'step:[0-9]+' -o $t | sort -u | tr '\n' ' ')"; done
   gzip -c $R/gpumem.csv > "$OUT/gpumem.csv.gz"
-  [ -f $R/install-fsdp.txt ] && [ ! -f $R/installs.sent ] && tar -C $R -czf "$OUT/installs.tgz" $(cd $R && ls install-*.txt) &&
-    touch $R/installs.sent
+  [ -f $R/install-fsdp.txt ] && tar -C $R -czf "$OUT/installs.tgz" $(cd $R && ls install-*.txt)
   ls -la "$OUT"; nvidia-smi --query-gpu=memory.used --format=csv,noheader; held ;;
 wheels)   # apex's sm_90+sm_100 cache entry back to the CPU machine, in pieces of 15 MiB (at most 64 MiB come back a
   # call), for `verlenv bundle --gpu b200` there with it in the wheelhouse

@@ -104,7 +104,13 @@ plan)     # on the node, by itself; $1 = "lean": the fsdp runs only (the device 
   # The fsdp variant whole (every static and kernel check, flash-attn's now too) with three families, and beside it
   # the trainer check alone with the other three: all six at once (one verify runs as many as the GPU's memory holds
   # for one run), so the device time the starts cost is spent on one round.
-  run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp $(families $FSDP_A))" &
+  # Lean: the trainer check for all six, and flash-attn's own kernel checks (the one package new to the env) beside it.
+  if [ "${1:-}" = lean ]; then
+    run_named fsdp-flash-attn "$(verify_cmd fsdp-flash-attn --variant fsdp --only flash-attn)" &
+    run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp --only verl $(families $FSDP_A))" &
+  else
+    run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp $(families $FSDP_A))" &
+  fi
   run_named fsdp-new-b "$(verify_cmd fsdp-new-b --variant fsdp --only verl $(families $FSDP_B))"
   wait
   echo "end $(date +%s)"

@@ -9,6 +9,8 @@
 #   --without transformer-engine-torch --without megatron-bridge --build-inputs --source apex=<NVIDIA/apex mirror>
 #   --source megatron-bridge=<Megatron-Bridge mirror> --wheelhouse <cache> --split 50MiB` (flash-attn's and
 #   causal-conv1d's wheels from the CPU machine's cache).
+# - Lean (device time short: `install N lean`): the fsdp bundle alone, `verlenv bundle --stack verl-0.9 --variant fsdp
+#   --gpu h100 --wheelhouse <cache> --split 50MiB` (278 files, 4575.9 MiB, 92 parts; carried as .carry/fNNNN).
 # One `run` call per step: bash docs/verification/2026-12-05-visit-l-verl-0.9.sh STEP [ARG]
 # Not run on 2026-12-05: three starts found no machine, then loans were paused for the session. Kept for the next
 # visit, which makes the bundle again (the megatron lock has since gained nvidia-cuda-profiler-api).
@@ -31,7 +33,7 @@ sync_repo() {  # this call's working tree onto /root/repo (the envs under it sta
 }
 held() { echo "held $(( $(date +%s) - $(cat $R/t0) )) s"; }
 part() {  # $1 = how many parts $P must hold after this call (call N carries .carry/eNNNN/: part N, the index with 1)
-  cp -n .carry/e[0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
+  cp -n .carry/[ef][0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
   [ "$n" -eq "$1" ] || { echo "EXPECTED $1 PARTS: machine restarted? start over"; exit 3; }
 }
 gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100; }

@@ -143,6 +143,19 @@ wheels)   # apex's sm_90+sm_100 cache entry back to the CPU machine, in pieces o
   fp=$(python3 -c "import json; print(json.load(open('$R/apex-b200.json'))[0]['fingerprint'])")
   tar -C $W -cf - apex/$fp | split -b 15M -d -a 1 - "$OUT/apex-b200-entry.tar."
   ls -la "$OUT"; held ;;
+fa-mini)  # $1 = piece (1, 2): the fallback when the device time left cannot hold the bundle and its runs: flash-attn's
+  # sm_90 wheel built on the CPU machine (sha256 c4355c1c…, two pieces in .carry/g1, .carry/g2), its kernel check
+  # (every case against float64, throughput against torch's flash SDPA) with the node's torch 2.11.0+cu130, the stack's
+  mkdir -p /root/fa; cp .carry/g$1/* /root/fa/; held
+  [ "$1" = 2 ] || exit 0
+  whl=/root/fa/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl; cat /root/fa/fa.whl.* > $whl; sha256sum $whl
+  python3 -V; python3 -m pip install -q --no-index --no-deps --target /root/fa/site $whl
+  profile=$(python3 -c "import tomllib, json; g=tomllib.load(open('src/verlenv/data/gpus.toml','rb')); k='$(gpu)'
+print(json.dumps({'key': k, 'arch': '9.0', 'fp8': True, 'thresholds': {**g['defaults']['thresholds'], **g[k]['thresholds']}}))")
+  echo "$profile"
+  (cd src/verlenv/verify/kernels && PYTHONPATH=/root/fa/site python3 check_flash_attn.py --out $OUT/fa-mini.json \
+     --profile "$profile") 2>&1 | tail -30
+  held ;;
 partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
   for t in $R/*.trainer.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
   ls -la "$OUT"; held ;;

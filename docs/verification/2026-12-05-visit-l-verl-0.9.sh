@@ -65,6 +65,7 @@ start)    # machine facts, the GPU memory sampler, apex's build started in the b
   sync_repo
   python3 -m pip install -q --no-index --no-deps --target /root/site .carry/k0/pyelftools-*.whl
   cp .carry/k0/apex-*.tar /root/
+  mkdir -p /root/fa; cp .carry/g1/* /root/fa/ 2>/dev/null  # fa-mini's first piece, if this call carries it
   setsid nohup bash -c "while :; do t=\$(date +%s); nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | sed \"s/^/\$t,total,/\"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | sed \"s/^/\$t,/\"; sleep 2; done >> $R/gpumem.csv" < /dev/null > /dev/null 2>&1 &
   (cd $REPO && setsid nohup bash $SELF apex-build < /dev/null > $R/apex-build.log 2>&1 &)
   sleep 15; tail -5 $R/apex-build.out; held ;;

@@ -12,8 +12,9 @@
 # - Lean (device time short: `install N lean`): the fsdp bundle alone, `verlenv bundle --stack verl-0.9 --variant fsdp
 #   --gpu h100 --wheelhouse <cache> --split 50MiB` (278 files, 4575.9 MiB, 92 parts; carried as .carry/fNNNN).
 # One `run` call per step: bash docs/verification/2026-12-05-visit-l-verl-0.9.sh STEP [ARG]
-# Not run on 2026-12-05: three starts found no machine, then loans were paused for the session. Kept for the next
-# visit, which makes the bundle again (the megatron lock has since gained nvidia-cuda-profiler-api).
+# Run on 2026-12-05 (twelfth session) as far as `start`, `part 1` and `fa-mini 1..2` on an H100: a part cost 14 s of
+# device time, more than the bundle's 98 parts could have had (2026-12-05-visit-l-verl-0.9.md). The plan stays for the
+# next visit.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     RAY_USAGE_STATS_ENABLED=0

@@ -158,6 +158,11 @@ print(json.dumps({'key': k, 'arch': '9.0', 'fp8': True, 'thresholds': {**g['defa
   (cd src/verlenv/verify/kernels && PYTHONPATH=/root/fa/site python3 check_flash_attn.py --out $OUT/fa-mini.json \
      --profile "$profile") 2>&1 | tail -30
   held ;;
+freeze)   # the node's own Python packages, for `verlenv bundle --base FREEZE` (leave out what the node has at the
+  # locked version): pip freeze of the node's python3, and where each distribution lives
+  python3 -V; which python3; python3 -m pip freeze > "$OUT/host-freeze.txt"; wc -l < "$OUT/host-freeze.txt"
+  python3 -m pip list -v --format json > "$OUT/host-pip-list.json" 2>/dev/null
+  python3 -c 'import sys, site; print(sys.prefix, site.getsitepackages())'; df -h / | tail -1 ;;
 partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
   for t in $R/*.trainer.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
   ls -la "$OUT"; held ;;

@@ -11,6 +11,11 @@
 #   causal-conv1d's wheels from the CPU machine's cache).
 # - Lean (device time short: `install N lean`): the fsdp bundle alone, `verlenv bundle --stack verl-0.9 --variant fsdp
 #   --gpu h100 --wheelhouse <cache> --split 50MiB` (278 files, 4575.9 MiB, 92 parts; carried as .carry/fNNNN).
+# - Base (`install-base N`; a part cost 14 s of device time on 2026-12-05): the fsdp bundle less what the node's torch
+#   env has at the locked version, `... --variant fsdp --gpu h100 --wheelhouse <cache> --base
+#   docs/verification/2026-12-05-h100-node-pip-freeze.txt --split 50MiB` (202 files, 1879.9 MiB, 38 parts; torch,
+#   the CUDA libraries and 74 others left to the node; carried as .carry/bNNNN), installed into that env; the plan
+#   then runs lean.
 # One `run` call per step: bash docs/verification/2026-12-05-visit-l-verl-0.9.sh STEP [ARG]
 # Run on 2026-12-05 (twelfth session) as far as `start`, `part 1` and `fa-mini 1..2` on an H100: a part cost 14 s of
 # device time, more than the bundle's 98 parts could have had (2026-12-05-visit-l-verl-0.9.md). The plan stays for the
@@ -21,6 +26,9 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 R=/root/visit; P=/root/parts; REPO=/root/repo; W=/root/wheelhouse; mkdir -p $R $P $W
 NOX=$P/bundle/.tool/bin/nox
 FSDP=$REPO/.venv-verl-0.9-fsdp; MEGATRON=$REPO/.venv-verl-0.9-megatron
+# The base route (install-base): the fsdp variant installed into the node's own torch env, which the bundle leaves
+# its 76 distributions at the locked version to (`--base` the node's pip freeze)
+BASE_ENV=/opt/torch/.venv; [ -f $R/base ] && FSDP=$BASE_ENV
 SELF=docs/verification/2026-12-05-visit-l-verl-0.9.sh
 # gpt-oss is left out: vLLM 0.24.0 cannot load it for RL (visit K; the row's known issue).
 FSDP_A="qwen3.5 qwen3-next deepseek-v3"; FSDP_B="qwen3.5-moe qwen3-vl glm4-moe"
@@ -34,7 +42,7 @@ sync_repo() {  # this call's working tree onto /root/repo (the envs under it sta
 }
 held() { echo "held $(( $(date +%s) - $(cat $R/t0) )) s"; }
 part() {  # $1 = how many parts $P must hold after this call (call N carries .carry/eNNNN/: part N, the index with 1)
-  cp -n .carry/[ef][0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
+  cp -n .carry/[efb][0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
   [ "$n" -eq "$1" ] || { echo "EXPECTED $1 PARTS: machine restarted? start over"; exit 3; }
 }
 gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100; }
@@ -93,6 +101,17 @@ install)  # $1 = the last part's number, $2 = "lean" to leave megatron out: the 
   boot fsdp
   (cd $REPO && setsid nohup bash $SELF plan ${2:-} < /dev/null > $R/plan.log 2>&1 &)
   df -h / | tail -1; tail -2 $R/apex-build.out; held ;;
+install-base) # $1 = the last part's number: the fsdp variant into the node's torch env (the base), then the lean plan
+  part "$1"
+  sync_repo
+  touch $R/base
+  t=$(date +%s)
+  (cd $REPO && PYTHONPATH=src python3 -m verlenv.bundle.bootstrap $P --python $BASE_ENV/bin/python3 \
+     > $R/install-fsdp.txt 2>&1)
+  echo "install fsdp into $BASE_ENV: exit $? in $(( $(date +%s) - t )) s" | tee -a $R/install-fsdp.txt
+  tail -6 $R/install-fsdp.txt
+  (cd $REPO && setsid nohup bash $SELF plan lean < /dev/null > $R/plan.log 2>&1 &)
+  df -h / | tail -1; held ;;
 plan)     # on the node, by itself; $1 = "lean": the fsdp runs only (the device time left would not hold megatron's)
   echo "A $(date +%s)"
   [ "${1:-}" = lean ] || (boot megatron; rm -f $P/bundle.tar.part*
@@ -110,18 +129,18 @@ plan)     # on the node, by itself; $1 = "lean": the fsdp runs only (the device 
   # for one run), so the device time the starts cost is spent on one round.
   # Lean: the trainer check for all six, and flash-attn's own kernel checks (the one package new to the env) beside it.
   if [ "${1:-}" = lean ]; then
-    run_named fsdp-flash-attn "$(verify_cmd fsdp-flash-attn --variant fsdp --only flash-attn)" &
-    run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp --only verl $(families $FSDP_A))" &
+    run_named fsdp-flash-attn "$(verify_cmd fsdp-flash-attn --variant fsdp --python $FSDP/bin/python --only flash-attn)" &
+    run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp --python $FSDP/bin/python --only verl $(families $FSDP_A))" &
   else
-    run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp $(families $FSDP_A))" &
+    run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp --python $FSDP/bin/python $(families $FSDP_A))" &
   fi
-  run_named fsdp-new-b "$(verify_cmd fsdp-new-b --variant fsdp --only verl $(families $FSDP_B))"
+  run_named fsdp-new-b "$(verify_cmd fsdp-new-b --variant fsdp --python $FSDP/bin/python --only verl $(families $FSDP_B))"
   wait
   echo "end $(date +%s)"
   # Then verl's and vLLM's own defaults (CUDA graphs, torch.compile, vLLM's memory sizing: 0.5 of the GPU, so one at
   # a time), one family a run so that each finished run's report comes back even if the machine is taken back mid-way.
   for f in $THOROUGH; do
-    run_named fsdp-thorough-$f "$(verify_cmd fsdp-thorough-$f --variant fsdp --only verl --thorough --family $f)"
+    run_named fsdp-thorough-$f "$(verify_cmd fsdp-thorough-$f --variant fsdp --python $FSDP/bin/python --only verl --thorough --family $f)"
     echo "T $f $(date +%s) $(cat $R/fsdp-thorough-$f.done)"
   done
   echo "thorough end $(date +%s)" ;;

@@ -15,7 +15,7 @@ import pytest
 
 from verlenv.bundle import make, offline, parts
 from verlenv.catalog.pins import read_lock
-from verlenv.env import install
+from verlenv.env import base_record, install
 from verlenv.errors import UserError
 from verlenv.native import wheelcache
 from waiting import StreamLines
@@ -224,11 +224,20 @@ def test_parts_round_trip_and_each_fault_names_the_part(bundle, tmp_path):
     assert not (folder / parts.ASSEMBLED).exists()
 
 
+def _dists(env: Path) -> set[str]:
+    """The distributions an env's python sees (its own metadata: the test envs have no pip)."""
+    code = "import importlib.metadata as m; print(*sorted(d.metadata['Name'].lower() for d in m.distributions()))"
+    return set(_run([str(env / "bin" / "python"), "-c", code]).stdout.split())
+
+
 @pytest.mark.network
 def test_base_subtraction_and_its_check(project, cache, bundle, tmp_path):
     freeze = tmp_path / "freeze.txt"
-    # six as locked (left out); idna at another version and pyyaml as a local build: both bundled, reported.
-    freeze.write_text("six==1.16.0\nidna==3.7\npyyaml==6.0.2+local\nsomething-else==1.0\n")
+    # six as locked (left out); idna at another version and pyyaml as a local build: both bundled, reported;
+    # pyelftools, which the lock does not pin, the base env's own (any real wheel at hand: the bundle's tool one).
+    elftools = next((bundle / "tool").glob("pyelftools-*.whl"))
+    elftools_version = elftools.name.split("-")[1]
+    freeze.write_text(f"six==1.16.0\nidna==3.7\npyyaml==6.0.2+local\npyelftools=={elftools_version}\n")
     out = tmp_path / "based"
     r = _verlenv(project, cache, "bundle", "--stack", "tiny", "--out", str(out), "--base", str(freeze))
     assert r.returncode == 0, r.stderr
@@ -238,6 +247,7 @@ def test_base_subtraction_and_its_check(project, cache, bundle, tmp_path):
     origins = {e["distribution"]: e["origin"] for e in manifest["files"] if e["origin"] != "tool"}
     assert origins == {"six": "base", "idna": "lock", "pyyaml": "lock", "antlr4-python3-runtime": "lock"}
     assert not list((out / "wheels").glob("six-*"))
+    assert manifest["base"]["others"] == {"pyelftools": elftools_version}
 
     python = _python312()
     lacking = tmp_path / "lacking"
@@ -245,17 +255,29 @@ def test_base_subtraction_and_its_check(project, cache, bundle, tmp_path):
     r = _verlenv(project, cache, "install", "--bundle", str(out), "--python", str(lacking / "bin" / "python"),
                  env=_no_network_env(tmp_path))
     assert r.returncode == 2 and "lacks 1 of the bundle's base distributions: six 1.16.0 (found nothing)" in r.stderr
-    assert "yaml" not in _run([str(lacking / "bin" / "python"), "-m", "pip", "list"]).stdout.lower()
+    assert "pyyaml" not in _dists(lacking)
 
     having = tmp_path / "having"
     install.create_venv(having, python)
     six = next((bundle / "wheels").glob("six-*.whl"))
-    subprocess.run([UV, "pip", "install", "--python", str(having / "bin" / "python"), "--offline", str(six)],
-                   check=True, capture_output=True)
+    subprocess.run([UV, "pip", "install", "--python", str(having / "bin" / "python"), "--offline", str(six),
+                    str(elftools)], check=True, capture_output=True)
     r = _verlenv(project, cache, "install", "--bundle", str(out), "--python", str(having / "bin" / "python"),
                  env=_no_network_env(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert "drift check lock/match: pass" in r.stderr
+    # The base env's own pyelftools is not a difference from the lock: the install recorded it as the base's.
+    assert "drift check lock/match: pass" in r.stderr and "1 others are the base env's" in r.stderr
+    record = json.loads((having / base_record.RECORD_FILE).read_text())
+    assert record["others"] == {"pyelftools": elftools_version}
+    assert {"pyelftools", "six", "pyyaml"} <= _dists(having)  # the bundle's added, the base's kept
+
+    # One the base did not have is still a difference.
+    mdurl = next((out / "tool").glob("mdurl-*.whl"))
+    subprocess.run([UV, "pip", "install", "--python", str(having / "bin" / "python"), "--offline", str(mdurl)],
+                   check=True, capture_output=True)
+    r = _verlenv(project, cache, "install", "--bundle", str(out), "--python", str(having / "bin" / "python"),
+                 env=_no_network_env(tmp_path))
+    assert r.returncode == 1 and "1 not in the lock (mdurl)" in r.stderr, r.stderr
 
 
 @pytest.mark.network

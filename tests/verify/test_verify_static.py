@@ -23,6 +23,7 @@ from verlenv import cubins
 from verlenv.catalog import packages, stacks
 from verlenv.catalog.pins import read_lock
 from verlenv.doctor import facts as facts_mod
+from verlenv.env import base_record
 from verlenv.errors import UserError
 from verlenv.verify import static
 from verlenv.verify.results import SKIPPED_BY_REQUEST
@@ -93,6 +94,35 @@ def test_unlocked_packages_are_flagged_unless_they_are_source_builds(tmp_path, s
     wrong = static.check_lock(installed(python), pins, {"packaging": "25.0"}, str(six_lock))
     assert wrong.status == "fail" and wrong.numbers["differ"] == {"packaging": {"installed": "24.2",
                                                                                 "source build": "25.0"}}
+
+
+@pytest.mark.network
+def test_a_base_envs_own_packages_pass_only_at_the_recorded_version(tmp_path, six_lock):
+    """A --base bundle's install records the base env's other distributions (env/base_record.py): lock/match counts
+    one as the base's at that version, and flags it when it has changed since, or when the record lacks it."""
+    python = venv(tmp_path / "env", "six==1.16.0", "packaging==24.2")
+    pins = read_lock(six_lock)
+    r = static.check_lock(installed(python), pins, {}, str(six_lock), {"packaging": "24.2"})
+    assert r.status == "pass" and r.numbers["from_base"] == ["packaging"], r.reason
+    assert r.reason.endswith("1 others are the base env's, as its bundle's install recorded them")
+    changed = static.check_lock(installed(python), pins, {}, str(six_lock), {"packaging": "23.0"})
+    assert changed.status == "fail" and changed.numbers["unlocked"] == ["packaging"]
+    other = static.check_lock(installed(python), pins, {}, str(six_lock), {"idna": "3.7"})
+    assert other.status == "fail" and "1 not in the lock (packaging)" in other.reason
+
+
+def test_the_base_record_round_trips_and_a_damaged_one_is_an_error(tmp_path):
+    manifest = {"base": {"freeze_sha256": "ab" * 32, "notes": [], "others": {"jax": "0.11.2"}},
+                "made": {"at": "2026-12-05T23:00:00Z"}}
+    path = base_record.write(tmp_path, manifest)
+    assert path == tmp_path / base_record.RECORD_FILE and base_record.read(tmp_path) == {"jax": "0.11.2"}
+    assert base_record.write(tmp_path / "plain", {"base": {"freeze_sha256": None}}) is None  # no base: no record
+    assert base_record.read(tmp_path / "plain") == {}
+    assert base_record.others_of({"jax": "0.11.2", "six": "1.16.0"}, {"six"}) == {"jax": "0.11.2"}
+    for damaged in ("{", '{"freeze_sha256": "x"}', '{"others": ["jax"]}', '{"others": {"jax": 2}}'):
+        path.write_text(damaged)
+        with pytest.raises(ValueError, match="install the bundle again"):
+            base_record.read(tmp_path)
 
 
 @pytest.mark.network

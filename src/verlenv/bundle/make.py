@@ -24,6 +24,7 @@ from verlenv import __version__, cubins, fsutil
 from verlenv.bundle import build_inputs as inputs, fetch, kernel_cache as kcache
 from verlenv.catalog import stacks
 from verlenv.catalog.pins import LockedPin, read_lock
+from verlenv.env import base_record
 from verlenv.env.install import find_python
 from verlenv.errors import UserError
 from verlenv.native import wheelcache
@@ -326,6 +327,7 @@ class Plan:
     dropped: list[LockedPin]  # pins the base has at the locked version: left to it
     notes: list[str]  # same-named pins the base has at another version
     users: dict[tuple[str, str], list[str]]  # (name, version): the variants that pin it
+    base_others: dict[str, str] = field(default_factory=dict)  # the base's distributions no lock pins
 
 
 def make(options: Options, dry: bool = False) -> dict | None:
@@ -349,7 +351,8 @@ def plan(options: Options) -> Plan:
         print(f"note: {note}", file=sys.stderr)
     remote = fetch.resolve(keep, options.platform, options.python, options.glibc)
     tool_files = resolve_tools(options.platform, options.python, options.glibc, options.tests) if options.tools else []
-    return Plan(options, remote, tool_files, dropped, notes, users)
+    others = base_record.others_of(base_versions, {canonicalize_name(p.name) for p in union})
+    return Plan(options, remote, tool_files, dropped, notes, users, others)
 
 
 def print_plan(bundle: Plan) -> None:
@@ -484,7 +487,8 @@ def _manifest(bundle: Plan, tmp: Path, files: list[dict], toolkit_note: dict | N
         "glibc": {"allowed": o.glibc, "needs": max(needs, key=fetch.glibc_minor, default=None)},
         "variants": variants,
         "kernel_cache": kernel_note, "toolkit": toolkit_note, "tests": bool(o.tools and o.tests),
-        "base": {"freeze_sha256": sha256_file(o.base) if o.base else None, "notes": bundle.notes},
+        "base": {"freeze_sha256": sha256_file(o.base) if o.base else None, "notes": bundle.notes,
+                 "others": bundle.base_others},
         "made": {"by": f"verlenv {__version__}", "command": o.command,
                  "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "seconds": round(time.monotonic() - started, 1)},

@@ -14,7 +14,7 @@ from pathlib import Path
 from verlenv.bundle import build_inputs, parts
 from verlenv.bundle.make import FORMAT, MANIFEST
 from verlenv.catalog.pins import read_lock
-from verlenv.env import install as plain, installed_files
+from verlenv.env import base_record, install as plain, installed_files
 from verlenv.errors import UserError
 from verlenv.fsutil import write_atomic
 from verlenv.native.sources import sha256_file
@@ -132,6 +132,14 @@ def check_base(python: str, manifest: dict, variant: str) -> None:
                         f"{', '.join(bad[:3])}; install into the env the --base freeze came from")
 
 
+def _prefix_of(python: str) -> Path:
+    """The env prefix of an interpreter (sys.prefix, as the env's python says)."""
+    out = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise UserError(f"{python} did not start ({out.stderr.strip()[-200:]})", exit_code=1)
+    return Path(out.stdout.strip())
+
+
 def env_files(manifest: dict, variant: str) -> list[dict]:
     """The bundle's files the variant's env gets: its lock's wheels and its source-built ones."""
     return [e for e in manifest["files"] if e["file"] and e["origin"] in ("lock", "built") and serves(e, variant)]
@@ -216,6 +224,8 @@ def install(folder: Path, prefix: Path | None = None, conda: bool = False, pytho
                 raise UserError(f"installing the bundle failed (exit {r.returncode}); nothing was marked installed",
                                 exit_code=1)
             files = repair(target, manifest, variant, cmd)
+        if has_base:  # what the base env holds besides the lock, for the drift check and verify
+            base_record.write(env_prefix or _prefix_of(target), manifest)
     except BaseException:
         if created:
             shutil.rmtree(env_prefix, ignore_errors=True)  # a half-made env must not look usable

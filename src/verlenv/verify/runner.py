@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 
 from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.doctor import facts as facts_mod
+from verlenv.env import base_record
 from verlenv.errors import UserError
 from verlenv.verify import kernel_paths, static
 from verlenv.verify.options import VerifyOptions
@@ -237,7 +238,7 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
 
     pins = _pins(s)
     if whole_env:
-        results.append(_lock_result(s, installed, pins))
+        results.append(_lock_result(s, installed, pins, facts.prefix))
         # A family this run trains whose fast kernels are missing would train on a slow path: say so, in words.
         provided = frozenset(pins) | frozenset(b.name for b in s.variant.source_builds)
         results += kernel_paths.check_family_kernels(s.families, installed, provided, unbuilt_ok, families.table())
@@ -276,11 +277,12 @@ def _protected_results(protected: list[str], probe: dict, pins: dict, scope: Sco
 def lock_drift(python: str, cat: stacks.Catalog, variant: stacks.Variant, lock: Path) -> list[CheckResult]:
     """The checks `verlenv install` runs after installing: the env equals the lock; torch, cuDNN, NCCL intact."""
     s = Settings(python=python, catalog=cat, variant=variant, profile=None, gpus=[], lock=lock)
-    installed = installed_versions(facts_mod.gather(python))
+    facts = facts_mod.gather(python)
+    installed = installed_versions(facts)
     pins = _pins(s)
     protected = [n for n in packages.table().intact() if n in installed or n in pins]
     probe = static.probe_files(python, protected, [])
-    return [_lock_result(s, installed, pins), *_protected_results(protected, probe, pins, s.scope)]
+    return [_lock_result(s, installed, pins, facts.prefix), *_protected_results(protected, probe, pins, s.scope)]
 
 
 def _pins(s: Settings) -> dict:
@@ -291,13 +293,17 @@ def _pins(s: Settings) -> dict:
     return read_lock(s.lock)
 
 
-def _lock_result(s: Settings, installed: dict, pins: dict) -> CheckResult:
+def _lock_result(s: Settings, installed: dict, pins: dict, prefix: str) -> CheckResult:
     if s.no_lock:
         return CheckResult("lock/match", "env", "static", "skip", "skipped by request (--no-lock)", True)
     if s.lock is None or not s.lock.is_file():
         return CheckResult("lock/match", "env", "static", "fail", f"no lock at {s.lock}: run `verlenv lock`", True)
+    try:
+        others = base_record.read(prefix)
+    except ValueError as e:
+        return CheckResult("lock/match", "env", "static", "fail", str(e), True)
     builds = {b.name: b.version for b in s.variant.source_builds}
-    return static.check_lock(installed, pins, builds, str(s.lock))
+    return static.check_lock(installed, pins, builds, str(s.lock), others)
 
 
 def run_kernels(s: Settings, progress: Callable[[str], None] = _quiet) -> list[CheckResult]:

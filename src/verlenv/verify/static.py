@@ -140,10 +140,12 @@ def check_runtime_env(python: str | Path, stacks_toml: Path, variant) -> CheckRe
 # --- the lock -----------------------------------------------------------------------------------------
 
 def check_lock(installed: dict[str, list[str]], pins: dict, source_builds: dict[str, str | None],
-               lock: str) -> CheckResult:
-    """Every installed distribution equals the lock; source builds are expected extras at their pinned version."""
+               lock: str, base_others: dict[str, str] | None = None) -> CheckResult:
+    """Every installed distribution equals the lock; source builds are expected extras at their pinned version, and
+    so are a base env's own distributions at the version its bundle's install recorded (env/base_record.py)."""
     start = time.monotonic()
-    differ, missing, unlocked, doubled = {}, [], [], {}
+    differ, missing, unlocked, doubled, from_base = {}, [], [], {}, []
+    base_others = base_others or {}
     for name, pin in sorted(pins.items()):
         have = installed.get(name)
         if not have:
@@ -160,6 +162,9 @@ def check_lock(installed: dict[str, list[str]], pins: dict, source_builds: dict[
             if want and _version(versions[0]) != _version(want):
                 differ[name] = {"installed": versions[0], "source build": want}
             continue
+        if name in base_others and _version(versions[0]) == _version(base_others[name]):
+            from_base.append(name)
+            continue
         unlocked.append(name)
     problems = []
     if differ:
@@ -174,8 +179,10 @@ def check_lock(installed: dict[str, list[str]], pins: dict, source_builds: dict[
     if doubled:
         problems.append(f"{len(doubled)} installed twice ({_listed(f'{n} {v}' for n, v in doubled.items())})")
     numbers = {"lock": lock, "locked": len(pins), "installed": len(installed), "differ": differ, "missing": missing,
-               "unlocked": unlocked, "installed_twice": doubled}
+               "unlocked": unlocked, "installed_twice": doubled, "from_base": from_base}
     reason = "; ".join(problems) if problems else f"{len(pins)} pins match {lock}"
+    if from_base:
+        reason += f"; {len(from_base)} others are the base env's, as its bundle's install recorded them"
     return CheckResult("lock/match", "env", "static", "fail" if problems else "pass", reason, True, numbers,
                        round(time.monotonic() - start, 3))
 

@@ -42,6 +42,7 @@ sync_repo() {  # this call's working tree onto /root/repo (the envs under it sta
 }
 held() { echo "held $(( $(date +%s) - $(cat $R/t0) )) s"; }
 part() {  # $1 = how many parts $P must hold after this call (call N carries .carry/eNNNN/: part N, the index with 1)
+  [ -f $R/t0 ] || date +%s > $R/t0  # the base route starts with part 1, not start
   cp -n .carry/[efb][0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
   [ "$n" -eq "$1" ] || { echo "EXPECTED $1 PARTS: machine restarted? start over"; exit 3; }
 }
@@ -127,14 +128,17 @@ plan)     # on the node, by itself; $1 = "lean": the fsdp runs only (the device 
   # The fsdp variant whole (every static and kernel check, flash-attn's now too) with three families, and beside it
   # the trainer check alone with the other three: all six at once (one verify runs as many as the GPU's memory holds
   # for one run), so the device time the starts cost is spent on one round.
-  # Lean: the trainer check for all six, and flash-attn's own kernel checks (the one package new to the env) beside it.
+  # Lean: the trainer check alone, and flash-attn's own kernel checks (the one package new to the env) beside it.
   if [ "${1:-}" = lean ]; then
     run_named fsdp-flash-attn "$(verify_cmd fsdp-flash-attn --variant fsdp --python $FSDP/bin/python --only flash-attn)" &
     run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp --python $FSDP/bin/python --only verl $(families $FSDP_A))" &
   else
     run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp --python $FSDP/bin/python $(families $FSDP_A))" &
   fi
-  run_named fsdp-new-b "$(verify_cmd fsdp-new-b --variant fsdp --python $FSDP/bin/python --only verl $(families $FSDP_B))"
+  # Lean on an H100 (80 GiB: three trainers a verify by its 24 GiB estimate): the first three families alone
+  if [ "${1:-}" = lean ] && [ "$(gpu)" = h100 ]; then wait; else
+    run_named fsdp-new-b "$(verify_cmd fsdp-new-b --variant fsdp --python $FSDP/bin/python --only verl $(families $FSDP_B))"
+  fi
   wait
   echo "end $(date +%s)"
   # Then verl's and vLLM's own defaults (CUDA graphs, torch.compile, vLLM's memory sizing: 0.5 of the GPU, so one at

@@ -15,9 +15,11 @@ import pytest
 
 from verlenv.bundle import make, offline, parts
 from verlenv.catalog.pins import read_lock
+from verlenv.doctor import facts as facts_mod
 from verlenv.env import base_record, install
 from verlenv.errors import UserError
 from verlenv.native import wheelcache
+from verlenv.verify.runner import installed_versions
 from waiting import StreamLines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,9 +227,8 @@ def test_parts_round_trip_and_each_fault_names_the_part(bundle, tmp_path):
 
 
 def _dists(env: Path) -> set[str]:
-    """The distributions an env's python sees (its own metadata: the test envs have no pip)."""
-    code = "import importlib.metadata as m; print(*sorted(d.metadata['Name'].lower() for d in m.distributions()))"
-    return set(_run([str(env / "bin" / "python"), "-c", code]).stdout.split())
+    """The distributions an env's python sees, as verify reads them (the test envs have no pip)."""
+    return set(installed_versions(facts_mod.gather(env / "bin" / "python")))
 
 
 @pytest.mark.network

@@ -177,6 +177,25 @@ freeze)   # the node's own Python packages, for `verlenv bundle --base FREEZE` (
   python3 -V; which python3; python3 -m pip freeze > "$OUT/host-freeze.txt"; wc -l < "$OUT/host-freeze.txt"
   python3 -m pip list -v --format json > "$OUT/host-pip-list.json" 2>/dev/null
   python3 -c 'import sys, site; print(sys.prefix, site.getsitepackages())'; df -h / | tail -1 ;;
+again)    # after the fix of the check's CPU calibration (fla's gated RMSNorm on CPU tensors, found by this visit's first
+  # round): the plan's thorough chain stopped (its running run goes on), the fixed tree synced, then by itself: the
+  # trainer check of the two DeltaNet families again, then --thorough for those left
+  kill $(pgrep -o -f "$SELF plan"); sleep 1; sync_repo  # the plan's shell only: its running verify goes on
+  (cd $REPO && setsid nohup bash $SELF again-chain < /dev/null >> $R/plan.log 2>&1 &)
+  sleep 2; tail -3 $R/plan.log; held ;;
+again-chain)
+  while pgrep -f "nox -s verify-h100" > /dev/null; do sleep 2; done
+  for d in $(ls $R/*.out | sed 's/\.out$//'); do  # the stopped plan's last run: its verdict is in its report
+    [ -f $d.done ] || echo "exit unknown (its plan's shell was stopped; the report has the verdict)" > $d.done; done
+  echo "again $(date +%s)"
+  run_named fsdp-fix "$(verify_cmd fsdp-fix --variant fsdp --python $FSDP/bin/python --only verl --family qwen3.5 --family qwen3-next)"
+  echo "F $(date +%s) $(cat $R/fsdp-fix.done)"
+  for f in qwen3.5 qwen3-next glm4-moe qwen3.5-moe; do
+    [ -f $R/fsdp-thorough-$f.done ] && ! grep -q "^exit 1" $R/fsdp-thorough-$f.done && continue
+    run_named fsdp-thorough2-$f "$(verify_cmd fsdp-thorough2-$f --variant fsdp --python $FSDP/bin/python --only verl --thorough --family $f)"
+    echo "T2 $f $(date +%s) $(cat $R/fsdp-thorough2-$f.done)"
+  done
+  echo "again-end $(date +%s)" ;;
 partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
   for t in $R/*.trainer.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
   ls -la "$OUT"; held ;;

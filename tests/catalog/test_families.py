@@ -300,18 +300,28 @@ sys.path.insert(0, sys.argv[1])
 import torch, _models
 def cuda_only(*args, **kwargs):
     raise RuntimeError("Expected x.is_cuda() to be true, but got false.")
+class CudaOnlyGatedNorm(torch.nn.Module):  # fla's FusedRMSNormGated: its Triton kernel takes no CPU tensor
+    def __init__(self, hidden_size, eps=1e-5, activation="silu", device=None, dtype=None):
+        super().__init__()
+        self.eps, self.weight = eps, torch.nn.Parameter(torch.full((hidden_size,), 0.5))
+    def forward(self, x, gate=None):
+        raise ValueError("Pointer argument (at 0) cannot be accessed from Triton (cpu tensor?)")
+torch.cuda.current_device = lambda: "cpu"  # transformers builds fla's norm on the current CUDA device
 for name in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
     modeling = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
     for kernel in ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
                    "fused_recurrent_gated_delta_rule"):
         setattr(modeling, kernel, cuda_only)
+    modeling.FusedRMSNormGated = CudaOnlyGatedNorm
 out = {}
 for row in json.loads(sys.argv[2]):
     model = _models.build_model(row, torch)
     layers = [m for m in model.modules() if hasattr(m, "chunk_gated_delta_rule")]
     out[row["name"]] = {"layers": len(layers), "stats": _models.sampling_stats(model, torch),
                         "doubles_left": sum(getattr(m, k, None) is cuda_only for m in layers
-                                            for k in _models.TORCH_PATHS)}
+                                            for k in _models.TORCH_PATHS),
+                        "norms_left": sum(isinstance(m.norm, CudaOnlyGatedNorm) for m in layers),
+                        "norm_weights": sorted({round(w, 3) for m in layers for w in m.norm.weight.tolist()})}
 print(json.dumps(out))
 """
 
@@ -319,7 +329,8 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_the_hybrid_families_calibrate_on_cpu_beside_cuda_only_kernels():
     """GPU visit K: with causal-conv1d installed, the check's CPU calibration called its CUDA kernel and Qwen3.5,
-    Qwen3.5-MoE and Qwen3-Next failed before verl started. The calibration now takes transformers' torch fallbacks."""
+    Qwen3.5-MoE and Qwen3-Next failed before verl started; GPU visit M: then on fla's gated RMSNorm. The calibration
+    now takes transformers' torch fallbacks, the norm's weight kept."""
     python = torch_python()
     if python is None or not has_modules(python, "transformers"):
         pytest.skip("no env python with torch and transformers")
@@ -331,7 +342,8 @@ def test_the_hybrid_families_calibrate_on_cpu_beside_cuda_only_kernels():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     for name in names:
-        assert out[name]["layers"] >= 1 and out[name]["doubles_left"] == 0, out[name]
+        assert out[name]["layers"] >= 1 and out[name]["doubles_left"] == 0 and out[name]["norms_left"] == 0, out[name]
+        assert out[name]["norm_weights"] == [0.5], out[name]  # the torch norm took the fla norm's weight
         assert out[name]["stats"]["logit_std"] == pytest.approx(2.0, rel=0.05)
 
 

@@ -144,9 +144,11 @@ def build_model(family: dict, torch):
 
 
 # A gated-DeltaNet layer (Qwen3.5, Qwen3-Next) takes causal-conv1d's and flash-linear-attention's kernels whenever the
-# packages import, on CPU tensors too, where they fail ("Expected x.is_cuda() to be true": GPU visit K, 2026-12-05).
+# packages import, on CPU tensors too, where they fail ("Expected x.is_cuda() to be true": GPU visit K, 2026-12-05;
+# fla's gated RMSNorm, "Pointer argument (at 0) cannot be accessed from Triton (cpu tensor?)": visit M, 2026-12-06).
 # The calibration runs on CPU, so each such layer instance gets the torch functions transformers itself falls back
-# to (None: the layer's own nn.Conv1d). The saved weights carry none of this: the trainer loads the fast paths.
+# to (None: the layer's own nn.Conv1d), and its fla norm the modeling module's own torch one, same weight. The saved
+# weights carry none of this (the state dict's keys are the same): the trainer loads the fast paths.
 TORCH_PATHS = {"causal_conv1d_fn": None, "causal_conv1d_update": "torch_causal_conv1d_update",
                "chunk_gated_delta_rule": "torch_chunk_gated_delta_rule",
                "recurrent_gated_delta_rule": "torch_recurrent_gated_delta_rule"}
@@ -160,7 +162,22 @@ def on_torch_paths(model) -> int:
         for attribute, fallback in TORCH_PATHS.items():
             if hasattr(layer, attribute):
                 setattr(layer, attribute, getattr(modeling, fallback) if fallback else None)
+        layer.norm = torch_gated_norm(layer.norm, modeling)
     return len(layers)
+
+
+def torch_gated_norm(norm, modeling):
+    """The modeling module's torch gated RMSNorm (Qwen3_5RMSNormGated, Qwen3NextRMSNormGated: the one transformers
+    builds without fla) in place of fla's FusedRMSNormGated, on CPU, with its weight and epsilon."""
+    names = [n for n in vars(modeling) if n.endswith("RMSNormGated") and not n.startswith("Fused")]
+    if len(names) != 1:
+        raise ValueError(f"{modeling.__name__}: expected one torch gated RMSNorm class, found {names or 'none'}")
+    torch_class = getattr(modeling, names[0])
+    if type(norm) is torch_class:
+        return norm
+    torch_norm = torch_class(norm.weight.shape[-1], eps=norm.eps)
+    torch_norm.weight.data.copy_(norm.weight.detach().to("cpu", torch_norm.weight.dtype))
+    return torch_norm
 
 
 def scale_norm(norm, factor: float, torch) -> None:

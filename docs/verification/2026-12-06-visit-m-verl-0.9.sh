@@ -94,6 +94,7 @@ install)  # $1 = the last part's number, $2 = "lean" to leave megatron out: the 
   (cd $REPO && setsid nohup bash $SELF plan ${2:-} < /dev/null > $R/plan.log 2>&1 &)
   df -h / | tail -1; tail -2 $R/apex-build.out; held ;;
 install-base) # $1 = the last part's number: the fsdp variant into the node's torch env (the base), then the lean plan
+  # ($2 = again-chain: the DeltaNet families' re-run alone, for a second machine with little device time left)
   part "$1"
   sync_repo
   touch $R/base
@@ -102,7 +103,7 @@ install-base) # $1 = the last part's number: the fsdp variant into the node's to
      > $R/install-fsdp.txt 2>&1)
   echo "install fsdp into $BASE_ENV: exit $? in $(( $(date +%s) - t )) s" | tee -a $R/install-fsdp.txt
   tail -6 $R/install-fsdp.txt
-  (cd $REPO && setsid nohup bash $SELF plan lean < /dev/null > $R/plan.log 2>&1 &)
+  (cd $REPO && setsid nohup bash $SELF ${2:-plan lean} < /dev/null > $R/plan.log 2>&1 &)
   df -h / | tail -1; held ;;
 plan)     # on the node, by itself; $1 = "lean": the fsdp runs only (the device time left would not hold megatron's)
   echo "A $(date +%s)"

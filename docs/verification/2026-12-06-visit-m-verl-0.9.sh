@@ -189,7 +189,10 @@ again-chain)
   for d in $(ls $R/*.out | sed 's/\.out$//'); do  # the stopped plan's last run: its verdict is in its report
     [ -f $d.done ] || echo "exit unknown (its plan's shell was stopped; the report has the verdict)" > $d.done; done
   echo "again $(date +%s)"
-  run_named fsdp-fix "$(verify_cmd fsdp-fix --variant fsdp --python $FSDP/bin/python --only verl --family qwen3.5 --family qwen3-next)"
+  # on an H200 (139 GiB: five trainers of the verify's 24 GiB estimate in one round) with the three families the fsdp
+  # variant has never run beside them
+  fams="qwen3.5 qwen3-next"; [ "$(gpu)" = h200 ] && fams="$fams qwen3.5-moe qwen3-vl glm4-moe"
+  run_named fsdp-fix "$(verify_cmd fsdp-fix --variant fsdp --python $FSDP/bin/python --only verl $(families $fams))"
   echo "F $(date +%s) $(cat $R/fsdp-fix.done)"
   for f in qwen3.5 qwen3-next glm4-moe qwen3.5-moe; do
     [ -f $R/fsdp-thorough-$f.done ] && ! grep -q "^exit 1" $R/fsdp-thorough-$f.done && continue

@@ -200,6 +200,14 @@ again-chain)
     echo "T2 $f $(date +%s) $(cat $R/fsdp-thorough2-$f.done)"
   done
   echo "again-end $(date +%s)" ;;
+calib)    # when the device time left holds no bundle: the fixed CPU calibration with fla active, on the node's torch, with
+  # the env's transformers 5.9.0 and fla 0.5.2 (.carry/n1), then the saved model on the GPU's fast path
+  # (2026-12-06-visit-m-calibration.py)
+  [ -f $R/t0 ] || date +%s > $R/t0
+  python3 -m pip install -q --no-index --no-deps --target /root/site .carry/n1/*.whl
+  PYTHONPATH=src:/root/site:src/verlenv/verify/kernels python3 docs/verification/2026-12-06-visit-m-calibration.py \
+    $OUT/calibration.json 2>&1 | grep -v "Loading weights\|Writing model" | cut -c1-600 | tail -12
+  held ;;
 partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
   for t in $R/*.trainer.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
   ls -la "$OUT"; held ;;

@@ -347,6 +347,47 @@ def test_the_hybrid_families_calibrate_on_cpu_beside_cuda_only_kernels():
         assert out[name]["stats"]["logit_std"] == pytest.approx(2.0, rel=0.05)
 
 
+# Run by the env's python: each MoE family's model written as the check writes it; the expert tensors' names.
+EXPERT_NAMES = """
+import json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import torch, _models
+from safetensors import safe_open
+out = {}
+for row in json.loads(sys.argv[2]):
+    directory = tempfile.mkdtemp()
+    _models.write_model(directory, torch, row)
+    names = []
+    for f in sorted(os.listdir(directory)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(directory, f), "pt") as s:
+                names += [k for k in s.keys() if ".mlp.experts." in k]
+    out[row["name"]] = sorted(names)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_moe_checkpoints_are_laid_out_as_the_published_ones():
+    """GPU visit N: Megatron-Bridge 0.5.2's Qwen3.5 bridge reads the experts packed, as Qwen3.5-MoE's hub checkpoints
+    hold them (KeyError 'model.language_model.layers.0.mlp.experts.gate_up_proj'); transformers 5.9 saves them one
+    tensor per expert unless told. Qwen3-Next's and Qwen3-MoE's hub checkpoints (and their bridges) are per expert."""
+    python = torch_python()
+    if python is None or not has_modules(python, "transformers", "safetensors"):
+        pytest.skip("no env python with torch and transformers")
+    names = ["qwen3.5-moe", "qwen3-next", "qwen3-moe"]
+    rows = table().rows([table().families[n] for n in names])
+    proc = subprocess.run([python, "-c", EXPERT_NAMES, str(KERNELS), json.dumps(rows)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    packed = [f"model.language_model.layers.{i}.mlp.experts.{w}" for i in (0, 1) for w in ("down_proj", "gate_up_proj")]
+    assert out["qwen3.5-moe"] == packed
+    for name in ("qwen3-next", "qwen3-moe"):
+        assert "model.layers.0.mlp.experts.0.gate_proj.weight" in out[name], out[name][:4]
+        assert not [k for k in out[name] if k.endswith("gate_up_proj")], name
+
+
 def test_deepseek_v3_keeps_the_router_bias_vllm_registers_only_for_noaux_tc():
     """vLLM 0.24.0's DeepSeek model (deepseek_v2.py) registers the router's correction bias only when the config says
     topk_method "noaux_tc" (the published DeepSeek-V3 config does); transformers' always has it, so a config without

@@ -63,7 +63,8 @@ class Family:
                 "overrides": list(self.overrides), "logit_std": defaults["logit_std"],
                 "embedding_scale": defaults["embedding_scale"], "source": self.source,
                 "shrunk": self.shrunk, "known_issues": [dict(i) for i in self.known_issues],
-                "needs": dict(self.needs), "attention": self.attention}
+                "needs": dict(self.needs), "attention": self.attention,
+                "saved_as_loaded": list(defaults.get("saved_as_loaded", []))}
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,9 @@ def parse(path: Path, data: dict) -> Table:
         value = defaults.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise UserError(f"{path}: defaults.{key} must be a positive number")
+    as_loaded = defaults.get("saved_as_loaded", [])
+    if not isinstance(as_loaded, list) or not all(isinstance(t, str) and t for t in as_loaded):
+        raise UserError(f"{path}: defaults.saved_as_loaded must be a list of model types")
     families: dict[str, Family] = {}
     for name, row in (data.get("families") or {}).items():
         where = f"families.{name}"

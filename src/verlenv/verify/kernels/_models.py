@@ -208,7 +208,10 @@ def write_model(directory, torch, family: dict) -> dict:
     sampling stats as built."""
     model = build_model(family, torch)
     stats = sampling_stats(model, torch)
-    model.to(torch.bfloat16).save_pretrained(directory)
+    # Laid out as the model type's published checkpoints are (the table's saved_as_loaded); the argument only where
+    # needed, as transformers 4 has no such argument.
+    as_loaded = model.config.model_type in family.get("saved_as_loaded", ())
+    model.to(torch.bfloat16).save_pretrained(directory, **({"save_original_format": False} if as_loaded else {}))
     return stats
 
 

@@ -158,7 +158,7 @@ def parse(path: Path, data: dict) -> Table:
                  order=tuple(packages), jit_caches=_jit_caches(path, data.get("jit_caches", {})))
 
 
-JIT_CACHE_KEYS = {"var": str, "default": str, "sub": str, "nvcc": bool, "used_by": list}
+JIT_CACHE_KEYS = {"var": str, "default": str, "sub": str, "nvcc": bool, "used_by": list, "job_gib": float}
 
 
 def _jit_caches(path: Path, rows) -> dict:
@@ -173,6 +173,8 @@ def _jit_caches(path: Path, rows) -> dict:
             if key not in JIT_CACHE_KEYS or not isinstance(value, JIT_CACHE_KEYS[key]):
                 raise UserError(f"{path}: {where}.{key}: valid keys: " + ", ".join(
                     f"{k} ({t.__name__})" for k, t in JIT_CACHE_KEYS.items()))
+        if row.get("job_gib", 1.0) <= 0:
+            raise UserError(f"{path}: {where}.job_gib must be a positive number of GiB")
     return {name: dict(row) for name, row in rows.items()}
 
 

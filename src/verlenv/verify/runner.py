@@ -24,7 +24,7 @@ from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.doctor import facts as facts_mod
 from verlenv.env import base_record
 from verlenv.errors import UserError
-from verlenv.verify import kernel_paths, static
+from verlenv.verify import jit_jobs, kernel_paths, static
 from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST, STATUSES, CheckResult
 from verlenv.verify.static import Scope
@@ -121,8 +121,11 @@ class Settings:
         rows = backends.table()
         memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
         parallel = 1 if self.thorough else max(1, min(len(self.families), int(memory // TRAINER_GIB)))
+        jit = jit_jobs.for_this_host(packages.table().jit_caches, self.variant.rollout, parallel)
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
                 "overrides": dict(self.variant.trainer_overrides), "families": self.families, "parallel": parallel,
+                # MAX_JOBS for the trainers' run-time JIT compiles (their environment's own MAX_JOBS wins).
+                "jit_max_jobs": jit.max_jobs if jit else None, "jit_why": jit.why if jit else None,
                 # The fallback lines and attention backends the check reads its run's output with (_kernel_paths.py).
                 "kernel_paths": kernel_paths.table()}
 

@@ -326,11 +326,14 @@ def failure_line(lines) -> str:
     return next((line for line in reversed(text) if EXCEPTION_LINE.match(line)), text[-1] if text else "no output")
 
 
-def trainer_env(environ=os.environ, ray_address: str = "local", log_env: dict | None = None) -> dict:
+def trainer_env(environ=os.environ, ray_address: str = "local", log_env: dict | None = None,
+                jit_max_jobs: int | None = None) -> dict:
     """No downloads, no wandb; Ray's log dedup would fold repeated worker lines. NVLink multicast off, as the
-    NCCL check has it (the lent multi-GPU machines need it), and the rollout engine's INFO lines on (its row's
-    log_env), unless the user set those; no usage stats from verl's vLLM servers (check_vllm.py says why)."""
-    return {**NCCL_DEFAULTS, "VLLM_NO_USAGE_STATS": "1", **(log_env or {}), **environ,
+    NCCL check has it (the lent multi-GPU machines need it), the rollout engine's INFO lines on (its row's
+    log_env) and MAX_JOBS for its run-time JIT compiles (verify's bound for this host), unless the user set those;
+    no usage stats from verl's vLLM servers (check_vllm.py says why)."""
+    jit = {"MAX_JOBS": str(jit_max_jobs)} if jit_max_jobs else {}
+    return {**NCCL_DEFAULTS, "VLLM_NO_USAGE_STATS": "1", **(log_env or {}), **jit, **environ,
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             # hydra prints the whole traceback (the cause inside Ray's wrappers), not only a hint to set this.
             "HYDRA_FULL_ERROR": "1",
@@ -502,7 +505,11 @@ class TrainerCheck:
             atexit.register(self.abandon)  # the import check failing ends the script before finish()
             self.paths = write_inputs(self.workdir, self.torch, self.family, rows_needed(self.gpus))
             self.cmd = command(sys.executable, self.paths, self.trainer, self.family, **self.sizes)
-            env = trainer_env(log_env=self.trainer["rollout"].get("log_env"))
+            env = trainer_env(log_env=self.trainer["rollout"].get("log_env"),
+                              jit_max_jobs=self.trainer.get("jit_max_jobs"))
+            if self.trainer.get("jit_why"):
+                print(f"{self.family['name']}: MAX_JOBS={env.get('MAX_JOBS')} "
+                      f"({'yours' if 'MAX_JOBS' in os.environ else self.trainer['jit_why']})", flush=True)
             # Ray's own folder per trainer: several trainers side by side each start a Ray of their own.
             env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="vray-", dir="/tmp")
             self.paths["ray_tmp"] = env["RAY_TMPDIR"]

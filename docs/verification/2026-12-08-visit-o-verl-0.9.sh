@@ -3,10 +3,10 @@
 # visit N's lessons in the order of the plan:
 #   1. the source builds first, alone (an env is verified after its builds: visit N's fsdp runs met TE's core without
 #      its torch part); their wheels come back (a later bundle carries them, no builds on the node);
-#   2. FlashInfer's GDN prefill compiled once, alone, with verify's memory-aware MAX_JOBS, timed (visit N: vLLM
-#      compiled it at the first step with a job per core, and the host's memory ran out);
-#   3. the fsdp trainers of the four hybrid / MoE families side by side, then the megatron re-runs with the
-#      published Qwen3-Next-80B config, then --thorough per family as long as the machine is held.
+#   2. the fsdp trainers of the four hybrid / MoE families side by side, then the megatron re-runs with the
+#      published Qwen3-Next-80B config, then --thorough per family as long as the machine is held. verify's trainer
+#      check compiles FlashInfer's GDN prefill once, alone, before its trainers (its check verl/jit-warm/..., timed),
+#      and bounds MAX_JOBS (visit N: vLLM compiled it in each trainer with a job per core; the host ran out of memory).
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] until the plan ends, partial if cut.
 # bash docs/verification/2026-12-08-visit-o-verl-0.9.sh STEP [ARG]
@@ -70,16 +70,8 @@ plan)     # on the node, by itself
             "--bundle $P/bundle --stack verl-0.9 --variant megatron --python $ENV/bin/python --gpu $(gpu)" \
             "--wheelhouse $W --jobs 16 --json $R/megatron-build.json"
   echo "B $(date +%s) build: $(cat $R/megatron-build.done)"
-  # 2. FlashInfer's GDN prefill (vLLM's Qwen3.5 / Qwen3-Next prefill on sm_90), once, with verify's bound for one
-  # trainer; the host's available memory every 5 s beside it
-  jobs=$(cd $REPO && PYTHONPATH=src $ENV/bin/python -c "from verlenv.catalog import packages; from verlenv.verify import jit_jobs; print(jit_jobs.for_this_host(packages.table().jit_caches, 'vllm', 1).max_jobs)")
-  (while :; do echo "$(date +%s) $(awk '/MemAvailable/ {print $2}' /proc/meminfo)"; sleep 5; done > $R/gdn-jit.mem) &
-  sampler_pid=$!
-  run_named gdn-jit "MAX_JOBS=$jobs $ENV/bin/python -c 'from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module as g; g().build_and_load()'"
-  kill $sampler_pid
-  echo "J $(date +%s) gdn-jit MAX_JOBS=$jobs: $(cat $R/gdn-jit.done)"
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
-  # 3. the trainers
+  # 2. the trainers
   run_named fsdp-new "$(verify_cmd fsdp-new --variant fsdp --only verl $(families $FSDP_NEW))"
   echo "F $(date +%s) fsdp: $(cat $R/fsdp-new.done)"
   run_named megatron-again "$(verify_cmd megatron-again --variant megatron --only verl --skip-package flash-attn \

@@ -14,6 +14,8 @@ from verlenv.verify.results import CheckResult
 DATA = Path(__file__).parents[1] / "data" / "kernel_paths.toml"
 FALLBACK_KEYS = ("component", "signature", "says", "source")
 BACKEND_KEYS = ("backend", "archs", "head_sizes", "why")
+WARM_KEYS = {"needs": str, "rollout": str, "archs": list, "module": str, "spec": str, "jit_cache": str,
+             "timeout_s": int, "why": str}
 
 
 def parse(path: Path, data: dict) -> dict:
@@ -46,7 +48,29 @@ def parse(path: Path, data: dict) -> dict:
         if rows[-1]["archs"] or rows[-1]["head_sizes"]:
             raise UserError(f"{path}: attention.{kind}: the last row must take any arch and head size (vLLM's last "
                             f"resort), not {rows[-1]['backend']} alone")
-    return {"fallbacks": fallbacks, "attention": attention, "attention_archs": archs}
+    return {"fallbacks": fallbacks, "attention": attention, "attention_archs": archs,
+            "jit_warm": _jit_warm(path, data.get("jit_warm", {}))}
+
+
+def _jit_warm(path: Path, rows) -> dict:
+    """[jit_warm.<id>] rows: every key of WARM_KEYS, of its type; archs compute capabilities; a positive timeout."""
+    if not isinstance(rows, dict):
+        raise UserError(f"{path}: jit_warm must be a table of [jit_warm.<id>] rows")
+    for key, row in rows.items():
+        ok = isinstance(row, dict) and set(row) == set(WARM_KEYS) and all(
+            isinstance(row[k], t) and not isinstance(row[k], bool) for k, t in WARM_KEYS.items())
+        if not ok or not all(isinstance(a, str) and re.fullmatch(r"\d+\.\d+", a) for a in row["archs"]) \
+                or row["timeout_s"] <= 0:
+            raise UserError(f"{path}: jit_warm.{key} needs exactly " + ", ".join(
+                f"{k} ({t.__name__})" for k, t in WARM_KEYS.items()) + "; archs like \"9.0\", timeout_s > 0")
+    return {key: dict(row) for key, row in rows.items()}
+
+
+def warm_rows(rows: list[dict], rollout: str, families_table: families_mod.Table, paths: dict | None = None) -> dict:
+    """The jit_warm rows a run's families need with this rollout engine (the trainer check picks those of its GPU)."""
+    paths = paths or table()
+    needed = {p for row in rows for p in needs_of(row, families_table)}
+    return {key: row for key, row in paths["jit_warm"].items() if row["rollout"] == rollout and row["needs"] in needed}
 
 
 def load(path: Path | None = None) -> dict:
@@ -71,6 +95,11 @@ def check_rows(families_table: families_mod.Table, paths: dict | None = None) ->
         if family.attention and family.attention not in paths["attention"]:
             raise UserError(f"{families_table.path}: families.{family.name}.attention is {family.attention!r}; "
                             f"valid: {', '.join(paths['attention'])}")
+    caches = packages.table().jit_caches
+    for key, row in paths["jit_warm"].items():
+        if row["needs"] not in known or row["jit_cache"] not in caches:
+            raise UserError(f"{DATA.name}: jit_warm.{key}: needs {row['needs']!r} must be a package of packages.toml "
+                            f"and jit_cache {row['jit_cache']!r} one of its [jit_caches] ({', '.join(caches)})")
 
 
 def needs_of(row: dict, families_table: families_mod.Table) -> dict[str, str]:

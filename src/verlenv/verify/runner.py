@@ -121,11 +121,16 @@ class Settings:
         rows = backends.table()
         memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
         parallel = 1 if self.thorough else max(1, min(len(self.families), int(memory // TRAINER_GIB)))
-        jit = jit_jobs.for_this_host(packages.table().jit_caches, self.variant.rollout, parallel)
+        caches = packages.table().jit_caches
+        jit = jit_jobs.for_this_host(caches, self.variant.rollout, parallel)
+        warm = kernel_paths.warm_rows(self.families, self.variant.rollout, families.table())
+        alone = jit_jobs.for_this_host(caches, self.variant.rollout, 1)  # a warm compile runs before the trainers
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
                 "overrides": dict(self.variant.trainer_overrides), "families": self.families, "parallel": parallel,
                 # MAX_JOBS for the trainers' run-time JIT compiles (their environment's own MAX_JOBS wins).
                 "jit_max_jobs": jit.max_jobs if jit else None, "jit_why": jit.why if jit else None,
+                # The kernels the rollout engine would compile at the first step, compiled once before the trainers.
+                "jit_warm": warm, "jit_warm_max_jobs": alone.max_jobs if alone else None,
                 # The fallback lines and attention backends the check reads its run's output with (_kernel_paths.py).
                 "kernel_paths": kernel_paths.table()}
 
@@ -360,8 +365,10 @@ def trainer_rounds(s: Settings) -> int:
     once."""
     if not s.families:
         return 1
-    parallel = s.trainer()["parallel"]
-    return -(-len(s.families) // parallel)
+    trainer = s.trainer()
+    floor = packages.table().script(TRAINER_SCRIPT).timeout_s
+    warm = sum(-(-row["timeout_s"] // floor) for row in trainer["jit_warm"].values())
+    return -(-len(s.families) // trainer["parallel"]) + warm
 
 
 def _run_one(s: Settings, script: Path, beside: list[str], progress) -> list[CheckResult]:

@@ -655,6 +655,47 @@ class Queue:
                    and (c.run.end is None or c.run.end > mine.start))
 
 
+# Run in the env: the engine's own JIT spec of a kernel module, compiled and loaded as the engine would.
+WARM_CODE = "import importlib, sys; getattr(importlib.import_module(sys.argv[1]), sys.argv[2])().build_and_load()"
+
+
+def warm(row: dict, max_jobs: int | None, environ=os.environ, python: str = sys.executable):
+    """Compile one jit_warm row's module once, alone, before the trainers (their engines then load it from the JIT
+    cache): MAX_JOBS is verify's bound for one compile, unless the user set it. Numbers: its wall time and jobs."""
+    env = dict(environ)
+    if max_jobs and "MAX_JOBS" not in environ:
+        env["MAX_JOBS"] = str(max_jobs)
+    what = f"{row['module']}.{row['spec']}() (MAX_JOBS={env.get('MAX_JOBS', 'unset')})"
+    start = time.monotonic()
+    proc = subprocess.Popen([python, "-c", WARM_CODE, row["module"], row["spec"]], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=row["timeout_s"])
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # ninja and its compilers too, not only the python above them
+        proc.communicate()
+        raise _common.Failed(f"{what} did not compile in {row['timeout_s']} s; the trainers would compile it at "
+                             "their first step") from None
+    if proc.returncode != 0:
+        print(out[-6000:], flush=True)
+        raise _common.Failed(f"{what} failed: {failure_line(out.splitlines())}")
+    jobs = env.get("MAX_JOBS", "")
+    return ({"wall_s": round(time.monotonic() - start, 1), "max_jobs": int(jobs) if jobs.isdigit() else None},
+            f"compiled once before the trainers, {what}: {row['why']}")
+
+
+def warm_checks(profile, torch) -> list:
+    """The trainer's jit_warm rows for this GPU's compute capability, each a check of its own."""
+    trainer = profile.trainer
+    rows = trainer.get("jit_warm") or {}
+    if not rows:
+        return []
+    major, minor = torch.cuda.get_device_capability()
+    return [(f"verl/jit-warm/{key}", lambda row=row: warm(row, trainer.get("jit_warm_max_jobs")))
+            for key, row in rows.items() if f"{major}.{minor}" in row["archs"]]
+
+
 def checks(profile, torch):
     families = profile.trainer.get("families") or []
     parallel = 1 if profile.thorough else profile.trainer.get("parallel", 1)
@@ -667,7 +708,9 @@ def checks(profile, torch):
         def import_check():  # the trainers start first: their start-up, not this import, is the long pole
             queue.start(hold=True)
             return check_import()
-    return [("verl/trainer/import", import_check), *((t.name, t.finish) for t in trainers)]
+    # The warm compiles first: the fast proof's import check is what launches the trainers.
+    return [*warm_checks(profile, torch), ("verl/trainer/import", import_check),
+            *((t.name, t.finish) for t in trainers)]
 
 
 if __name__ == "__main__":

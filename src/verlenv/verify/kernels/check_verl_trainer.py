@@ -655,8 +655,8 @@ class Queue:
                    and (c.run.end is None or c.run.end > mine.start))
 
 
-# Run in the env: the engine's own JIT spec of a kernel module, compiled and loaded as the engine would.
-WARM_CODE = "import importlib, sys; getattr(importlib.import_module(sys.argv[1]), sys.argv[2])().build_and_load()"
+# Run in the env, by path: the engine's own JIT spec of a kernel module, compiled and loaded as the engine would.
+WARM_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_jit.py")
 
 
 def warm(row: dict, max_jobs: int | None, environ=os.environ, python: str = sys.executable):
@@ -667,7 +667,7 @@ def warm(row: dict, max_jobs: int | None, environ=os.environ, python: str = sys.
         env["MAX_JOBS"] = str(max_jobs)
     what = f"{row['module']}.{row['spec']}() (MAX_JOBS={env.get('MAX_JOBS', 'unset')})"
     start = time.monotonic()
-    proc = subprocess.Popen([python, "-c", WARM_CODE, row["module"], row["spec"]], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([python, WARM_PROGRAM, row["module"], row["spec"]], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=row["timeout_s"])

@@ -29,9 +29,13 @@ sync_repo() {  # this call's working tree onto /root/repo (the background plan r
 sampler() {  # the GPU's memory every 2 s, whole and per process, into $R/gpumem.csv, for as long as the machine lives
   setsid nohup bash -c "while :; do t=\$(date +%s); nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | sed \"s/^/\$t,total,/\"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | sed \"s/^/\$t,/\"; sleep 2; done >> $R/gpumem.csv" < /dev/null > /dev/null 2>&1 &
 }
+hostmem() {  # the host's available memory (KiB) and its compilers' (cicc) resident memory every 5 s: what one trainer
+  # holds besides its JIT compiles (verify/jit_jobs.py TRAINER_HOST_GIB is an upper bound from visit N, to measure)
+  setsid nohup bash -c "while :; do echo \"\$(date +%s),\$(awk '/MemAvailable/ {print \$2}' /proc/meminfo),\$(ps -C cicc -o rss= | awk '{s+=\$1} END {print s+0}')\"; sleep 5; done >> $R/hostmem.csv" < /dev/null > /dev/null 2>&1 &
+}
 held() { echo "held $(( $(date +%s) - $(cat $R/t0) )) s"; }
 part() {  # $1 = how many parts $P must hold after this call (call N carries .carry/nNNNN/: part N, the index with 1)
-  [ -f $R/t0 ] || { date +%s > $R/t0; sampler; }
+  [ -f $R/t0 ] || { date +%s > $R/t0; sampler; hostmem; }
   cp -n .carry/n[0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
   [ "$n" -eq "$1" ] || { echo "EXPECTED $1 PARTS: machine restarted? start over"; exit 3; }
 }
@@ -89,15 +93,16 @@ wait)     # $1 = seconds at most, until the plan.log line starting with $2 (defa
   t0=$(date +%s); mark=${2:-end}
   while ! grep -q "^$mark" $R/plan.log 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 3; done
   cat $R/plan.log
-  sent=0  # at most 8 files come back a call: 6 runs' archives, the memory samples, the install's output
+  sent=0  # at most 8 files come back a call: 5 runs' archives, the two memory samples, the install's output
   for o in $(ls $R/*.out 2>/dev/null); do n=$(basename $o .out)
     echo "== $n: $(cat $R/$n.done 2>/dev/null || echo running)"
     grep -E "^(FAIL|PASS|fail|warn) |passed|failed|Error|\[[0-9]+/[0-9]+\]" $o | cut -c1-300 | tail -14
-    [ -f $R/$n.done ] && [ ! -f $R/$n.sent ] && [ $sent -lt 6 ] && sent=$((sent + 1)) &&
+    [ -f $R/$n.done ] && [ ! -f $R/$n.sent ] && [ $sent -lt 5 ] && sent=$((sent + 1)) &&
       tar -C $R -czf "$OUT/$n.tgz" $(cd $R && ls -d $n.* | grep -v '\.sent$') && touch $R/$n.sent
   done
   for t in $R/*.trainer*.log; do [ -f "$t" ] && echo "-- $(basename $t): $(grep -c . $t) lines; $(grep -E 'step:[0-9]+' -o $t | sort -u | tr '\n' ' ')"; done
   gzip -c $R/gpumem.csv > "$OUT/gpumem.csv.gz"
+  [ -f $R/hostmem.csv ] && gzip -c $R/hostmem.csv > "$OUT/hostmem.csv.gz"
   [ -f $R/install.txt ] && gzip -c $R/install.txt > "$OUT/install.txt.gz"
   ls -la "$OUT"; nvidia-smi --query-gpu=memory.used --format=csv,noheader; held ;;
 partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)

@@ -25,10 +25,15 @@ def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float:
     raise RuntimeError(f"{meminfo} has no MemAvailable line")
 
 
+def usable_gib(mem_available: float) -> float:
+    """Available memory less the safety margin kept free for the OS, the linker and ninja."""
+    return mem_available - max(SAFETY_MIN_GIB, SAFETY_FRACTION * mem_available)
+
+
 def parallelism_for(mem_per_job_gib: float, mem_per_extra_thread_gib: float, n_archs: int,
                     mem_available: float, cores: int) -> Parallelism:
     """Jobs bounded by cores and by memory; spare cores go to nvcc threads (one per arch) if memory allows."""
-    usable = mem_available - max(SAFETY_MIN_GIB, SAFETY_FRACTION * mem_available)
+    usable = usable_gib(mem_available)
     by_memory = int(usable // mem_per_job_gib) if usable > 0 else 0
     jobs = max(1, min(cores, by_memory))
     threads = 1

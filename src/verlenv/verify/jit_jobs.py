@@ -9,7 +9,7 @@ compile at once."""
 import os
 from dataclasses import dataclass
 
-from verlenv.native.parallelism import SAFETY_FRACTION, SAFETY_MIN_GIB, mem_available_gib
+from verlenv.native.parallelism import mem_available_gib, usable_gib
 
 # Host memory one trainer holds besides its JIT compiles (Ray, verl's workers, the rollout engine, the actor): at
 # most 20 GiB each in visit N (119.8 GB in use with 3 trainers, 56.9 GB of it ten of the compile's cicc jobs).
@@ -30,7 +30,7 @@ def jit_jobs(caches: dict, rollout: str, trainers: int, mem_available: float, co
     if not sizes:
         return None
     job_gib, trainers = max(sizes), max(1, trainers)
-    usable = mem_available - max(SAFETY_MIN_GIB, SAFETY_FRACTION * mem_available) - trainers * TRAINER_HOST_GIB
+    usable = usable_gib(mem_available) - trainers * TRAINER_HOST_GIB
     jobs = int(usable // job_gib) if usable > 0 else 0
     per_trainer = max(1, min(cores, jobs) // trainers)
     why = (f"{mem_available:.0f} GiB available less the safety margin and {trainers} trainer(s) x "

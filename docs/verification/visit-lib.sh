@@ -1,0 +1,76 @@
+# The helpers and the common steps of a GPU visit's script (visit O on), sourced by it from the repo root after it set
+# R (results), P (parts), REPO (the synced tree), W (wheelhouse), ENV (the node's torch env), NOX, SELF (the visit's
+# script), VARIANT (the bundle's variant) and CONFIGS (published configs for --model-config). The visit's script keeps
+# its own `plan` step and hands every other one to visit_step. Visits E-N carry their own copies, as they ran.
+sync_repo() {  # this call's working tree onto /root/repo (the background plan runs from there)
+  [ "$(pwd -P)" = "$REPO" ] && return
+  mkdir -p $REPO && tar --exclude=./.carry --exclude=./.git -cf - . | tar -C $REPO -xf -
+}
+sampler() {  # the GPU's memory every 2 s, whole and per process, into $R/gpumem.csv, for as long as the machine lives
+  setsid nohup bash -c "while :; do t=\$(date +%s); nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | sed \"s/^/\$t,total,/\"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | sed \"s/^/\$t,/\"; sleep 2; done >> $R/gpumem.csv" < /dev/null > /dev/null 2>&1 &
+}
+hostmem() {  # the host's available memory (KiB) and its compilers' (cicc) resident memory every 5 s: what one trainer
+  # holds besides its JIT compiles (verify/jit_jobs.py TRAINER_HOST_GIB is an upper bound from visit N, to measure)
+  setsid nohup bash -c "while :; do echo \"\$(date +%s),\$(awk '/MemAvailable/ {print \$2}' /proc/meminfo),\$(ps -C cicc -o rss= | awk '{s+=\$1} END {print s+0}')\"; sleep 5; done >> $R/hostmem.csv" < /dev/null > /dev/null 2>&1 &
+}
+held() { echo "held $(( $(date +%s) - $(cat $R/t0) )) s"; }
+part() {  # $1 = how many parts $P must hold after this call (call N carries .carry/nNNNN/: part N, the index with 1)
+  [ -f $R/t0 ] || { date +%s > $R/t0; sampler; hostmem; }
+  cp -n .carry/n[0-9]*/* $P/ 2>/dev/null; n=$(ls $P | grep -c '\.part'); echo "parts $n, $(held)"
+  [ "$n" -eq "$1" ] || { echo "EXPECTED $1 PARTS: machine restarted? start over"; exit 3; }
+}
+gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100; }
+run_named() {  # $1 = name, rest = command: in the foreground, $R/NAME.out, then $R/NAME.done (exit code, wall)
+  local name=$1 t; shift; t=$(date +%s)
+  (cd $REPO && eval "$*") > $R/$name.out 2>&1
+  echo "exit $? wall_s $(( $(date +%s) - t ))" > $R/$name.done
+}
+families() { for f in "$@"; do printf -- ' --family %s' "$f"; done; }
+configs() { for c in $CONFIGS; do printf -- ' --model-config /root/published/%s/config.json' "$c"; done; }
+verify_cmd() {  # $1 = name, rest = verify options: `nox -s verify-<gpu>` offline from the bundle's tools, in the env
+  local name=$1; shift
+  echo "RAY_TMPDIR=/tmp/ray-$name VERLENV_TRAINER_LOG=$R/$name.trainer.log $NOX -s verify-h100 -- --gpu $(gpu)" \
+       "--python $ENV/bin/python --report $R/$name.json --markdown $R/$name.md --timeout 1500 $*"
+}
+
+visit_step() {  # $1 = the step, rest = its arguments
+  local step=$1; shift
+  case $step in
+part)     # $1 = parts expected after this one
+  part "$1" ;;
+install-base) # $1 = the last part's number: the bundle's variant into the node's torch env, then the plan by itself
+  part "$1"
+  sync_repo
+  t=$(date +%s)
+  (cd $REPO && PYTHONPATH=src python3 -m verlenv.bundle.bootstrap $P --variant $VARIANT --python $ENV/bin/python3 \
+     > $R/install.txt 2>&1)
+  echo "install $VARIANT into $ENV: exit $? in $(( $(date +%s) - t )) s" | tee -a $R/install.txt
+  tail -6 $R/install.txt
+  rm -f $P/bundle.tar.part*
+  (cd $REPO && setsid nohup bash $SELF plan < /dev/null > $R/plan.log 2>&1 &)
+  df -h / | tail -1; held ;;
+wheels)   # the node's built wheels (the ABI-keyed wheelhouse), for a bundle that needs no builds on the node
+  (cd $W && find . -name '*.whl' -size -60M | head -8 | while read -r w; do cp "$w" "$OUT/"; done)
+  ls -la "$OUT"; held ;;
+wait)     # $1 = seconds at most, until the plan.log line starting with $2 (default "end"); finished runs come back
+  t0=$(date +%s); mark=${2:-end}
+  while ! grep -q "^$mark" $R/plan.log 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 3; done
+  cat $R/plan.log
+  sent=0  # at most 8 files come back a call: 5 runs' archives, the two memory samples, the install's output
+  for o in $(ls $R/*.out 2>/dev/null); do n=$(basename $o .out)
+    echo "== $n: $(cat $R/$n.done 2>/dev/null || echo running)"
+    grep -E "^(FAIL|PASS|fail|warn) |passed|failed|Error|\[[0-9]+/[0-9]+\]" $o | cut -c1-300 | tail -14
+    [ -f $R/$n.done ] && [ ! -f $R/$n.sent ] && [ $sent -lt 5 ] && sent=$((sent + 1)) &&
+      tar -C $R -czf "$OUT/$n.tgz" $(cd $R && ls -d $n.* | grep -v '\.sent$') && touch $R/$n.sent
+  done
+  for t in $R/*.trainer*.log; do [ -f "$t" ] && echo "-- $(basename $t): $(grep -c . $t) lines; $(grep -E 'step:[0-9]+' -o $t | sort -u | tr '\n' ' ')"; done
+  gzip -c $R/gpumem.csv > "$OUT/gpumem.csv.gz"
+  [ -f $R/hostmem.csv ] && gzip -c $R/hostmem.csv > "$OUT/hostmem.csv.gz"
+  [ -f $R/install.txt ] && gzip -c $R/install.txt > "$OUT/install.txt.gz"
+  ls -la "$OUT"; nvidia-smi --query-gpu=memory.used --format=csv,noheader; held ;;
+partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
+  for t in $R/*.trainer*.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
+  ls -la "$OUT"; held ;;
+*) echo "unknown step $step: valid part, install-base, wheels, wait, partial, plan"; exit 2 ;;
+  esac
+}

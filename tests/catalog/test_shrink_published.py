@@ -28,6 +28,10 @@ _spec = importlib.util.spec_from_file_location("published", CONFIGS / "published
 published = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(published)
 NAMES = list(published.PUBLISHED)
+_vspec = importlib.util.spec_from_file_location("variants", CONFIGS / "variants.py")
+variants = importlib.util.module_from_spec(_vspec)
+_vspec.loader.exec_module(variants)
+VARIANTS = list(variants.VARIANTS)
 LINEAR, FULL, SLIDING = published.LINEAR, published.FULL, published.SLIDING
 
 
@@ -208,6 +212,46 @@ def test_a_bad_size_is_one_line_before_anything_runs(tmp_path, key, value, compl
     assert complaint in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+def _text_set(**values):
+    return lambda c: c["text_config"].update(values)
+
+
+# Configs whose sizes disagree with each other: their model cannot be built or routed, and replacing the sizes would
+# hide it (a tiny model of 4 heads over 2 KV heads works whatever the published ones were).
+INCONSISTENT = [
+    ("GLM-4.5", lambda c: c.update(num_key_value_heads=7),
+     "num_attention_heads=96 is not a multiple of num_key_value_heads=7"),
+    ("Qwen3.5-27B", _text_set(linear_num_value_heads=20),
+     "text_config.linear_num_value_heads=20 is not a multiple of text_config.linear_num_key_heads=16"),
+    ("DeepSeek-V3", lambda c: c.update(n_group=512), "n_routed_experts=256 is not a multiple of n_group=512"),
+    ("GLM-4.5", lambda c: c.update(num_experts_per_tok=300), "num_experts_per_tok=300 is above n_routed_experts=160"),
+    ("gpt-oss-20b", lambda c: c.update(experts_per_token=64), "experts_per_token=64 is above num_local_experts=32"),
+    ("DeepSeek-V3", lambda c: c.update(topk_group=9), "topk_group=9 is above n_group=8"),
+    ("DeepSeek-V3", lambda c: c.update(first_k_dense_replace=62),
+     "first_k_dense_replace=62 is above num_hidden_layers=61"),
+    ("gpt-oss-20b", lambda c: c.update(layer_types=[SLIDING, FULL]),
+     "layer_types has 2 entries for num_hidden_layers=24; it lists one per layer"),
+    ("gpt-oss-20b", lambda c: c.update(layer_types=SLIDING), 'layer_types is "sliding_attention"; it lists one kind'),
+    ("Qwen3-Next-80B-A3B-Instruct", lambda c: c.update(mlp_only_layers=[48]),
+     "mlp_only_layers names layer 48; the layers are 0 to 47"),
+    ("GLM-4.5", lambda c: c.update(vocab_size=0), "vocab_size is 0; a size is a whole number above 0"),
+    ("GLM-4.5", lambda c: c.update(rms_norm_eps=float("nan")), "rms_norm_eps is nan; a config's numbers are finite"),
+    ("DeepSeek-V3", lambda c: c["rope_scaling"].update(factor=float("inf")),
+     "rope_scaling.factor is inf; a config's numbers are finite"),
+    ("Qwen3.5-27B", lambda c: c.pop("text_config"),
+     "vision_config.out_hidden_size is the language model's hidden_size, which the config does not give"),
+]
+
+
+@pytest.mark.parametrize("name, change, complaint", INCONSISTENT)
+def test_a_config_whose_sizes_disagree_is_one_line_before_anything_runs(tmp_path, name, change, complaint):
+    config = published.as_published(name)
+    change(config)
+    with pytest.raises(UserError) as e:
+        families.shrink(write(tmp_path, config))  # json.dumps writes NaN and Infinity as Python's json reads them
+    assert complaint in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 def test_a_bad_size_in_a_vl_models_sub_configs_is_one_line(tmp_path):
     config = published.as_published("Qwen3.5-27B")
     config["text_config"]["head_dim"] = 0
@@ -272,6 +316,41 @@ def test_each_shrunk_model_trains_a_step_on_cpu_with_the_envs_transformers(train
     assert r["loss"] > 0 and all(r["grads"].values()), [n for n, g in r["grads"].items() if not g]
     assert r["params"] < 6_000_000
     assert r["text_config"]["num_hidden_layers"] == 2 and r["text_config"]["vocab_size"] == 512
+
+
+@pytest.fixture(scope="module")
+def variants_trained(env_python, tmp_path_factory) -> tuple[dict, dict]:
+    """The variants (configs the rules were never written from) shrunk, built and trained a step in the env."""
+    out = tmp_path_factory.mktemp("variants")
+    fams = {path.parent.name: families.shrink(path) for path in variants.write(out)}
+    rows = out / "rows.json"
+    rows.write_text(json.dumps(families.table().rows(list(fams.values()))))
+    proc = subprocess.run([env_python, str(PROGRAM), str(KERNELS), str(rows), str(out / "out.json")],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return fams, json.loads((out / "out.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", VARIANTS)
+def test_each_variant_keeps_its_structure_and_trains_a_step(variants_trained, name):
+    fams, trained = variants_trained
+    config, r = variants.VARIANTS[name], trained["models"][fams[name].name]
+    assert "error" not in r, r.get("error")
+    assert r["loss"] > 0 and all(r["grads"].values()), [n for n, g in r["grads"].items() if not g]
+    assert r["params"] < 6_000_000 and r["text_config"]["num_hidden_layers"] == 2
+    text = config.get("text_config", config)
+    kinds = text.get("layer_types") or (["interval"] if text.get("full_attention_interval") else [])
+    if kinds:  # a hybrid keeps a layer of each kind, whether it lists them or says them by an interval
+        assert set(r["text_config"]["layer_types"]) == set(text.get("layer_types") or [LINEAR, FULL])
+    if text.get("rope_scaling") and text.get("original_max_position_embeddings"):  # Phi-3's longrope scale
+        assert fams[name].config["max_position_embeddings"] == text["max_position_embeddings"]
+    if config.get("tie_word_embeddings"):
+        assert fams[name].config["tie_word_embeddings"] is True
+    if text.get("sliding_window") and (text.get("use_sliding_window") is not False):
+        assert r["window_matters"] is True  # the window is below the check's prompts, and used
+    if text.get("quantization_config") or config.get("quantization_config"):
+        assert "quantization_config" in fams[name].shrunk
 
 
 @pytest.mark.slow
@@ -359,6 +438,9 @@ def _bad(name: str, change) -> dict:
     (_bad("Qwen3-Next-80B-A3B-Instruct", lambda c: c.update(architectures=["Qwen3NextForCausalLMX"])),
      "architectures names Qwen3NextForCausalLMX, which transformers 5.9.0 of the env does not have "
      "(its qwen3_next classes: Qwen3NextForCausalLM)"),
+    (_bad("GLM-4.5", lambda c: c.update(num_key_value_heads=7)), "num_attention_heads=96 is not a multiple of "
+     "num_key_value_heads=7"),
+    (_bad("gpt-oss-20b", lambda c: c.update(layer_types=SLIDING)), 'layer_types is "sliding_attention"'),
     (_bad("DeepSeek-V3", lambda c: c.update(architectures=["LlamaForCausalLM"])),
      "architectures names LlamaForCausalLM, a model of LlamaConfig, not of model_type deepseek_v3"),
 ])

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verlenv.catalog import config_checks
 from verlenv.errors import UserError
 from verlenv.fsutil import load_table, packaged_table
 
@@ -293,7 +294,9 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
             changed[f"{where}{key}"] = [config[key], value]
             config[key] = value
     rope = config.get("rope_scaling") or config.get("rope_parameters")
-    if isinstance(rope, dict) and rope.get("original_max_position_embeddings"):
+    # Phi-3's longrope names the published length beside the rope scaling, not in it.
+    if isinstance(rope, dict) and (rope.get("original_max_position_embeddings")
+                                   or original.get("original_max_position_embeddings")):
         for key in rules.get("kept_for_scaled_rope", []):
             if f"{where}{key}" in changed:  # YaRN's factor is written for the published length
                 config[key] = changed.pop(f"{where}{key}")[0]
@@ -375,6 +378,7 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
         config.pop(key, None)
     vision_rules = rules.get("vision", {}).get(model_type)
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    config_checks.check(config, text, rules, path)
     _check_all_sizes(config, text, rules, vision_rules, path)
     if vision_rules is not None and text is None:
         # Older VL configs keep the language model's keys at the top level.
@@ -451,6 +455,9 @@ def _shrink_vision(config: dict, text: dict, vision_rules: dict, rules: dict, ch
             changed[f"vision_config.{key}"] = [vision[key], value]
             vision[key] = value
     for key, text_key in vision_rules.get("follow", {}).items():
+        if key in vision and text.get(text_key) is None:
+            raise UserError(f"--model-config {path}: vision_config.{key} is the language model's {text_key}, which the "
+                            f"config does not give (model_type {config['model_type']} keeps it in text_config)")
         if key in vision:
             changed[f"vision_config.{key}"] = [vision[key], text[text_key]]
             vision[key] = text[text_key]

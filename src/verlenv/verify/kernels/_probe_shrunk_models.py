@@ -23,6 +23,13 @@ def classes_of(transformers, model_type: str) -> list[str]:
     return sorted(n for n in getattr(module, "__all__", []) if n.endswith(("ForCausalLM", "ForConditionalGeneration")))
 
 
+def said(e: Exception) -> str:
+    """The exception in one line: its type and first two lines (a validation error names the field on the first and
+    what is wrong with it on the second)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {' '.join(lines[:2])}"[:400]
+
+
 def probe(row: dict, torch, transformers) -> dict:
     name, version = row["model_class"], transformers.__version__
     out = {"name": row["name"]}
@@ -34,8 +41,7 @@ def probe(row: dict, torch, transformers) -> dict:
     try:
         config = _models.build_config(row)
     except Exception as e:  # transformers' own validation of the shrunk config, in its words
-        return {**out, "error": f"transformers {version} refuses the shrunk config: {type(e).__name__}: "
-                                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+        return {**out, "error": f"transformers {version} refuses the shrunk config: {said(e)}"}
     if cls.config_class is not None and not isinstance(config, cls.config_class):
         return {**out, "error": f"architectures names {name}, a model of {cls.config_class.__name__}, not of "
                                 f"model_type {row['model_type']} ({type(config).__name__})"}
@@ -43,8 +49,7 @@ def probe(row: dict, torch, transformers) -> dict:
         with torch.device("meta"):
             model = cls(config)
     except Exception as e:
-        return {**out, "error": f"transformers {version} cannot build {name} from the shrunk config: "
-                                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+        return {**out, "error": f"transformers {version} cannot build {name} from the shrunk config: {said(e)}"}
     return {**out, "params": sum(p.numel() for p in model.parameters())}
 
 

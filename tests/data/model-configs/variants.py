@@ -1,0 +1,110 @@
+"""Configs the shrink rules were never written from nor tested on before 2026-12-06, to re-check `--model-config` the
+way a user's config will: the published configs of published.py changed the way the published family changes
+across its sizes (a tied head in a small Qwen3.5, 512 experts, a config without layer_types), and configs of the
+known model types in the shape of other published models (Llama-3.1/3.2 with llama3 rope scaling, Qwen3-0.6B,
+Qwen2.5-7B, Qwen2-57B-A14B, Mistral with and without a window, Phi-3 with longrope). They are shapes, not copies:
+the sizes are those of the model named, the point is each one's structure. Plain data (imported by the tests);
+`python variants.py OUT` writes OUT/<name>/config.json."""
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("published", Path(__file__).with_name("published.py"))
+published = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(published)
+LINEAR, FULL = published.LINEAR, published.FULL
+
+
+def _from(name: str, text: dict | None = None, vision: dict | None = None, **top) -> dict:
+    """A published config with keys of its top level, its text_config and its vision_config changed (None: the key
+    removed)."""
+    config = copy.deepcopy(published.as_published(name))
+    for part, changes in ((config, top), (config.get("text_config"), text), (config.get("vision_config"), vision)):
+        for key, value in (changes or {}).items():
+            part.pop(key, None) if value is None else part.update({key: value})
+    return config
+
+
+LLAMA_31 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
+            "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+            "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False,
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+            "rms_norm_eps": 1e-5, "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                                    "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+            "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256}
+MISTRAL = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "bos_token_id": 1, "eos_token_id": 2,
+           "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False, "vocab_size": 32000}
+QWEN2_TEXT = {"bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu", "max_window_layers": 28,
+              "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+              "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936}
+
+VARIANTS = {
+    "Qwen3.5-small-tied": _from("Qwen3.5-27B", tie_word_embeddings=True, text={
+        "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "linear_num_value_heads": 16, "tie_word_embeddings": True,
+        "layer_types": ([LINEAR] * 3 + [FULL]) * 6}, vision={"depth": 24, "hidden_size": 1024,
+                                                             "intermediate_size": 4096, "out_hidden_size": 2048}),
+    "Qwen3.5-moe-512-experts": _from("Qwen3.5-35B-A3B", text={
+        "hidden_size": 4096, "num_hidden_layers": 60, "num_attention_heads": 32, "linear_num_value_heads": 64,
+        "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 1024,
+        "shared_expert_intermediate_size": 1024, "layer_types": ([LINEAR] * 3 + [FULL]) * 15},
+        vision={"out_hidden_size": 4096}),
+    "Qwen3.5-no-layer-types": _from("Qwen3.5-27B", text={"layer_types": None}),
+    "Qwen3-Next-with-layer-types": _from("Qwen3-Next-80B-A3B-Instruct", layer_types=([LINEAR] * 3 + [FULL]) * 12),
+    "Qwen3-VL-moe-94-layers": _from("Qwen3-VL-30B-A3B-Instruct", text={
+        "hidden_size": 4096, "num_hidden_layers": 94, "num_attention_heads": 64, "moe_intermediate_size": 1536},
+        vision={"out_hidden_size": 4096}),
+    "GLM-4.5-air-shape": _from("GLM-4.5", hidden_size=4096, num_hidden_layers=46, n_routed_experts=128,
+                               first_k_dense_replace=1, use_qk_norm=False, intermediate_size=10944,
+                               moe_intermediate_size=1408),
+    "gpt-oss-no-layer-types": _from("gpt-oss-20b", layer_types=None),
+    "Kimi-K2-int4": _from("Kimi-K2-Instruct-0905", quantization_config={
+        "quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "group_size": 32,
+                                                                         "type": "int", "symmetric": True}}}}),
+    "DeepSeek-V3-bf16": {k: v for k, v in published.as_published("DeepSeek-V3").items()
+                         if k not in ("quantization_config", "auto_map")},
+    "Llama-3.1-8B-shape": LLAMA_31,
+    "Llama-3.2-1B-shape": {**LLAMA_31, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                           "head_dim": 64, "tie_word_embeddings": True,
+                           "rope_scaling": {**LLAMA_31["rope_scaling"], "factor": 32.0}},
+    "Qwen3-0.6B-shape": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **QWEN2_TEXT,
+                         "head_dim": 128, "hidden_size": 1024, "intermediate_size": 3072, "num_attention_heads": 16,
+                         "num_key_value_heads": 8, "max_position_embeddings": 40960, "sliding_window": None,
+                         "tie_word_embeddings": True},
+    "Qwen2.5-7B-shape": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **QWEN2_TEXT,
+                         "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+                         "max_position_embeddings": 32768, "sliding_window": 131072, "vocab_size": 152064},
+    "Qwen2-57B-A14B-shape": {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", **QWEN2_TEXT,
+                             "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+                             "decoder_sparse_step": 1, "moe_intermediate_size": 2560, "norm_topk_prob": False,
+                             "num_experts": 64, "num_experts_per_tok": 8, "shared_expert_intermediate_size": 20480,
+                             "max_position_embeddings": 131072, "sliding_window": 65536},
+    "Mistral-7B-window": MISTRAL,
+    "Mistral-no-window-head-128": {**MISTRAL, "head_dim": 128, "hidden_size": 5120, "intermediate_size": 32768,
+                                   "num_hidden_layers": 40, "rope_theta": 100000000.0, "sliding_window": None,
+                                   "vocab_size": 131072},
+    "Phi-3-longrope": _from("Phi-3-mini-4k-instruct", max_position_embeddings=131072, sliding_window=262144,
+                            rope_scaling={"type": "longrope", "long_factor": [1.0 + i / 10 for i in range(48)],
+                                          "short_factor": [1.0] * 48}),
+}
+
+
+def write(out: Path) -> list[Path]:
+    written = []
+    for name, config in VARIANTS.items():
+        path = Path(out) / name / "config.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(config, indent=1) + "\n")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for path in write(Path(sys.argv[1])):
+        print(path)

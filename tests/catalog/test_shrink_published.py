@@ -252,6 +252,17 @@ def test_a_config_whose_sizes_disagree_is_one_line_before_anything_runs(tmp_path
     assert complaint in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+def test_a_models_folder_is_taken_for_its_config_json(tmp_path):
+    """What verl's actor_rollout_ref.model.path names: the folder; a folder without config.json is one line."""
+    folder = tmp_path / "Qwen3.5-27B"
+    folder.mkdir()
+    write(folder, published.as_published("Qwen3.5-27B"))
+    f = families.shrink(folder)
+    assert f.name == "config-qwen3.5-27b" and f.source == str(folder / "config.json")
+    with pytest.raises(UserError, match=r"a folder without config\.json; give a model's config\.json or its folder"):
+        families.shrink(tmp_path / "Qwen3.5-27B" / "..")
+
+
 def test_a_bad_size_in_a_vl_models_sub_configs_is_one_line(tmp_path):
     config = published.as_published("Qwen3.5-27B")
     config["text_config"]["head_dim"] = 0

@@ -205,6 +205,17 @@ def _label(path: Path) -> str:
     return "config-" + (re.sub(r"[^a-z0-9.\-]+", "-", raw.lower()).strip("-.") or "model")
 
 
+def config_file(path: Path) -> Path:
+    """A config.json, or a model's folder that holds one (what verl's model.path names)."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"--model-config {path}: a folder without config.json; give a model's config.json or "
+                            "its folder")
+        return path / "config.json"
+    return path
+
+
 def read_config(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
@@ -365,6 +376,7 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
     """A user's config.json as a family of the check's size: its architecture and features kept, its sizes set
     by the table's [shrink] rules; one line naming what it does not know when it cannot."""
     table_ = table_ or table()
+    path = config_file(path)
     original = read_config(path)
     config = copy.deepcopy(original)
     model_type, archs = _identity(config, path, table_)

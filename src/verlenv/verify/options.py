@@ -54,8 +54,8 @@ class VerifyOptions:
     family: tuple[str, ...] = _opt((), "model family verl's trainer trains (repeatable; `all`: every one; default: "
                                        "the fast proof's, every one with --thorough)", metavar="NAME",
                                    group="verl's trainer", repeat=True)
-    model_config: tuple[str, ...] = _opt((), "a model's config.json, shrunk to the check's size with random weights, "
-                                             "trained like a family (repeatable)", metavar="PATH",
+    model_config: tuple[str, ...] = _opt((), "a model's config.json (or its folder), shrunk to the check's size with "
+                                             "random weights, trained like a family (repeatable)", metavar="PATH",
                                          group="verl's trainer", repeat=True)
     ray: str | None = _opt(None, "verify every alive node of a Ray cluster (auto, HOST:PORT or ray://HOST:PORT) and "
                                  "compare them", metavar="ADDRESS", group="many nodes", nargs="?", const="auto")

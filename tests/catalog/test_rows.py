@@ -8,7 +8,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from verlenv.catalog import backends, families, gpus, packages, stacks
+from verlenv.errors import UserError
 from verlenv.verify import runner
 from verlenv.verify.options import VerifyOptions
 
@@ -137,3 +140,14 @@ def test_the_sglang_variant_is_rows_alone():
     paths = {k: f"/t/{k}" for k in ("model", "data", "reward", "checkpoints", "run")}
     fast = check_verl_trainer.overrides(paths, spec, settings.families[0])
     assert "actor_rollout_ref.rollout.name=sglang" in fast and not any("vllm" in o for o in fast)
+
+
+def test_a_rollouts_registry_is_module_colon_object(tmp_path):
+    """The registry `verify --model-config` asks for the engine's model classes: one line when it is not a spec."""
+    data = tomllib.loads(backends.DATA.read_text())
+    assert backends.parse(backends.DATA, data).rollout("vllm").registry == \
+        "vllm.model_executor.models.registry:ModelRegistry"
+    assert backends.parse(backends.DATA, data).rollout("sglang").registry is None
+    data["rollouts"]["vllm"]["registry"] = "vllm.model_executor.models.registry.ModelRegistry"
+    with pytest.raises(UserError, match=r"rollouts\.vllm\.registry: .*give module:object"):
+        backends.parse(backends.DATA, data)

@@ -440,6 +440,13 @@ def _bad(name: str, change) -> dict:
     return config
 
 
+def _text_only(name: str, architecture: str) -> dict:
+    """A VL config's language model saved alone (a text-only fine-tune): its text_config as the config."""
+    config = published.as_published(name)["text_config"]
+    config["architectures"] = [architecture]
+    return config
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config, complaint", [
     (_bad("gpt-oss-20b", lambda c: c.update(head_dim=0)), "head_dim is 0; a size is a whole number above 0"),
@@ -452,6 +459,9 @@ def _bad(name: str, change) -> dict:
     (_bad("GLM-4.5", lambda c: c.update(num_key_value_heads=7)), "num_attention_heads=96 is not a multiple of "
      "num_key_value_heads=7"),
     (_bad("gpt-oss-20b", lambda c: c.update(layer_types=SLIDING)), 'layer_types is "sliding_attention"'),
+    # a text-only Qwen3.5 fine-tune as transformers saves it: vLLM 0.24.0 runs only the multimodal class
+    (_text_only("Qwen3.5-27B", "Qwen3_5ForCausalLM"), "architectures names Qwen3_5ForCausalLM, which vllm 0.24.0 of "
+     "the env (the rollout) does not run (its Qwen3_5 classes: Qwen3_5ForConditionalGeneration)"),
     (_bad("DeepSeek-V3", lambda c: c.update(architectures=["LlamaForCausalLM"])),
      "architectures names LlamaForCausalLM, a model of LlamaConfig, not of model_type deepseek_v3"),
 ])
@@ -462,6 +472,23 @@ def test_a_bad_config_fails_verify_in_one_line_with_exit_2_before_anything_runs(
     assert proc.returncode == 2 and len(lines) == 1 and complaint in lines[0], proc.stderr[-2000:]
     assert lines[0].startswith("verlenv verify: --model-config ")
     assert not (tmp_path / "report.json").exists() and proc.stdout == ""  # nothing ran, nothing was reported
+
+
+def test_the_probe_refuses_a_class_the_rollout_engine_does_not_run(tmp_path, env_python, monkeypatch):
+    """The engine's registry (data/backends.toml) read in the env; a test double of it here, so that the test does not
+    depend on which classes a vLLM release has. An engine that does not import checks nothing."""
+    (tmp_path / "engine_double.py").write_text(
+        "class ModelRegistry:\n    @staticmethod\n    def get_supported_archs():\n"
+        "        return {'Qwen3_5ForConditionalGeneration', 'GptOssForCausalLM'}\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rows = families.table().rows([shrunk(tmp_path, "Qwen3.5-27B"), shrunk(tmp_path, "GLM-4.5")])
+    assert set(model_probe.check(env_python, rows[:1], 20_000_000, "engine_double:ModelRegistry")) == {rows[0]["name"]}
+    with pytest.raises(UserError) as e:
+        model_probe.check(env_python, rows, 20_000_000, "engine_double:ModelRegistry")
+    assert ("architectures names Glm4MoeForCausalLM, which engine_double of the env (the rollout) does not run (its "
+            "Glm4Moe classes: none)") in str(e.value) and "\n" not in str(e.value)
+    assert set(model_probe.check(env_python, rows, 20_000_000, "no_such_engine:ModelRegistry")) == {
+        r["name"] for r in rows}
 
 
 # ---- the trainer check's own pipeline on shrunk published configs ----------------------------------------------

@@ -53,6 +53,7 @@ class Rollout:
     server_args: str | None = None
     reports: tuple[Report, ...] = ()
     parts: tuple[str, ...] = ()
+    registry: str | None = None
 
     def row(self) -> dict:
         return asdict(self)
@@ -119,7 +120,10 @@ def parse(path: Path, data: dict) -> Table:
         if not isinstance(row, dict):
             raise UserError(f"{path}: {where} must be a table")
         _known(row, {"description", "package", "name", "tp_divides", "overrides", "fast_overrides", "log_env",
-                     "server_args", "reports", "parts"}, where, path)
+                     "server_args", "reports", "parts", "registry"}, where, path)
+        registry = row.get("registry")
+        if registry is not None and not re.fullmatch(r"[\w.]+:\w+", _string(row, "registry", where, path)):
+            raise UserError(f"{path}: {where}.registry: {registry!r}; give module:object (its get_supported_archs())")
         if _string(row, "name", where, path, name) != name:
             raise UserError(f"{path}: {where}.name must be {name!r}: verl's actor_rollout_ref.rollout.name")
         log_env = row.get("log_env", {})
@@ -148,7 +152,7 @@ def parse(path: Path, data: dict) -> Table:
         rollouts[name] = Rollout(name, _string(row, "description", where, path), _string(row, "package", where, path),
                                  _strings(row, "tp_divides", where, path), _overrides(row, "overrides", where, path),
                                  _overrides(row, "fast_overrides", where, path), dict(log_env), server_args,
-                                 tuple(reports), _strings(row, "parts", where, path))
+                                 tuple(reports), _strings(row, "parts", where, path), registry)
     if not actors or not rollouts:
         raise UserError(f"{path}: needs at least one [actors.<name>] and one [rollouts.<name>] row")
     return Table(path, actors, rollouts)

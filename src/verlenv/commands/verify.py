@@ -83,7 +83,8 @@ def checked(options: VerifyOptions, cat: stacks.Catalog) -> tuple[stacks.Variant
         from verlenv.verify import model_probe
 
         python = validate.python3(options.python or default_python(variant, cat.root, "verify"))
-        model_probe.check(python, shrunk, families.table().shrink["max_params"])
+        model_probe.check(python, shrunk, families.table().shrink["max_params"],
+                          backends.table().rollout(variant.rollout).registry)
     return variant, rows
 
 

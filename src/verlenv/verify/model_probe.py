@@ -1,6 +1,7 @@
 """A shrunk --model-config checked in the env before anything runs: its class exists in the env's transformers and
-the model built from it is tiny. The tool's own venv has no transformers, so the env's python builds it on the meta
-device (kernels/_probe_shrunk_models.py): the config code the trainer check runs, so what passes here builds there."""
+its rollout engine, and the model built from it is tiny. The tool's own venv has no transformers, so the env's python
+builds it on the meta device (kernels/_probe_shrunk_models.py): the config code the trainer check runs, so what passes
+here builds there. The engine's classes come from its registry (data/backends.toml), a list of names."""
 
 import json
 import subprocess
@@ -12,14 +13,15 @@ PROBE = Path(__file__).with_name("kernels") / "_probe_shrunk_models.py"
 TIMEOUT_S = 300  # importing torch and transformers on a loaded machine; the build itself is on the meta device
 
 
-def check(python: str, rows: list[dict], max_params: int) -> dict[str, int]:
+def check(python: str, rows: list[dict], max_params: int, registry: str | None = None) -> dict[str, int]:
     """Each shrunk row's parameter count; one line for the first row whose class is unknown, whose config
-    transformers refuses, or whose model holds more than max_params parameters."""
+    transformers refuses, whose model holds more than max_params parameters, or whose class the rollout engine
+    (its registry, data/backends.toml) does not run."""
     if not rows:
         return {}
     try:
-        proc = subprocess.run([python, str(PROBE)], input=json.dumps(rows), capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        proc = subprocess.run([python, str(PROBE), *([registry] if registry else [])], input=json.dumps(rows),
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise UserError(f"--model-config: the env's python ({python}) did not build the shrunk models on the meta "
                         f"device within {TIMEOUT_S} s") from None

@@ -5,6 +5,7 @@ count its parameters. Prints one JSON list: per row, its name and either its par
 """
 
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -53,12 +54,47 @@ def probe(row: dict, torch, transformers) -> dict:
     return {**out, "params": sum(p.numel() for p in model.parameters())}
 
 
+def engine_archs(spec: str | None) -> tuple[str, set[str]] | None:
+    """The rollout engine's name and version, and the model classes it runs (spec: module:object with
+    get_supported_archs()); None when there is no spec or the engine does not import here."""
+    if not spec:
+        return None
+    module, _, obj = spec.partition(":")
+    try:
+        archs = set(getattr(importlib.import_module(module), obj).get_supported_archs())
+    except Exception:  # an env without the engine, or one that fails to import: the trainer check says why
+        return None
+    top = module.split(".")[0]
+    try:
+        return f"{top} {importlib.metadata.version(top)}", archs
+    except importlib.metadata.PackageNotFoundError:
+        return top, archs
+
+
+def engine_refuses(row: dict, engine: tuple[str, set[str]] | None) -> str | None:
+    """Why the rollout engine cannot run the row's class, with its classes of the same name before "For"."""
+    if engine is None or row["model_class"] in engine[1]:
+        return None
+    name, archs = engine
+    stem = row["model_class"].split("For")[0]
+    near = sorted(a for a in archs if a.split("For")[0] == stem) or ["none"]
+    return (f"architectures names {row['model_class']}, which {name} of the env (the rollout) does not run (its "
+            f"{stem} classes: {', '.join(near)})")
+
+
 def main() -> None:
     rows = json.load(sys.stdin)
     import torch
     import transformers
 
-    print(json.dumps([probe(row, torch, transformers) for row in rows]))
+    engine = engine_archs(sys.argv[1] if len(sys.argv) > 1 else None)
+    results = []
+    for row in rows:
+        result = probe(row, torch, transformers)
+        if "error" not in result and (why := engine_refuses(row, engine)):
+            result = {"name": row["name"], "error": why}
+        results.append(result)
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -298,3 +298,15 @@ def test_a_docker_summary_line_keeps_a_wrapped_uv_hint_whole():
     text = excerpt(LOGS / "F2-r1_vlm-27-docker.log")
     (d,) = diagnose_text(text)
     assert d.id == "F2" and (d.evidence[0].first, d.evidence[0].last) == (3, 4)
+
+
+def test_a_kernel_out_of_shared_memory_is_f69_but_not_when_autotuning_drops_it():
+    """A Triton kernel that cannot launch is a failure; inductor's max-autotune printing one of its candidates that
+    did not fit, in either of its two forms (torch/_inductor/select_algorithm.py), then taking another, is not."""
+    oor = ("out of resource: shared memory, Required: 131072, Hardware limit: 101376. Reducing block sizes or "
+           "`num_stages` may help.")
+    (d,) = diagnose_text(f"triton.runtime.errors.OutOfResources: {oor}\n")
+    assert d.id == "F69" and d.details == {"required": "131072", "limit": "101376"}
+    assert ids(f"E1206 10:00:00 select_algorithm.py:3919] Runtime error during autotuning: \n{oor}. \n"
+               "Ignoring this choice.\n") == []
+    assert ids(f"Exception {oor} for benchmark choice TritonTemplateCaller(mm, BLOCK_M=128)\n") == []

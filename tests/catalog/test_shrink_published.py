@@ -252,6 +252,15 @@ def test_a_config_whose_sizes_disagree_is_one_line_before_anything_runs(tmp_path
     assert complaint in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+def test_a_first_k_dense_count_covering_every_layer_keeps_the_tiny_model_dense(tmp_path):
+    config = published.as_published("DeepSeek-V3")
+    config["first_k_dense_replace"] = 61
+    f = families.shrink(write(tmp_path, config))
+    assert f.config["first_k_dense_replace"] == f.config["num_hidden_layers"] == 2
+    assert f.shrunk["first_k_dense_replace"] == [61, 2]
+    assert shrunk(tmp_path, "DeepSeek-V3").config["first_k_dense_replace"] == 1  # 3 of 61: one dense, one MoE
+
+
 def test_a_models_folder_is_taken_for_its_config_json(tmp_path):
     """What verl's actor_rollout_ref.model.path names: the folder; a folder without config.json is one line."""
     folder = tmp_path / "Qwen3.5-27B"

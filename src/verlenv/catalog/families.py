@@ -347,6 +347,10 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
     for key in rules.get("layer_indexes", []):
         if isinstance(config.get(key), list):
             config[key] = [picks.index(i) for i in config[key] if i in picks]
+    for key in rules.get("all_layers", []):  # a count that covered every layer still does (a dense model)
+        if isinstance(original.get(key), int) and original[key] >= old_layers and config.get(key) != layers:
+            changed[f"{where}{key}"] = [original[key], layers]
+            config[key] = layers
     _agree_intervals(config, rules, changed, where)
 
 

@@ -261,6 +261,20 @@ def test_a_first_k_dense_count_covering_every_layer_keeps_the_tiny_model_dense(t
     assert shrunk(tmp_path, "DeepSeek-V3").config["first_k_dense_replace"] == 1  # 3 of 61: one dense, one MoE
 
 
+@pytest.mark.parametrize("count, said_by", [(None, "the class default (3 dense)"), (3, "first_k_dense_replace (3)"),
+                                             (5, "first_k_dense_replace (5)")])
+def test_glm5s_mlp_kinds_said_by_a_count_keep_a_dense_and_a_sparse_layer(tmp_path, count, said_by):
+    """GLM-5's class derives mlp_layer_types from its first 3 layers when a config lists none: at 2 layers that is
+    [dense, dense], no MoE layer; the shrink writes the published layers' kinds out first and cuts them."""
+    config = {k: v for k, v in variants.VARIANTS["GLM-5-shape"].items() if k not in ("mlp_layer_types",
+                                                                                      "indexer_types")}
+    if count is not None:
+        config["first_k_dense_replace"] = count
+    f = families.shrink(write(tmp_path, config))
+    assert f.config["mlp_layer_types"] == ["dense", "sparse"]
+    assert f.shrunk["mlp_layer_types"] == [f"from {said_by}", ["dense", "sparse"]]
+
+
 def test_a_models_folder_is_taken_for_its_config_json(tmp_path):
     """What verl's actor_rollout_ref.model.path names: the folder; a folder without config.json is one line."""
     folder = tmp_path / "Qwen3.5-27B"
@@ -357,9 +371,15 @@ def test_each_variant_keeps_its_structure_and_trains_a_step(variants_trained, na
     fams, trained = variants_trained
     config, r = variants.VARIANTS[name], trained["models"][fams[name].name]
     assert "error" not in r, r.get("error")
-    assert r["loss"] > 0 and all(r["grads"].values()), [n for n, g in r["grads"].items() if not g]
+    # DeepSeek Sparse Attention's indexer picks tokens by a discrete top-k: the LM loss gives it no gradient (its
+    # own loss trains it), so its weights are the only ones allowed none.
+    without = [n for n, g in r["grads"].items() if not g and not ("index_topk" in config and ".indexer." in n)]
+    assert r["loss"] > 0 and not without, without
     assert r["params"] < 6_000_000 and r["text_config"]["num_hidden_layers"] == 2
     text = config.get("text_config", config)
+    for key in ("mlp_layer_types", "indexer_types"):  # each kind of layer kept, the lists cut alike
+        if key in text:
+            assert set(fams[name].config[key]) == set(text[key]) and len(fams[name].config[key]) == 2
     kinds = text.get("layer_types") or (["interval"] if text.get("full_attention_interval") else [])
     if kinds:  # a hybrid keeps a layer of each kind, whether it lists them or says them by an interval
         assert set(r["text_config"]["layer_types"]) == set(text.get("layer_types") or [LINEAR, FULL])

@@ -279,6 +279,16 @@ def _interval_kinds(config: dict, rules: dict, old_layers: int) -> None:
                                      for i in range(old_layers)]
 
 
+def _counted_kinds(config: dict, original: dict, rules: dict, old_layers: int) -> None:
+    """Per-layer kinds said by a count alone (GLM-5's first_k_dense_replace = 3 and no mlp_layer_types) written out
+    as the config class derives them for the published layers, so that the cut keeps a layer of each kind."""
+    for key, spec in rules.get("counted", {}).items():
+        if not isinstance(config.get(key), list):
+            n = original.get(spec["count"])
+            n = n if isinstance(n, int) and not isinstance(n, bool) else spec["default"]
+            config[key] = [spec["first"]] * min(n, old_layers) + [spec["rest"]] * max(0, old_layers - n)
+
+
 def _agree_intervals(config: dict, rules: dict, changed: dict, where: str) -> None:
     """Each interval key set to the interval the shrunk layer_types follow (Qwen3.5's 4 -> 2 for [linear, full])."""
     kinds = config.get("layer_types")
@@ -334,6 +344,7 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
     if not (isinstance(old_layers, int) and layers):
         return
     _interval_kinds(config, rules, old_layers)
+    _counted_kinds(config, original, rules, old_layers)
     picks = _layer_picks(config, rules, old_layers, layers)
     if len(picks) != layers:  # more kinds than layers kept: a layer of each
         changed[f"{where}num_hidden_layers"] = [old_layers, len(picks)]
@@ -341,8 +352,11 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
     for key in rules.get("per_layer", []):
         if isinstance(config.get(key), list):
             kept = [config[key][i] for i in picks] if len(config[key]) == old_layers else config[key][:layers]
-            changed[f"{where}{key}"] = [len(config[key]) if key in original else
-                                        "from " + ", ".join(k for k in rules.get("interval", {}) if k in config), kept]
+            said_by = [k for k in rules.get("interval", {}) if k in config] + [
+                f"{spec['count']} ({original[spec['count']]})" if spec["count"] in original else
+                f"the class default ({spec['default']} {spec['first']})"
+                for k, spec in rules.get("counted", {}).items() if k == key]
+            changed[f"{where}{key}"] = [len(config[key]) if key in original else "from " + ", ".join(said_by), kept]
             config[key] = kept
     for key in rules.get("layer_indexes", []):
         if isinstance(config.get(key), list):

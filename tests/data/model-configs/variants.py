@@ -2,7 +2,8 @@
 way a user's config will: the published configs of published.py changed the way the published family changes
 across its sizes (a tied head in a small Qwen3.5, 512 experts, a config without layer_types), and configs of the
 known model types in the shape of other published models (Llama-3.1/3.2 with llama3 rope scaling, Qwen3-0.6B,
-Qwen2.5-7B, Qwen2-57B-A14B, Mistral with and without a window, Phi-3 with longrope). They are shapes, not copies:
+Qwen2.5-7B, Qwen2-57B-A14B, Mistral with and without a window, Phi-3 with longrope), and GLM-5 and GLM-4.7-Flash
+as transformers 5.9's config classes default them. They are shapes, not copies:
 the sizes are those of the model named, the point is each one's structure. Plain data (imported by the tests);
 `python variants.py OUT` writes OUT/<name>/config.json."""
 
@@ -42,6 +43,11 @@ MISTRAL = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "bo
 QWEN2_TEXT = {"bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu", "max_window_layers": 28,
               "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
               "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936}
+
+GLM_MLA = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 192, "v_head_dim": 256, "n_group": 1,
+           "topk_group": 1, "n_shared_experts": 1, "norm_topk_prob": True, "hidden_act": "silu",
+           "max_position_embeddings": 202752, "rms_norm_eps": 1e-5, "bos_token_id": 0, "eos_token_id": 1,
+           "tie_word_embeddings": False, "vocab_size": 154880, "attention_bias": False}
 
 VARIANTS = {
     "Qwen3.5-small-tied": _from("Qwen3.5-27B", tie_word_embeddings=True, text={
@@ -89,6 +95,20 @@ VARIANTS = {
     "Mistral-no-window-head-128": {**MISTRAL, "head_dim": 128, "hidden_size": 5120, "intermediate_size": 32768,
                                    "num_hidden_layers": 40, "rope_theta": 100000000.0, "sliding_window": None,
                                    "vocab_size": 131072},
+    # transformers 5.9's own GlmMoeDsaConfig and Glm4MoeLiteConfig defaults (the classes' reference sizes): GLM-5's
+    # MLA with DeepSeek Sparse Attention's indexer, and GLM-4.7-Flash's MLA; both list their MLP kinds per layer.
+    "GLM-5-shape": {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", **GLM_MLA,
+                    "hidden_size": 6144, "intermediate_size": 12288, "moe_intermediate_size": 2048,
+                    "num_hidden_layers": 78, "num_attention_heads": 64, "num_key_value_heads": 64,
+                    "n_routed_experts": 256, "num_experts_per_tok": 8, "q_lora_rank": 2048,
+                    "routed_scaling_factor": 2.5, "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 75,
+                    "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32, "indexer_types": ["full"] * 78},
+    "GLM-4.7-Flash-shape": {"architectures": ["Glm4MoeLiteForCausalLM"], "model_type": "glm4_moe_lite", **GLM_MLA,
+                            "hidden_size": 2048, "intermediate_size": 10240, "moe_intermediate_size": 1536,
+                            "num_hidden_layers": 47, "num_attention_heads": 20, "num_key_value_heads": 20,
+                            "n_routed_experts": 64, "num_experts_per_tok": 4, "q_lora_rank": 768,
+                            "routed_scaling_factor": 1.8, "rope_interleave": True,
+                            "mlp_layer_types": ["dense"] + ["sparse"] * 46},
     "Phi-3-longrope": _from("Phi-3-mini-4k-instruct", max_position_embeddings=131072, sliding_window=262144,
                             rope_scaling={"type": "longrope", "long_factor": [1.0 + i / 10 for i in range(48)],
                                           "short_factor": [1.0] * 48}),

@@ -377,6 +377,9 @@ def test_each_variant_keeps_its_structure_and_trains_a_step(variants_trained, na
     assert r["loss"] > 0 and not without, without
     assert r["params"] < 6_000_000 and r["text_config"]["num_hidden_layers"] == 2
     text = config.get("text_config", config)
+    if "compress_rates" in text:  # every compressed kind compresses within the check's shortest prompt (11 tokens)
+        assert max(fams[name].config["compress_rates"].values()) <= 8
+        assert fams[name].config["num_key_value_heads"] == 1  # multi-query attention stays so
     for key in ("mlp_layer_types", "indexer_types"):  # each kind of layer kept, the lists cut alike
         if key in text:
             assert set(fams[name].config[key]) == set(text[key]) and len(fams[name].config[key]) == 2

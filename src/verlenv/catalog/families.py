@@ -229,10 +229,16 @@ def read_config(path: Path) -> dict:
 
 
 def _rules(shrink_rules: dict, model_type: str) -> dict:
-    """The [shrink] rules with those of [shrink.model.<model_type>] over them (a table of rules key by key)."""
+    """The [shrink] rules with those of [shrink.model.<model_type>] over them (a table of rules key by key, a list
+    of names added to the general one)."""
     rules = dict(shrink_rules)
     for key, value in shrink_rules.get("model", {}).get(model_type, {}).items():
-        rules[key] = {**rules[key], **value} if isinstance(value, dict) and isinstance(rules.get(key), dict) else value
+        if isinstance(value, dict) and isinstance(rules.get(key), dict):
+            rules[key] = {**rules[key], **value}
+        elif isinstance(value, list) and isinstance(rules.get(key), list):
+            rules[key] = [*rules[key], *value]
+        else:
+            rules[key] = value
     return rules
 
 
@@ -260,14 +266,15 @@ def _check_sizes(config: dict, keys, rules: dict, where: str, path: Path) -> Non
 def _layer_picks(config: dict, rules: dict, old_layers: int, layers: int) -> list[int]:
     """Which of the original layers the shrunk model's layers are: the first ones, or for a model whose layers are
     of several kinds (each_kind lists), the first layer of each kind and then the first others, in their order."""
-    for key in rules.get("each_kind", []):
+    picks: set[int] = set()
+    for key in rules.get("each_kind", []):  # the first layer of each kind of every list (attention and MLP kinds)
         kinds = config.get(key)
         if isinstance(kinds, list) and len(kinds) == old_layers:
-            first = {kind: i for i, kind in reversed(list(enumerate(kinds)))}
-            picks = set(first.values())
-            picks |= set([i for i in range(old_layers) if i not in picks][:max(0, layers - len(picks))])
-            return sorted(picks)
-    return list(range(min(layers, old_layers)))
+            picks |= {kinds.index(kind) for kind in set(kinds)}
+    if not picks:
+        return list(range(min(layers, old_layers)))
+    picks |= set([i for i in range(old_layers) if i not in picks][:max(0, layers - len(picks))])
+    return sorted(picks)
 
 
 def _interval_kinds(config: dict, rules: dict, old_layers: int) -> None:
@@ -312,6 +319,8 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
         if key in config and config[key] is not None and config[key] != value:
             if key == "num_key_value_heads" and old_heads and config[key] == old_heads:
                 value = rules["text"]["num_attention_heads"]  # no GQA in the original: none in the shrunk one
+            elif key == "num_key_value_heads" and config[key] == 1:
+                continue  # multi-query attention (one KV head) stays so
             changed[f"{where}{key}"] = [config[key], value]
             config[key] = value
     rope = config.get("rope_scaling") or config.get("rope_parameters")
@@ -325,6 +334,11 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
         if isinstance(config.get(key), int) and config[key] > bound:
             changed[f"{where}{key}"] = [config[key], bound]
             config[key] = bound
+    for key, bound in rules.get("at_most_each", {}).items():  # a table of sizes by kind (DeepSeek-V4's rates)
+        if isinstance(config.get(key), dict) and any(isinstance(v, int) and v > bound for v in config[key].values()):
+            value = {k: min(v, bound) if isinstance(v, int) else v for k, v in config[key].items()}
+            changed[f"{where}{key}"] = [config[key], value]
+            config[key] = value
     for key, base in rules.get("ratio", {}).items():
         if config.get(key) and original.get(base) and config.get(base):
             ratio = max(1, original[key] // original[base])

@@ -2,8 +2,8 @@
 way a user's config will: the published configs of published.py changed the way the published family changes
 across its sizes (a tied head in a small Qwen3.5, 512 experts, a config without layer_types), and configs of the
 known model types in the shape of other published models (Llama-3.1/3.2 with llama3 rope scaling, Qwen3-0.6B,
-Qwen2.5-7B, Qwen2-57B-A14B, Mistral with and without a window, Phi-3 with longrope), and GLM-5 and GLM-4.7-Flash
-as transformers 5.9's config classes default them. They are shapes, not copies:
+Qwen2.5-7B, Qwen2-57B-A14B, Mistral with and without a window, Phi-3 with longrope), and GLM-5, GLM-4.7-Flash
+and DeepSeek-V4 as transformers 5.9's config classes default them. They are shapes, not copies:
 the sizes are those of the model named, the point is each one's structure. Plain data (imported by the tests);
 `python variants.py OUT` writes OUT/<name>/config.json."""
 
@@ -17,6 +17,7 @@ _spec = importlib.util.spec_from_file_location("published", Path(__file__).with_
 published = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(published)
 LINEAR, FULL = published.LINEAR, published.FULL
+CSA, HCA = "compressed_sparse_attention", "heavily_compressed_attention"
 
 
 def _from(name: str, text: dict | None = None, vision: dict | None = None, **top) -> dict:
@@ -109,6 +110,21 @@ VARIANTS = {
                             "n_routed_experts": 64, "num_experts_per_tok": 4, "q_lora_rank": 768,
                             "routed_scaling_factor": 1.8, "rope_interleave": True,
                             "mlp_layer_types": ["dense"] + ["sparse"] * 46},
+    # transformers 5.9's DeepseekV4Config defaults: multi-query attention over compressed (every 4 and every 128
+    # tokens) branches, grouped low-rank output, a Lightning Indexer, hyper-connections, hash-routed first MoE layers.
+    "DeepSeek-V4-shape": {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+                          "vocab_size": 129280, "hidden_size": 4096, "moe_intermediate_size": 2048,
+                          "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1,
+                          "head_dim": 512, "q_lora_rank": 1024, "num_experts_per_tok": 6, "n_routed_experts": 256,
+                          "n_shared_experts": 1, "scoring_func": "sqrtsoftplus", "routed_scaling_factor": 1.5,
+                          "max_position_embeddings": 1048576, "rope_theta": 10000.0,
+                          "layer_types": [HCA] * 3 + [CSA, HCA] * 20,
+                          "compress_rates": {CSA: 4, HCA: 128}, "compress_rope_theta": 160000.0, "hc_mult": 4,
+                          "hc_sinkhorn_iters": 20, "mlp_layer_types": ["hash_moe"] * 3 + ["moe"] * 40,
+                          "swiglu_limit": 10.0, "sliding_window": 128, "o_groups": 8, "o_lora_rank": 1024,
+                          "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512,
+                          "num_nextn_predict_layers": 1, "rms_norm_eps": 1e-6, "bos_token_id": 0, "eos_token_id": 1,
+                          "tie_word_embeddings": False, "partial_rotary_factor": 0.125},
     "Phi-3-longrope": _from("Phi-3-mini-4k-instruct", max_position_embeddings=131072, sliding_window=262144,
                             rope_scaling={"type": "longrope", "long_factor": [1.0 + i / 10 for i in range(48)],
                                           "short_factor": [1.0] * 48}),

@@ -8,6 +8,7 @@ The configs are tests/data/model-configs/published.py: values as the hub publish
 written from them by the env's own transformers classes. The shrink rules were written from four of them
 (published.RULES_FROM); the others (published.HELD_OUT) were tested only after."""
 
+import copy
 import importlib.util
 import json
 import re
@@ -238,6 +239,9 @@ INCONSISTENT = [
     ("GLM-4.5", lambda c: c.update(rms_norm_eps=float("nan")), "rms_norm_eps is nan; a config's numbers are finite"),
     ("DeepSeek-V3", lambda c: c["rope_scaling"].update(factor=float("inf")),
      "rope_scaling.factor is inf; a config's numbers are finite"),
+    ("DeepSeek-V4-shape", lambda c: c.update(o_groups=7), "num_attention_heads=64 is not a multiple of o_groups=7"),
+    ("DeepSeek-V4-shape", lambda c: c["compress_rates"].update(compressed_sparse_attention=0),
+     "compress_rates.compressed_sparse_attention is 0; a size is a whole number above 0"),
     ("Qwen3.5-27B", lambda c: c.pop("text_config"),
      "vision_config.out_hidden_size is the language model's hidden_size, which the config does not give"),
 ]
@@ -245,7 +249,7 @@ INCONSISTENT = [
 
 @pytest.mark.parametrize("name, change, complaint", INCONSISTENT)
 def test_a_config_whose_sizes_disagree_is_one_line_before_anything_runs(tmp_path, name, change, complaint):
-    config = published.as_published(name)
+    config = published.as_published(name) if name in published.PUBLISHED else copy.deepcopy(variants.VARIANTS[name])
     change(config)
     with pytest.raises(UserError) as e:
         families.shrink(write(tmp_path, config))  # json.dumps writes NaN and Infinity as Python's json reads them

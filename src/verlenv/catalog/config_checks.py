@@ -38,6 +38,11 @@ def _relations(config: dict, rules: dict, where: str, path: Path) -> None:
         if a is not None and b is not None and a > b:
             raise UserError(f"--model-config {path}: {where}{small}={a} is above {where}{big}={b}; it can be at most "
                             f"{b}")
+    for key in rules.get("size_tables", []):
+        for kind, value in (config.get(key) or {}).items() if isinstance(config.get(key), dict) else ():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"--model-config {path}: {where}{key}.{kind} is {json.dumps(value)}; a size is a whole "
+                                "number above 0")
     for key in rules.get("sizes", []):
         value = config.get(key)
         if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -310,11 +310,9 @@ def _agree_intervals(config: dict, rules: dict, changed: dict, where: str) -> No
             config[key] = value
 
 
-def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
-    original = dict(config)
-    old_layers = config.get("num_hidden_layers")
-    old_hidden, old_heads = config.get("hidden_size"), config.get("num_attention_heads")
-    old_head_dim = config.get("head_dim") or (old_hidden // old_heads if old_hidden and old_heads else None)
+def _set_sizes(config: dict, original: dict, rules: dict, changed: dict, where: str) -> None:
+    """The text rules' sizes, the kept length of a scaled rope, the bounds and the ratios."""
+    old_heads = original.get("num_attention_heads")
     for key, value in rules["text"].items():
         if key in config and config[key] is not None and config[key] != value:
             if key == "num_key_value_heads" and old_heads and config[key] == old_heads:
@@ -348,15 +346,11 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
     for key in ("num_experts", "n_routed_experts", "num_local_experts"):
         if "num_experts_per_tok" in config and isinstance(config.get(key), int):
             config["num_experts_per_tok"] = min(config["num_experts_per_tok"], config[key])
-    if not config.get("head_dim") and old_head_dim and rules.get("keep_head_dim"):
-        # No head_dim key: the head is hidden/heads, so the hidden size follows the heads kept at the original head.
-        hidden = config["num_attention_heads"] * old_head_dim
-        if hidden != config["hidden_size"]:
-            changed[f"{where}hidden_size"] = [old_hidden, hidden]
-            config["hidden_size"] = hidden
-    layers = config.get("num_hidden_layers")
-    if not (isinstance(old_layers, int) and layers):
-        return
+
+
+def _cut_layers(config: dict, original: dict, rules: dict, changed: dict, where: str, old_layers: int) -> None:
+    """The layers kept (one of each kind), and every per-layer list and layer index cut to them."""
+    layers = config["num_hidden_layers"]
     _interval_kinds(config, rules, old_layers)
     _counted_kinds(config, original, rules, old_layers)
     picks = _layer_picks(config, rules, old_layers, layers)
@@ -380,6 +374,22 @@ def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
             changed[f"{where}{key}"] = [original[key], layers]
             config[key] = layers
     _agree_intervals(config, rules, changed, where)
+
+
+def _shrink_text(config: dict, rules: dict, changed: dict, where: str) -> None:
+    original = dict(config)
+    old_layers = config.get("num_hidden_layers")
+    old_hidden, old_heads = config.get("hidden_size"), config.get("num_attention_heads")
+    old_head_dim = config.get("head_dim") or (old_hidden // old_heads if old_hidden and old_heads else None)
+    _set_sizes(config, original, rules, changed, where)
+    if not config.get("head_dim") and old_head_dim and rules.get("keep_head_dim"):
+        # No head_dim key: the head is hidden/heads, so the hidden size follows the heads kept at the original head.
+        hidden = config["num_attention_heads"] * old_head_dim
+        if hidden != config["hidden_size"]:
+            changed[f"{where}hidden_size"] = [old_hidden, hidden]
+            config["hidden_size"] = hidden
+    if isinstance(old_layers, int) and config.get("num_hidden_layers"):
+        _cut_layers(config, original, rules, changed, where, old_layers)
 
 
 def _known_keys(rules: dict) -> set[str]:

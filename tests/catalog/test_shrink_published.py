@@ -568,3 +568,20 @@ def test_the_checks_pipeline_takes_each_shrunk_config(pipeline, name):
         assert r["composed"][variant]["rollout"] == "vllm"
     if name in ("Qwen3.5-27B", "Qwen3-VL-8B-Instruct"):  # the processor of the model type, sized from its tower
         assert r["images_in_rows"] == r["rows"] and r["vision_grad"] > 0 and r["image_tokens"] > 0, r
+
+
+def test_two_checkpoints_in_folders_of_one_name_get_the_folders_above_and_one_config_twice_is_one_line(tmp_path):
+    """verl saves each run's model as .../actor/huggingface: two of them are two families, named by the folders
+    that tell them apart; the same config given twice (a folder and its config.json) is trained once: one line."""
+    from verlenv.verify import runner
+    from verlenv.verify.options import VerifyOptions
+
+    for run, name in (("run1", "GLM-4.5"), ("run2", "DeepSeek-V3")):
+        (tmp_path / run / "actor" / "huggingface").mkdir(parents=True)
+        write(tmp_path / run / "actor" / "huggingface", published.as_published(name))
+    one, two = (str(tmp_path / run / "actor" / "huggingface") for run in ("run1", "run2"))
+    rows = runner.family_rows(VerifyOptions(model_config=(one, two)))
+    assert [r["name"] for r in rows] == ["config-run1-actor-huggingface", "config-run2-actor-huggingface"]
+    with pytest.raises(UserError, match=r"--model-config: .*run1/actor/huggingface/config\.json given twice; each "
+                                        r"config is trained once"):
+        runner.family_rows(VerifyOptions(model_config=(one, f"{one}/config.json")))

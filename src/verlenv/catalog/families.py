@@ -199,9 +199,12 @@ def table() -> Table:
 
 # ---- a user's config.json, shrunk -------------------------------------------------------------------------------
 
-def _label(path: Path) -> str:
-    """The family's name in the report: the model's folder for a config.json, else the file's stem."""
-    raw = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+def label(path: Path, depth: int = 1) -> str:
+    """The family's name in the report: the model's folder for a config.json (with `depth` folders, the ones above
+    it too: two checkpoints' `.../actor/huggingface`), else the file's stem."""
+    path = Path(path).absolute()
+    folders = path.parent.parts[1:] if path.name == "config.json" else (*path.parent.parts[1:], path.stem)
+    raw = "-".join(folders[-depth:]) if folders else path.stem
     return "config-" + (re.sub(r"[^a-z0-9.\-]+", "-", raw.lower()).strip("-.") or "model")
 
 
@@ -462,7 +465,7 @@ def shrink(path: Path, table_: Table | None = None) -> Family:
     known = next((f.known_issues for f in rows if f.known_issues), ())
     overrides = next((dict(f.overrides) for f in rows if f.overrides), {})
     needs = next((f.needs for f in rows if f.needs), ())
-    return Family(name=_label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
+    return Family(name=label(Path(path)), description=f"{archs[0]} from {path}", exercises="the user's architecture",
                   model_class=archs[0], inputs="images" if vision_rules is not None else "text", config=config,
                   model_type=model_type, source=str(path), shrunk=changed, known_issues=known, overrides=overrides,
                   needs=needs)

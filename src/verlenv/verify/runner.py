@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -142,6 +142,14 @@ def family_rows(o: VerifyOptions) -> list[dict]:
     kernel_paths.check_rows(table)  # each row's needs and attention kind name rows of their tables
     chosen = table.select(list(o.family), o.thorough) if o.family or not o.model_config else []
     shrunk = [families.shrink(Path(path), table) for path in o.model_config]
+    sources = [str(Path(f.source).resolve()) for f in shrunk]
+    if len(set(sources)) != len(sources):
+        raise UserError(f"--model-config: {sorted(x for x in sources if sources.count(x) > 1)[0]} given twice; "
+                        "each config is trained once")
+    for depth in range(2, 8):  # two checkpoints in folders of one name (.../actor/huggingface): the folders above
+        if len({f.name for f in shrunk}) == len(shrunk):
+            break
+        shrunk = [replace(f, name=families.label(Path(f.source), depth)) for f in shrunk]
     names = [f.name for f in chosen + shrunk]
     if len(set(names)) != len(names):
         raise UserError("--family/--model-config: two families named "

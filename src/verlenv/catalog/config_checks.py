@@ -22,6 +22,13 @@ def _finite(value, where: str, path: Path) -> None:
             _finite(item, f"{where.rstrip('.')}[{i}].", path)
 
 
+def require_size(value, label: str, path: Path, low: int = 1) -> None:
+    """A size: a whole number of at least `low` (0 for a count that may be none); one line otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UserError(f"--model-config {path}: {label} is {json.dumps(value)}; a size is a whole number "
+                        f"{'of 0 or more' if low == 0 else 'above 0'}")
+
+
 def _whole(config: dict, key: str) -> int | None:
     value = config.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -40,14 +47,10 @@ def _relations(config: dict, rules: dict, where: str, path: Path) -> None:
                             f"{b}")
     for key in rules.get("size_tables", []):
         for kind, value in (config.get(key) or {}).items() if isinstance(config.get(key), dict) else ():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"--model-config {path}: {where}{key}.{kind} is {json.dumps(value)}; a size is a whole "
-                                "number above 0")
+            require_size(value, f"{where}{key}.{kind}", path)
     for key in rules.get("sizes", []):
-        value = config.get(key)
-        if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UserError(f"--model-config {path}: {where}{key} is {json.dumps(value)}; a size is a whole number "
-                            "above 0")
+        if key in config:
+            require_size(config[key], f"{where}{key}", path)
 
 
 def _per_layer(config: dict, rules: dict, where: str, path: Path) -> None:

@@ -257,10 +257,7 @@ def _check_sizes(config: dict, keys, rules: dict, where: str, path: Path) -> Non
         value = config.get(key)
         if value is None:
             continue
-        low = 0 if key in at_most else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise UserError(f"--model-config {path}: {where}{key} is {json.dumps(value)}; a size is a whole number "
-                            f"{'of 0 or more' if low == 0 else 'above 0'}")
+        config_checks.require_size(value, f"{where}{key}", path, 0 if key in at_most else 1)
         if key in keep and value > keep[key]:
             raise UserError(f"--model-config {path}: {where}{key}={value} is above {keep[key]}, the largest the shrink "
                             f"keeps as published ({DATA.name} [shrink] keep): the model would not be tiny")
@@ -362,7 +359,7 @@ def _cut_layers(config: dict, original: dict, rules: dict, changed: dict, where:
         config["num_hidden_layers"] = layers = len(picks)
     for key in rules.get("per_layer", []):
         if isinstance(config.get(key), list):
-            kept = [config[key][i] for i in picks] if len(config[key]) == old_layers else config[key][:layers]
+            kept = [config[key][i] for i in picks]  # one entry per layer: config_checks refused any other length
             said_by = [k for k in rules.get("interval", {}) if k in config] + [
                 f"{spec['count']} ({original[spec['count']]})" if spec["count"] in original else
                 f"the class default ({spec['default']} {spec['first']})"

@@ -3,6 +3,7 @@ node on its own loopback address (127.0.0.N), possibly from its own venv and env
 dashboard; stopped by killing exactly the processes of this cluster (never `ray stop`, which stops every
 cluster of the machine)."""
 
+import itertools
 import os
 import signal
 import socket
@@ -22,6 +23,20 @@ COMMON = ("--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "
 # worker's output from it: Ray asks for one log monitor per physical host ("to avoid log duplication on the
 # driver", `ray start --help`). One per node sent each line once per node and took about 13 s of CPU each.
 WORKER = ("--include-log-monitor", "false")
+# Each node's workers bind ports from a block of their own. Every raylet hands out its worker ports from one range
+# (Ray's default 10002-19999), checking only that a port is free when it hands it out: two raylets on one host that
+# start workers at once can hand out the same port, and the worker that binds second dies at start ("Check failed:
+# port_ > 0 ... other processes listening to the port"), which hung a job on the head for 600 s (CI, 2026-12-06).
+# Real nodes are separate hosts; here the blocks sit between Ray's default range (which a ray.init() of its own, as
+# verl's trainer check starts, takes) and the kernel's ephemeral ports (32768 and up).
+WORKER_PORTS_FIRST, WORKER_PORTS_EACH, WORKER_PORTS_BLOCKS = 20000, 400, 31  # 20000-32399
+_next_block = itertools.count()
+
+
+def worker_ports() -> tuple[str, ...]:
+    """`ray start` arguments for a new node's block of worker ports (the oldest block again after the last)."""
+    first = WORKER_PORTS_FIRST + next(_next_block) % WORKER_PORTS_BLOCKS * WORKER_PORTS_EACH
+    return ("--min-worker-port", str(first), "--max-worker-port", str(first + WORKER_PORTS_EACH - 1))
 
 
 def placed(gpu: str, node: int) -> dict:
@@ -104,8 +119,8 @@ class LocalCluster:
         ip = f"127.0.0.{2 + self.ever}"
         self.ever += 1
         _start(str(Path(python).parent / "ray"),
-               ["--address", self.address, "--node-ip-address", ip, *COMMON, *WORKER, *args], {**_base(), **extra},
-               self, ip)
+               ["--address", self.address, "--node-ip-address", ip, *COMMON, *WORKER, *worker_ports(), *args],
+               {**_base(), **extra}, self, ip)
         self.workers.append(ip)
         _wait_alive(python, self.address, 1 + len(self.workers))
         return ip
@@ -188,12 +203,13 @@ def start(head_python: str, workers: list[tuple], head_env: dict | None = None) 
         _start(str(Path(head_python).parent / "ray"),
                ["--head", "--node-ip-address", "127.0.0.1", "--port", str(cluster.port), "--temp-dir", temp_dir,
                 "--include-dashboard", "false", "--dashboard-port", str(free_port()),
-                "--ray-client-server-port", str(free_port()), *COMMON], {**_base(), **(head_env or {})})
+                "--ray-client-server-port", str(free_port()), *COMMON, *worker_ports()],
+               {**_base(), **(head_env or {})})
         # One at a time: a raylet has 30 s to register, which parallel starts on a small machine exceed.
         for i, (python, extra, *args) in enumerate(workers, start=2):
             _start(str(Path(python).parent / "ray"),
                    ["--address", cluster.address, "--node-ip-address", f"127.0.0.{i}", *COMMON, *WORKER,
-                    *(args[0] if args else ())],
+                    *worker_ports(), *(args[0] if args else ())],
                    {**_base(), **extra}, cluster, f"127.0.0.{i}")
         cluster.workers += [f"127.0.0.{i}" for i in range(2, 2 + len(workers))]
         cluster.ever = len(workers)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
+import ray_nodes  # noqa: E402
 from ray_nodes import placed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,21 @@ def verify(cluster, python: str, report: Path, *extra: str, allreduce: str = "gl
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT)
     assert report.exists(), proc.stderr[-3000:]
     return proc.returncode, json.loads(report.read_text()), proc.stderr
+
+
+def test_each_node_binds_its_workers_in_a_port_block_of_its_own(gpu_cluster):
+    """Raylets on one host that share a worker port range can give two workers one port (tests/ray_nodes.py)."""
+    procs = ray_nodes._processes()
+    raylets = [procs[pid][1] for pid in gpu_cluster.pids() if pid in procs and "raylet/raylet " in procs[pid][1]]
+    assert len(raylets) == 1 + len(gpu_cluster.workers), raylets
+    blocks = []
+    for cmd in raylets:
+        low, high = (int(re.search(rf"--{end}_worker_port=(\d+)", cmd).group(1)) for end in ("min", "max"))
+        blocks.append(range(low, high + 1))
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for i, block in enumerate(blocks):
+        assert len(block) >= 100 and block.stop <= ephemeral and block.start > 19999, block  # past Ray's default
+        assert all(not set(block) & set(other) for other in blocks[i + 1:]), blocks
 
 
 def test_nodes_that_differ_only_in_placement_pass(gpu_cluster, env_python, tmp_path):

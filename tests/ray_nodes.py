@@ -24,11 +24,11 @@ COMMON = ("--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "
 # driver", `ray start --help`). One per node sent each line once per node and took about 13 s of CPU each.
 WORKER = ("--include-log-monitor", "false")
 # Each node's workers bind ports from a block of their own. Every raylet hands out its worker ports from one range
-# (Ray's default 10002-19999), checking only that a port is free when it hands it out: two raylets on one host that
-# start workers at once can hand out the same port, and the worker that binds second dies at start ("Check failed:
-# port_ > 0 ... other processes listening to the port"), which hung a job on the head for 600 s (CI, 2026-12-06).
-# Real nodes are separate hosts; here the blocks sit between Ray's default range (which a ray.init() of its own, as
-# verl's trainer check starts, takes) and the kernel's ephemeral ports (32768 and up).
+# (Ray's default 10002-19999), checking only that a port is free when it hands it out (ray#8773): two raylets on one
+# host that start workers at once can hand out the same port, and the worker that binds second dies at start ("Check
+# failed: port_ > 0 ... other processes listening to the port"), which hung a job on the head for 600 s (CI,
+# 2026-12-06; doctor F70). Real nodes are separate hosts; here the blocks sit between Ray's default range (which a
+# ray.init() of its own, as verl's trainer check starts, takes) and the kernel's ephemeral ports (32768 and up).
 WORKER_PORTS_FIRST, WORKER_PORTS_EACH, WORKER_PORTS_BLOCKS = 20000, 400, 31  # 20000-32399
 _next_block = itertools.count()
 

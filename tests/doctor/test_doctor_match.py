@@ -310,3 +310,25 @@ def test_a_kernel_out_of_shared_memory_is_f69_but_not_when_autotuning_drops_it()
     assert ids(f"E1206 10:00:00 select_algorithm.py:3919] Runtime error during autotuning: \n{oor}. \n"
                "Ignoring this choice.\n") == []
     assert ids(f"Exception {oor} for benchmark choice TritonTemplateCaller(mm, BLOCK_M=128)\n") == []
+
+
+def test_a_port_held_by_another_process_is_f70_but_not_a_retried_or_ignored_bind():
+    """Ray 2.55's gRPC check (src/ray/rpc/grpc_server.cc, wrapped over lines as it prints it) names the port; the
+    per-address [W] lines of torch's TCPStore, torchrun's agent store ignoring its bind, vLLM's retry with a new port
+    and a bind to an address the host lacks (EADDRNOTAVAIL: another cause) are not F70."""
+    ray = ("[2026-12-06 10:00:00,000 C 26225 26225] grpc_server.cc:146:  Check failed: port_ > 0 Failed to start the "
+           "grpc server. The specified port is 10058. This means that Ray's core components will not be able to "
+           "function \ncorrectly. If the server startup error message is `Address already in use`, \n")
+    (d,) = diagnose_text(ray)
+    assert d.id == "F70" and d.details == {"port": "10058"}
+    assert ids("[W socket.cpp:401] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address "
+               "already in use).\n[E socket.cpp:435] [c10d] The server socket has failed to listen on any local "
+               "network address.\n") == ["F70"]
+    assert ids("[W socket.cpp:401] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address "
+               "already in use).\n") == []
+    assert ids("[W1206 socket.cpp:200] The server socket on [::]:29500 has failed to bind. "
+               "TORCHELASTIC_USE_AGENT_STORE is enabled so ignoring the error.\n") == []
+    assert ids("WARNING 12-06 10:00:00 [parallel.py:624] Address already in use. Retrying with a new port.\n") == []
+    assert ids("E1206 chttp2_server.cc:1057] UNKNOWN:No address added out of total 1 resolved for '10.0.0.5:8076' "
+               '{children:[UNKNOWN:Unable to configure socket {errno:99, os_error:"Cannot assign requested address", '
+               'syscall:"bind"}]}\n') == []

@@ -332,3 +332,12 @@ def test_a_port_held_by_another_process_is_f70_but_not_a_retried_or_ignored_bind
     assert ids("E1206 chttp2_server.cc:1057] UNKNOWN:No address added out of total 1 resolved for '10.0.0.5:8076' "
                '{children:[UNKNOWN:Unable to configure socket {errno:99, os_error:"Cannot assign requested address", '
                'syscall:"bind"}]}\n') == []
+
+
+
+
+def test_ray_optional_servers_that_find_their_port_taken_are_not_f70():
+    assert ids(excerpt(LOGS / "benign-ray-optional-servers.log")) == []
+    # uvicorn's own line for a server that must listen, as vLLM's API server logs it before exiting, is
+    assert ids("(APIServer pid=7) ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): "
+               "address already in use\n") == ["F70"]

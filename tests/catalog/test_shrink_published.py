@@ -242,6 +242,8 @@ INCONSISTENT = [
     ("DeepSeek-V4-shape", lambda c: c.update(o_groups=7), "num_attention_heads=64 is not a multiple of o_groups=7"),
     ("DeepSeek-V4-shape", lambda c: c["compress_rates"].update(compressed_sparse_attention=0),
      "compress_rates.compressed_sparse_attention is 0; a size is a whole number above 0"),
+    ("SmolLM3-3B-shape", lambda c: c.update(no_rope_layers=[1, 2, 1, 0] * 9), "no_rope_layers is [1, 2, 1, 0"),
+    ("SmolLM3-3B-shape", lambda c: c.update(no_rope_layers=[True, False] * 18), "it lists one kind (a string, or a"),
     ("Qwen3.5-27B", lambda c: c.pop("text_config"),
      "vision_config.out_hidden_size is the language model's hidden_size, which the config does not give"),
 ]
@@ -384,7 +386,7 @@ def test_each_variant_keeps_its_structure_and_trains_a_step(variants_trained, na
     if "compress_rates" in text:  # every compressed kind compresses within the check's shortest prompt (11 tokens)
         assert max(fams[name].config["compress_rates"].values()) <= 8
         assert fams[name].config["num_key_value_heads"] == 1  # multi-query attention stays so
-    for key in ("mlp_layer_types", "indexer_types"):  # each kind of layer kept, the lists cut alike
+    for key in ("mlp_layer_types", "indexer_types", "no_rope_layers"):  # each kind of layer kept, the lists cut alike
         if key in text:
             assert set(fams[name].config[key]) == set(text[key]) and len(fams[name].config[key]) == 2
     kinds = text.get("layer_types") or (["interval"] if text.get("full_attention_interval") else [])
@@ -398,6 +400,23 @@ def test_each_variant_keeps_its_structure_and_trains_a_step(variants_trained, na
         assert r["window_matters"] is True  # the window is below the check's prompts, and used
     if text.get("quantization_config") or config.get("quantization_config"):
         assert "quantization_config" in fams[name].shrunk
+
+
+@pytest.mark.slow
+def test_the_added_dense_types_keep_what_sets_them_apart(variants_trained):
+    """Gemma 3's interval of full layers, SmolLM3's layers without rope, Gemma's query scale and soft-capping, as the
+    env's transformers built the tiny models."""
+    fams, trained = variants_trained
+    built = {name: trained["models"][fams[name].name]["text_config"] for name in fams}
+    assert built["Gemma-3-1B-shape"]["layer_types"] == ["sliding_attention", FULL]
+    assert built["Gemma-3-1B-shape"]["num_key_value_heads"] == 1  # Gemma 3 1B's one KV head
+    assert built["SmolLM3-3B-shape"]["no_rope_layers"] == [1, 0]
+    for name in ("Gemma-2-9B-shape", "Gemma-3-1B-shape"):
+        assert built[name]["query_pre_attn_scalar"] == 256 and built[name]["sliding_window"] == 8
+    assert (built["Gemma-2-9B-shape"]["attn_logit_softcapping"], built["Gemma-2-9B-shape"]["final_logit_softcapping"]) \
+        == (50.0, 30.0)
+    glm4 = built["GLM-4-9B-0414-shape"]
+    assert (glm4.get("partial_rotary_factor") or glm4["rope_parameters"].get("partial_rotary_factor")) == 0.5
 
 
 @pytest.mark.slow

@@ -59,9 +59,10 @@ def _per_layer(config: dict, rules: dict, where: str, path: Path) -> None:
         return
     for key in rules.get("per_layer", []):
         value = config.get(key)
-        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        if value is not None and not (isinstance(value, list) and (all(isinstance(v, str) for v in value) or all(
+                v in (0, 1) and not isinstance(v, (bool, float)) for v in value))):  # kinds, or flags (SmolLM3's rope)
             raise UserError(f"--model-config {path}: {where}{key} is {json.dumps(value)[:80]}; it lists one kind (a "
-                            "string) per layer")
+                            "string, or a 0/1 flag) per layer")
         if isinstance(value, list) and len(value) != layers:
             raise UserError(f"--model-config {path}: {where}{key} has {len(value)} entries for "
                             f"{where}num_hidden_layers={layers}; it lists one per layer")

@@ -410,7 +410,9 @@ def test_the_added_dense_types_keep_what_sets_them_apart(variants_trained):
     built = {name: trained["models"][fams[name].name]["text_config"] for name in fams}
     assert built["Gemma-3-1B-shape"]["layer_types"] == ["sliding_attention", FULL]
     assert built["Gemma-3-1B-shape"]["num_key_value_heads"] == 1  # Gemma 3 1B's one KV head
-    assert built["SmolLM3-3B-shape"]["no_rope_layers"] == [1, 0]
+    for name in ("SmolLM3-3B-shape", "SmolLM3-interval-only"):  # a layer with rope and one without, listed or not
+        assert built[name]["no_rope_layers"] == [1, 0]
+    assert built["Gemma-3-270M-shape"]["layer_types"] == ["sliding_attention", FULL]
     for name in ("Gemma-2-9B-shape", "Gemma-3-1B-shape"):
         assert built[name]["query_pre_attn_scalar"] == 256 and built[name]["sliding_window"] == 8
     assert (built["Gemma-2-9B-shape"]["attn_logit_softcapping"], built["Gemma-2-9B-shape"]["final_logit_softcapping"]) \

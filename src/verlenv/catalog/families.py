@@ -278,12 +278,12 @@ def _layer_picks(config: dict, rules: dict, old_layers: int, layers: int) -> lis
 
 
 def _interval_kinds(config: dict, rules: dict, old_layers: int) -> None:
-    """Layer kinds said by an interval key alone written out as layer_types, as transformers derives them."""
+    """Layer kinds said by an interval key alone written out as their per-layer list (layer_types unless the rule
+    names another), as transformers derives them."""
     for key, spec in rules.get("interval", {}).items():
-        interval = config.get(key)
-        if isinstance(interval, int) and interval > 0 and not isinstance(config.get("layer_types"), list):
-            config["layer_types"] = [spec["kind"] if (i + 1) % interval == 0 else spec["other"]
-                                     for i in range(old_layers)]
+        interval, listed = config.get(key), spec.get("list", "layer_types")
+        if isinstance(interval, int) and interval > 0 and not isinstance(config.get(listed), list):
+            config[listed] = [spec["kind"] if (i + 1) % interval == 0 else spec["other"] for i in range(old_layers)]
 
 
 def _counted_kinds(config: dict, original: dict, rules: dict, old_layers: int) -> None:
@@ -297,9 +297,10 @@ def _counted_kinds(config: dict, original: dict, rules: dict, old_layers: int) -
 
 
 def _agree_intervals(config: dict, rules: dict, changed: dict, where: str) -> None:
-    """Each interval key set to the interval the shrunk layer_types follow (Qwen3.5's 4 -> 2 for [linear, full])."""
-    kinds = config.get("layer_types")
+    """Each interval key set to the interval the shrunk per-layer list follows (Qwen3.5's 4 -> 2 for [linear,
+    full])."""
     for key, spec in rules.get("interval", {}).items():
+        kinds = config.get(spec.get("list", "layer_types"))
         if key not in config or not isinstance(kinds, list):
             continue
         fits = [n for n in range(1, len(kinds) + 2)
@@ -360,7 +361,8 @@ def _cut_layers(config: dict, original: dict, rules: dict, changed: dict, where:
     for key in rules.get("per_layer", []):
         if isinstance(config.get(key), list):
             kept = [config[key][i] for i in picks]  # one entry per layer: config_checks refused any other length
-            said_by = [k for k in rules.get("interval", {}) if k in config] + [
+            said_by = [k for k, spec in rules.get("interval", {}).items()
+                       if k in config and spec.get("list", "layer_types") == key] + [
                 f"{spec['count']} ({original[spec['count']]})" if spec["count"] in original else
                 f"the class default ({spec['default']} {spec['first']})"
                 for k, spec in rules.get("counted", {}).items() if k == key]

@@ -341,3 +341,22 @@ def test_ray_optional_servers_that_find_their_port_taken_are_not_f70():
     # uvicorn's own line for a server that must listen, as vLLM's API server logs it before exiting, is
     assert ids("(APIServer pid=7) ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): "
                "address already in use\n") == ["F70"]
+
+
+BENIGN_LOGS = sorted(LOGS.glob("benign-*.log"))
+
+
+@pytest.mark.parametrize("path", BENIGN_LOGS, ids=lambda p: p.name)
+def test_benign_excerpts_of_real_threads_draw_nothing(path):
+    """Lines real runs print on their way to success: an offline notice, a hub fallback, an optional server's port."""
+    assert ids(excerpt(path)) == []
+
+
+def test_a_full_dev_shm_is_not_a_full_disk():
+    """NCCL's segments in /dev/shm and torch's shared tensor files are shared memory (F59, --shm-size), not F72; a bare
+    `[Errno 28]` from a DataLoader's SemLock cannot be told from a disk's by its line, and F72's fix says what it is."""
+    shm = LOGS / "shm-not-disk"
+    for name in ("dynamo-1408.log", "nccl-525.log", "ultralytics-1238.log"):
+        assert "F72" not in ids(excerpt(shm / name)), name
+    (f72,) = [d for d in diagnose_text(excerpt(shm / "Megatron-LM-878.log")) if d.id == "F72"]
+    assert any("/dev/shm is full, not a disk" in step for step in f72.failure.fix)

@@ -152,6 +152,16 @@ def test_a_file_that_is_not_a_config_is_one_line(tmp_path, text):
         families.shrink(tmp_path / "missing.json")
 
 
+def test_a_hub_id_given_for_a_config_is_told_to_download_the_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no folder of that name here
+    with pytest.raises(UserError) as e:
+        families.shrink("Qwen/Qwen3-8B")
+    assert "looks like a Hugging Face Hub id" in str(e.value)
+    assert "hf download Qwen/Qwen3-8B config.json" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UserError, match="No such file"):  # a relative path to a missing config is only missing
+        families.shrink("missing/config.json")
+
+
 @pytest.fixture(scope="module")
 def in_env(tmp_path_factory) -> dict:
     python = torch_python()

@@ -208,6 +208,9 @@ def label(path: Path, depth: int = 1) -> str:
     return "config-" + (re.sub(r"[^a-z0-9.\-]+", "-", raw.lower()).strip("-.") or "model")
 
 
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")  # "namespace/name", as the Hub names a repo
+
+
 def config_file(path: Path) -> Path:
     """A config.json, or a model's folder that holds one (what verl's model.path names)."""
     path = Path(path)
@@ -216,6 +219,10 @@ def config_file(path: Path) -> Path:
             raise UserError(f"--model-config {path}: a folder without config.json; give a model's config.json or "
                             "its folder")
         return path / "config.json"
+    if not path.exists() and HUB_ID.fullmatch(str(path)) and path.suffix != ".json":
+        # verl's model.path takes a Hub id too; the check builds its tiny model offline, from the config alone.
+        raise UserError(f"--model-config {path}: no such file here, and it looks like a Hugging Face Hub id; give its "
+                        f"config.json, e.g. from `hf download {path} config.json --local-dir <folder>`")
     return path
 
 

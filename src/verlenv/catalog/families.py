@@ -284,11 +284,16 @@ def _layer_picks(config: dict, rules: dict, old_layers: int, layers: int) -> lis
     return sorted(picks)
 
 
+def _interval_list(spec: dict) -> str:
+    """The per-layer list an interval rule says (families.toml [shrink] interval `list`)."""
+    return spec.get("list", "layer_types")
+
+
 def _interval_kinds(config: dict, rules: dict, old_layers: int) -> None:
     """Layer kinds said by an interval key alone written out as their per-layer list (layer_types unless the rule
     names another), as transformers derives them."""
     for key, spec in rules.get("interval", {}).items():
-        interval, listed = config.get(key), spec.get("list", "layer_types")
+        interval, listed = config.get(key), _interval_list(spec)
         if isinstance(interval, int) and interval > 0 and not isinstance(config.get(listed), list):
             config[listed] = [spec["kind"] if (i + 1) % interval == 0 else spec["other"] for i in range(old_layers)]
 
@@ -307,7 +312,7 @@ def _agree_intervals(config: dict, rules: dict, changed: dict, where: str) -> No
     """Each interval key set to the interval the shrunk per-layer list follows (Qwen3.5's 4 -> 2 for [linear,
     full])."""
     for key, spec in rules.get("interval", {}).items():
-        kinds = config.get(spec.get("list", "layer_types"))
+        kinds = config.get(_interval_list(spec))
         if key not in config or not isinstance(kinds, list):
             continue
         fits = [n for n in range(1, len(kinds) + 2)
@@ -369,7 +374,7 @@ def _cut_layers(config: dict, original: dict, rules: dict, changed: dict, where:
         if isinstance(config.get(key), list):
             kept = [config[key][i] for i in picks]  # one entry per layer: config_checks refused any other length
             said_by = [k for k, spec in rules.get("interval", {}).items()
-                       if k in config and spec.get("list", "layer_types") == key] + [
+                       if k in config and _interval_list(spec) == key] + [
                 f"{spec['count']} ({original[spec['count']]})" if spec["count"] in original else
                 f"the class default ({spec['default']} {spec['first']})"
                 for k, spec in rules.get("counted", {}).items() if k == key]

@@ -105,6 +105,15 @@ class LocalCluster:
         procs = _processes()
         return any(procs[pid][1].startswith(f"ray::{title}") for pid in self.pids(ip) if pid in procs)
 
+    def stop_node(self, ip: str) -> set[int]:
+        """SIGSTOP every process of node `ip` (the machine hangs), again until no new one appears: a raylet that is
+        starting a worker as the first set is stopped leaves a process the first scan did not see."""
+        stopped: set[int] = set()
+        while pids := self.pids(ip) - stopped:
+            _kill(pids, signal.SIGSTOP)
+            stopped |= pids
+        return stopped
+
     def kill_node(self, ip: str) -> set[int]:
         """SIGKILL one worker node's raylet, its agents and workers: the machine died."""
         pids = self.pids(ip)

@@ -133,10 +133,8 @@ def test_a_hung_node_is_reported_within_the_node_timeout(cluster):
     """A node whose every process is stopped (SIGSTOP) answers nothing: reported once --node-timeout passes, or
     sooner when Ray declares it dead."""
     same, odd, _ = cluster.workers
-    stopped = cluster.pids(same)
+    stopped = cluster.stop_node(same)
     assert stopped, f"no process of node {same} found"
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
     try:
         # Long enough for the others to answer on a loaded machine; Ray itself declares the stopped node dead
         # sooner (its raylet misses the health checks), else this timeout reports it hung.

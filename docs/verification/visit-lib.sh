@@ -68,9 +68,15 @@ wait)     # $1 = seconds at most, until the plan.log line starting with $2 (defa
   [ -f $R/hostmem.csv ] && gzip -c $R/hostmem.csv > "$OUT/hostmem.csv.gz"
   [ -f $R/install.txt ] && gzip -c $R/install.txt > "$OUT/install.txt.gz"
   ls -la "$OUT"; nvidia-smi --query-gpu=memory.used --format=csv,noheader; held ;;
+send)     # $1 = a file of $R, $2 = its first piece (default 0): 8 pieces of 15 MiB at most come back a call
+  f=$R/$1; first=${2:-0}; [ -f "$f" ] || { echo "no $f yet"; held; exit 0; }
+  [ -d $R/$1.pieces ] || { mkdir -p $R/$1.pieces && split -b 15M -d -a 3 "$f" $R/$1.pieces/$1.; }
+  echo "$1: $(stat -c %s "$f") bytes, $(ls $R/$1.pieces | wc -l) pieces, sha256 $(sha256sum "$f" | cut -c1-64)"
+  ls $R/$1.pieces | sort | tail -n +$((first + 1)) | head -8 | while read -r p; do cp $R/$1.pieces/$p "$OUT/"; done
+  ls -la "$OUT"; held ;;
 partial)  # the running trainers' logs as they stand (a run cut off by the device time still leaves its evidence)
   for t in $R/*.trainer*.log $R/*.out; do [ -f "$t" ] && gzip -c "$t" > "$OUT/$(basename $t).gz"; done
   ls -la "$OUT"; held ;;
-*) echo "unknown step $step: valid part, install-base, wheels, wait, partial, plan"; exit 2 ;;
+*) echo "unknown step $step: valid part, install-base, wheels, wait, send, partial, plan"; exit 2 ;;
   esac
 }

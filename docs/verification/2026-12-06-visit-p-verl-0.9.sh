@@ -54,6 +54,27 @@ plan)     # on the node, by itself
     echo "T $f $(date +%s) $(cat $R/megatron-thorough-$f.done)"
   done
   echo "thorough end $(date +%s)" ;;
+replan)   # as run: causal-conv1d's build took the plan's first 10 min (its setup.py compiles 9 archs, one after the
+  # other, in one unit), so once its wheel is in, the plan stops and plan-b goes on without apex (megatron-core's
+  # optimizer takes TE's FusedAdam first) and without --thorough
+  t0=$(date +%s); while ! grep -q "^verlenv build transformer-engine-torch" $R/megatron-build.out && [ $(( $(date +%s) - t0 )) -lt 200 ]; do sleep 2; done
+  tail -3 $R/megatron-build.out; ls $W/*
+  grep -q "^verlenv build transformer-engine-torch" $R/megatron-build.out || { echo "causal-conv1d not done"; held; exit 0; }
+  pkill -f "$SELF plan"; pkill -f "verlenv build"; sleep 1
+  mv $R/megatron-build.out $R/megatron-build-cc1d.out; rm -f $R/megatron-build.done
+  rm -rf $REPO && sync_repo; (cd $REPO && setsid nohup bash $SELF plan-b < /dev/null > $R/plan.log 2>&1 &)
+  sleep 5; cat $R/plan.log; held ;;
+plan-b)   # on the node, by itself, after replan
+  echo "A $(date +%s)"
+  run_named megatron-build "$P/bundle/.tool/bin/verlenv build transformer-engine-torch megatron-bridge" \
+            "--bundle $P/bundle --stack verl-0.9 --variant megatron --python $ENV/bin/python --gpu $(gpu)" \
+            "--wheelhouse $W --jobs 16 --json $R/megatron-build.json"
+  echo "B $(date +%s) build: $(cat $R/megatron-build.done)"
+  tar -C $W -czf $R/wheelhouse.tgz .
+  $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  run_named megatron-again "$(verify_cmd megatron-again --variant megatron --only verl --skip-package flash-attn \
+            --skip-package apex $(families $MEGATRON_AGAIN) $(configs))"
+  echo "end $(date +%s) megatron: $(cat $R/megatron-again.done)" ;;
 *)
   visit_step "$step" "$@" ;;
 esac

@@ -2,8 +2,10 @@
 from the committed GPU reports (docs/verification/*.json, verify reports and verify --ray reports).
 
 A cell is the newest report's verdict for that stack x variant x family x mode: pass, fail, known (a known upstream
-failure, with its link), or "not run" when no committed report ran it. A failure the report counted whose output the
-family table's known issues recognise now is "known*" (the report itself is left as it was written). Reports written
+failure, with its link), or "not run" when no committed report ran it. A report whose env left out, by request
+(--skip-package), a package its actor needs (data/backends.toml needs) is no verdict on the stack and is passed
+over. A failure the report counted whose output the family table's known issues recognise now is "known*" (the
+report itself is left as it was written). Reports written
 before the families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
 Writes a markdown table (each cell linking its report) and the same as JSON.
 Usage: python benchmarks/compat_matrix.py [--reports docs/verification] [--out docs/benchmarks/compat-matrix]
@@ -17,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-from verlenv.catalog import families, stacks  # noqa: E402
+from verlenv.catalog import backends, families, stacks  # noqa: E402
 from verlenv.fsutil import write_atomic  # noqa: E402
 
 # verl/trainer/<variant>/<family>/grpo-N-steps, or the older verl/trainer/<variant>/grpo-N-steps (Llama then).
@@ -46,6 +48,16 @@ def trainer_results(report: dict, table: families.Table) -> list[tuple[str, str,
     return out
 
 
+def skipped_needs(report: dict, actors: backends.Table) -> set[str]:
+    """The packages the report's actor needs that its env left out by request (GPU visit P: apex)."""
+    trainer = report.get("trainer")
+    actor = trainer.get("actor") if isinstance(trainer, dict) else None
+    if not isinstance(actor, str) or actor not in actors.actors:
+        return set()
+    skipped = set((report.get("selection") or {}).get("skipped_packages") or [])
+    return skipped & actors.actors[actor].needed_packages()
+
+
 def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str], dict]:
     """(stack, variant, family, mode) -> the newest report's cell."""
     found: dict[tuple[str, str, str, str], dict] = {}
@@ -55,6 +67,8 @@ def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str
         except ValueError:
             continue
         if not isinstance(report, dict) or "stack" not in report or "variant" not in report:
+            continue
+        if skipped_needs(report, backends.table()):
             continue
         mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
         for variant, family, status, known in trainer_results(report, table):

@@ -85,3 +85,20 @@ def test_a_counted_failure_is_known_star_only_where_a_known_issue_of_its_variant
     assert cell(data, "verl-0.9", "fsdp", "fast", "qwen2.5-vl")["status"] == "fail"  # not that variant's
     assert "[known*](../verification/a.json) (https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4507)" in \
         compat_matrix.markdown(data)
+
+
+def test_a_report_whose_env_left_out_a_package_its_actor_needs_is_no_verdict(tmp_path):
+    # GPU visit P: the megatron trainers ran in an env without apex (--skip-package apex) and failed for it. That is
+    # no verdict on the stack: the older report's cell stands. Leaving out what the actor does not need (flash-attn:
+    # Megatron's attention is TE's) still counts.
+    def megatron(stamp, status, skipped):
+        out = report("verl-0.9", "megatron", "fast", stamp, [trainer("megatron", "deepseek-v3", status)])
+        return {**out, "trainer": {"actor": "megatron"}, "selection": {"skipped_packages": skipped}}
+
+    (tmp_path / "a.json").write_text(json.dumps(megatron("2026-12-06T10:00:00", "pass", ["flash-attn"])))
+    (tmp_path / "b.json").write_text(json.dumps(megatron("2026-12-06T11:00:00", "fail", ["apex", "flash-attn"])))
+    data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
+    assert cell(data, "verl-0.9", "megatron", "fast", "deepseek-v3")["report"] == "a.json"
+    (tmp_path / "c.json").write_text(json.dumps(megatron("2026-12-06T12:00:00", "fail", ["flash-attn"])))
+    data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
+    assert cell(data, "verl-0.9", "megatron", "fast", "deepseek-v3")["status"] == "fail"

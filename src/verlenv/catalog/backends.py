@@ -24,6 +24,15 @@ class Report:
 
 
 @dataclass(frozen=True)
+class Need:
+    """A compiled module the actor imports under verl's default config, the package that ships it, and why."""
+
+    module: str
+    package: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Actor:
     name: str
     description: str
@@ -32,6 +41,10 @@ class Actor:
     tp_divides: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     fast_overrides: tuple[str, ...] = ()
+    needs: tuple[Need, ...] = ()
+
+    def needed_packages(self) -> set[str]:
+        return {n.package for n in self.needs}
 
     @property
     def tensor_parallel(self) -> bool:
@@ -104,17 +117,35 @@ def _known(row: dict, keys: set[str], where: str, path: Path) -> None:
         raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(keys))}")
 
 
+def _needs(row: dict, where: str, path: Path) -> tuple[Need, ...]:
+    value = row.get("needs", [])
+    if not isinstance(value, list):
+        raise UserError(f"{path}: {where}.needs must be a list of tables of module, package, why")
+    out = []
+    for i, need in enumerate(value):
+        w = f"{where}.needs[{i}]"
+        if not isinstance(need, dict):
+            raise UserError(f"{path}: {w} must be a table of module, package, why")
+        _known(need, {"module", "package", "why"}, w, path)
+        module = _string(need, "module", w, path)
+        if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module):
+            raise UserError(f"{path}: {w}.module: {module!r} is not an importable module name")
+        out.append(Need(module, _string(need, "package", w, path), _string(need, "why", w, path)))
+    return tuple(out)
+
+
 def parse(path: Path, data: dict) -> Table:
     actors, rollouts = {}, {}
     for name, row in (data.get("actors") or {}).items():
         where = f"actors.{name}"
         if not isinstance(row, dict):
             raise UserError(f"{path}: {where} must be a table")
-        _known(row, {"description", "config_name", "tp_overrides", "tp_divides", "overrides", "fast_overrides"},
-               where, path)
+        _known(row, {"description", "config_name", "tp_overrides", "tp_divides", "overrides", "fast_overrides",
+                     "needs"}, where, path)
         actors[name] = Actor(name, _string(row, "description", where, path), _string(row, "config_name", where, path),
                              _overrides(row, "tp_overrides", where, path), _strings(row, "tp_divides", where, path),
-                             _overrides(row, "overrides", where, path), _overrides(row, "fast_overrides", where, path))
+                             _overrides(row, "overrides", where, path), _overrides(row, "fast_overrides", where, path),
+                             _needs(row, where, path))
     for name, row in (data.get("rollouts") or {}).items():
         where = f"rollouts.{name}"
         if not isinstance(row, dict):

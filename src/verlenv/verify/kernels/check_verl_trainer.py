@@ -26,6 +26,7 @@ Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", 
 
 import atexit
 import contextlib
+import importlib
 import math
 import os
 import re
@@ -696,12 +697,34 @@ def warm_checks(profile, torch) -> list:
             for key, row in rows.items() if f"{major}.{minor}" in row["archs"]]
 
 
+def missing_needs(actor: dict, importer=importlib.import_module) -> list[str]:
+    """The compiled modules the actor imports under verl's default config (data/backends.toml needs) that this env
+    cannot import, one line each: what, from which package, why it is needed."""
+    out = []
+    for need in actor.get("needs") or []:
+        try:
+            importer(need["module"])
+        except Exception as e:  # ImportError, or an extension that does not load (an undefined symbol)
+            out.append(f"verl's {actor['name']} actor needs {need['module']} ({need['package']}), which does not "
+                       f"import in this env ({type(e).__name__}: {str(e)[:160]}); {need['why']}")
+    return out
+
+
+def not_started(problems: list[str]):
+    """A check that fails at once, before any trainer or warm compile spends its minutes."""
+    def check():
+        raise _common.Failed("not started: " + "; ".join(problems))
+    return check
+
+
 def checks(profile, torch):
     families = profile.trainer.get("families") or []
     parallel = 1 if profile.thorough else profile.trainer.get("parallel", 1)
     trainers: list[TrainerCheck] = []
     queue = Queue(trainers, parallel)
     trainers += [TrainerCheck(torch, profile, family, queue) for family in families]
+    if missing := missing_needs(profile.trainer.get("actor") or {}):
+        return [("verl/trainer/import", check_import), *((t.name, not_started(missing)) for t in trainers)]
     if profile.thorough:
         import_check = check_import
     else:

@@ -161,6 +161,20 @@ def test_held_out_configs_keep_their_features(tmp_path):
     assert (mixtral["num_local_experts"], mixtral["num_experts_per_tok"], mixtral["intermediate_size"]) == (8, 2, 128)
 
 
+def test_minimax_m2_keeps_routed_experts_partial_rotary_and_qk_norm_and_drops_mtp(tmp_path):
+    """MiniMax-M2: every MLP a routed expert picked top-k by sigmoid scores plus a routing bias, 64 of each 128-wide
+    head rotated, QK-norm; its MTP modules (built by neither transformers nor vLLM) set to none."""
+    f = shrunk(tmp_path, "MiniMax-M2")
+    c = f.config
+    assert c["num_local_experts"] >= 2 and 1 <= c["num_experts_per_tok"] < c["num_local_experts"]
+    assert (c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"]) == (8, 2, 128)
+    assert (c["scoring_func"], c["use_routing_bias"]) == ("sigmoid", True)
+    assert (c["head_dim"], c["rotary_dim"]) == (128, 64)  # partial rotary as published
+    assert c["use_qk_norm"] is True and c["qk_norm_type"] == "per_layer"
+    assert c["num_mtp_modules"] == 0 and f.shrunk["num_mtp_modules"] == [3, 0]
+    assert c["num_attention_heads"] % c["num_key_value_heads"] == 0
+
+
 def test_kimi_k2_is_shrunk_as_the_deepseek_v3_architecture_it_is(tmp_path):
     """model_type kimi_k2 is DeepSeek-V3's remote code under Moonshot's name: shrunk as deepseek_v3 (which transformers,
     vLLM and Megatron-Bridge know), the rename said; its MLA, single group and 384-to-8 experts as DeepSeek-V3's."""
@@ -244,6 +258,13 @@ INCONSISTENT = [
      "compress_rates.compressed_sparse_attention is 0; a size is a whole number above 0"),
     ("SmolLM3-3B-shape", lambda c: c.update(no_rope_layers=[1, 2, 1, 0] * 9), "no_rope_layers is [1, 2, 1, 0"),
     ("SmolLM3-3B-shape", lambda c: c.update(no_rope_layers=[True, False] * 18), "it lists one kind (a string, or a"),
+    ("MiniMax-M2", lambda c: c.update(rotary_dim=256), "rotary_dim=256 is above head_dim=128"),
+    ("MiniMax-M2", lambda c: c.update(rotary_dim=-64), "rotary_dim is -64; a size is a whole number above 0"),
+    ("MiniMax-M2", lambda c: c.update(rotary_dim=32.5), "rotary_dim is 32.5; a size is a whole number above 0"),
+    ("MiniMax-M2", lambda c: c.update(head_dim=100000), "head_dim=100000 is above 512"),
+    ("MiniMax-M2", lambda c: c.update(num_local_experts=2.5), "num_local_experts is 2.5; a size is a whole number"),
+    ("MiniMax-M2", lambda c: c.update(num_experts_per_tok=300), "num_experts_per_tok=300 is above num_local_experts"),
+    ("MiniMax-M2", lambda c: c.update(num_mtp_modules=-1), "num_mtp_modules is -1; a size is a whole number of 0"),
     ("Qwen3.5-27B", lambda c: c.pop("text_config"),
      "vision_config.out_hidden_size is the language model's hidden_size, which the config does not give"),
 ]
@@ -452,6 +473,12 @@ def test_the_distinctive_parts_are_in_the_built_models_and_train(trained, class_
         assert (text["kv_lora_rank"], text["qk_rope_head_dim"]) == (512, 64) and has(name, r"kv_a_proj_with_mqa")
     moonlight = model(trained, class_written, "Moonlight-16B-A3B")
     assert has("DeepSeek-V3", r"q_a_proj") and not grads(moonlight, r"q_a_proj")  # no query compression: none
+    minimax = model(trained, class_written, "MiniMax-M2")  # routed experts, full-width QK-norm, partial rotary
+    assert has("MiniMax-M2", r"layers\.1\.mlp\.experts\.") and has("MiniMax-M2", r"layers\.1\.mlp\.gate\.")
+    assert has("MiniMax-M2", r"self_attn\.q_norm\.") and has("MiniMax-M2", r"self_attn\.k_norm\.")
+    text = minimax["text_config"]
+    assert 2 <= text["num_experts_per_tok"] < text["num_local_experts"] and text["scoring_func"] == "sigmoid"
+    assert (text["rotary_dim"], text["head_dim"], text["num_mtp_modules"]) == (64, 128, 0)
 
 
 @pytest.mark.slow
@@ -510,6 +537,7 @@ def _text_only(name: str, architecture: str) -> dict:
     (_bad("gpt-oss-20b", lambda c: c.update(head_dim=-64)), "head_dim is -64"),
     (_bad("GLM-4.5", lambda c: c.update(hidden_size=5120.5)), "hidden_size is 5120.5"),
     (_bad("GLM-4.5", lambda c: c.update(head_dim=100000)), "head_dim=100000 is above 512"),
+    (_bad("MiniMax-M2", lambda c: c.update(rotary_dim=256)), "rotary_dim=256 is above head_dim=128"),
     (_bad("Qwen3-Next-80B-A3B-Instruct", lambda c: c.update(architectures=["Qwen3NextForCausalLMX"])),
      "architectures names Qwen3NextForCausalLMX, which transformers 5.9.0 of the env does not have "
      "(its qwen3_next classes: Qwen3NextForCausalLM)"),

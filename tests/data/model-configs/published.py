@@ -197,6 +197,23 @@ PUBLISHED = {
         "output_router_logits": False, "rms_norm_eps": 1e-5, "rope_theta": 1e6, "router_aux_loss_coef": 0.02,
         "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
         "vocab_size": 32000}},
+    # MiniMax-M2: not copied from the hub's config.json (none reachable here). Every value is the default of
+    # ModelCloud/GPTQModel's MiniMaxM2Config (gptqmodel/hf_minimax_m2/configuration_minimax_m2.py at 3d14511, its
+    # modeling file's checkpoint MiniMaxAI/MiniMax-M2), cross-checked where they say it against Megatron-Bridge f83545d
+    # (docs/models/minimax/minimax-m2.md and minimax_m2_bridge.py: 256 experts, top-8, sigmoid router with expert-bias
+    # correction, full-dimension QK RMSNorm, MTP modules; rotary_dim / head_dim its rotary share) and transformers
+    # 5.9's MiniMaxM2Config (same sizes, though its docstring names MiniMax-Text-01). Left out for want of a source:
+    # the hub's token ids, quantization_config (FP8), auto_map, attn_type_list and GPTQModel-only fields. Its shrink
+    # rules were written with this entry in view: not held out.
+    "MiniMax-M2": {"repo": "MiniMaxAI/MiniMax-M2", "class": "MiniMaxM2Config", "values": {
+        "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "attention_dropout": 0.0,
+        "head_dim": 128, "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 1536,
+        "max_position_embeddings": 196608, "mtp_transformer_layers": 1, "num_attention_heads": 48,
+        "num_experts_per_tok": 8, "num_hidden_layers": 62, "num_key_value_heads": 8, "num_local_experts": 256,
+        "num_mtp_modules": 3, "qk_norm_type": "per_layer", "rms_norm_eps": 1e-6, "rope_theta": 5000000.0,
+        "rotary_dim": 64, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0, "scoring_func": "sigmoid",
+        "shared_intermediate_size": 0, "tie_word_embeddings": False, "use_mtp": True, "use_qk_norm": True,
+        "use_routing_bias": True, "vocab_size": 200064}},
     "Phi-3-mini-4k-instruct": {"repo": "microsoft/Phi-3-mini-4k-instruct", "class": "Phi3Config", "values": {
         "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "attention_dropout": 0.0,
         "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",

@@ -61,6 +61,7 @@ def skipped_needs(report: dict, actors: backends.Table) -> set[str]:
 def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str], dict]:
     """(stack, variant, family, mode) -> the newest report's cell."""
     found: dict[tuple[str, str, str, str], dict] = {}
+    actors = backends.table()
     for path in sorted(reports.glob("*.json")):
         try:
             report = json.loads(path.read_text())
@@ -68,7 +69,7 @@ def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str
             continue
         if not isinstance(report, dict) or "stack" not in report or "variant" not in report:
             continue
-        if skipped_needs(report, backends.table()):
+        if skipped_needs(report, actors):
             continue
         mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
         for variant, family, status, known in trainer_results(report, table):

@@ -3,8 +3,8 @@ from the committed GPU reports (docs/verification/*.json, verify reports and ver
 
 A cell is the newest report's verdict for that stack x variant x family x mode: pass, fail, known (a known upstream
 failure, with its link), or "not run" when no committed report ran it. A report whose env left out, by request
-(--skip-package), a package its actor needs (data/backends.toml needs) is no verdict on the stack and is passed
-over. A failure the report counted whose output the family table's known issues recognise now is "known*" (the
+(--skip-package), a package its actor needs for a family (data/backends.toml needs, after that family's overrides)
+is no verdict on the stack for that family and is passed over. A failure the report counted whose output the family table's known issues recognise now is "known*" (the
 report itself is left as it was written). Reports written
 before the families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
 Writes a markdown table (each cell linking its report) and the same as JSON.
@@ -48,14 +48,15 @@ def trainer_results(report: dict, table: families.Table) -> list[tuple[str, str,
     return out
 
 
-def skipped_needs(report: dict, actors: backends.Table) -> set[str]:
-    """The packages the report's actor needs that its env left out by request (GPU visit P: apex)."""
+def skipped_needs(report: dict, actors: backends.Table, overrides=None) -> set[str]:
+    """The packages the report's actor needs (given a family's overrides: for that family) that its env left out by
+    request (GPU visit P: apex)."""
     trainer = report.get("trainer")
     actor = trainer.get("actor") if isinstance(trainer, dict) else None
     if not isinstance(actor, str) or actor not in actors.actors:
         return set()
     skipped = set((report.get("selection") or {}).get("skipped_packages") or [])
-    return skipped & actors.actors[actor].needed_packages()
+    return skipped & actors.actors[actor].needed_packages(overrides)
 
 
 def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str], dict]:
@@ -69,10 +70,11 @@ def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str
             continue
         if not isinstance(report, dict) or "stack" not in report or "variant" not in report:
             continue
-        if skipped_needs(report, actors):
-            continue
         mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
         for variant, family, status, known in trainer_results(report, table):
+            row = table.families.get(family)  # a config-<name> column: no family's overrides, every need holds
+            if skipped_needs(report, actors, list(row.overrides) if row else []):
+                continue
             key = (report["stack"], variant, family, mode)
             stamp = report.get("timestamp", "")
             if key not in found or stamp >= found[key]["timestamp"]:

@@ -102,3 +102,15 @@ def test_a_report_whose_env_left_out_a_package_its_actor_needs_is_no_verdict(tmp
     (tmp_path / "c.json").write_text(json.dumps(megatron("2026-12-06T12:00:00", "fail", ["flash-attn"])))
     data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
     assert cell(data, "verl-0.9", "megatron", "fast", "deepseek-v3")["status"] == "fail"
+
+
+def test_a_left_out_package_is_judged_per_family_where_the_need_depends_on_the_familys_attention(tmp_path):
+    # The FSDP actor needs flash-attn only where the family's attention is flash_attention_2: gpt-oss (eager) trained
+    # without it is a verdict (GPU visit K); llama trained without it is not.
+    out = report("verl-0.9", "fsdp", "fast", "2026-12-06T10:00:00",
+                 [trainer("fsdp", "gpt-oss", "pass"), trainer("fsdp", "llama", "fail")])
+    out = {**out, "trainer": {"actor": "fsdp"}, "selection": {"skipped_packages": ["flash-attn"]}}
+    (tmp_path / "a.json").write_text(json.dumps(out))
+    data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
+    assert cell(data, "verl-0.9", "fsdp", "fast", "gpt-oss")["status"] == "pass"
+    assert cell(data, "verl-0.9", "fsdp", "fast", "llama")["status"] == "not run"

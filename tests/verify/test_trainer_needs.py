@@ -8,23 +8,43 @@ import types
 import pytest
 
 from test_kernel_scripts import load
-from verlenv.catalog import backends
+from verlenv.catalog import backends, families
 from verlenv.errors import UserError
 
 TRAINER = load("verl_trainer")
 COMMON = load("_common")
 
 
-def test_the_megatron_actor_needs_apexs_wgrad_extension_and_fsdp_needs_none():
+def test_the_megatron_actor_needs_apexs_wgrad_extension_and_fsdp_flash_attn_where_it_is_the_attention():
     table = backends.table()
-    megatron = table.actor("megatron")
-    assert [(n.module, n.package) for n in megatron.needs] == [("fused_weight_gradient_mlp_cuda", "apex")]
+    megatron, fsdp = table.actor("megatron"), table.actor("fsdp")
+    assert [(n.module, n.package, n.when) for n in megatron.needs] == [("fused_weight_gradient_mlp_cuda", "apex", None)]
     assert "gradient_accumulation_fusion" in megatron.needs[0].why
-    assert megatron.needed_packages() == {"apex"} and table.actor("fsdp").needs == ()
+    assert megatron.needed_packages() == {"apex"} and fsdp.needed_packages() == {"flash-attn"}
     assert megatron.row()["needs"][0]["module"] == "fused_weight_gradient_mlp_cuda"  # travels to the check whole
+    [need] = fsdp.row()["needs"]
+    assert need["module"] == "flash_attn_2_cuda" and need["when"] == {
+        "key": "actor_rollout_ref.model.override_config.attn_implementation", "value": "flash_attention_2",
+        "default": "flash_attention_2"}
+
+
+def test_the_fsdp_need_follows_each_familys_attention_override():
+    """gpt-oss runs eager attention in the FSDP actor (families.toml): its trainer needs no flash-attn; the others
+    do. Read from the real tables, so a family that changes its attention changes this."""
+    fsdp = backends.table().actor("fsdp").row()
+    table = families.table()
+    missing = {row["name"]: TRAINER.missing_needs(fsdp, absent, overrides=row["overrides"])
+               for row in table.rows(list(table.families.values()))}
+    assert missing["gpt-oss"] == [] and missing["llama"] and missing["qwen3.5"]
+    assert "(the family sets actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2)" in \
+        missing["llama"][0]
 
 
 @pytest.mark.parametrize("needs, words", [
+    ([{"module": "m", "package": "p", "why": "w", "when": "x"}], "when must be a table"),
+    ([{"module": "m", "package": "p", "why": "w", "when": {"key": "k", "value": "v"}}], "default must be a non-empty"),
+    ([{"module": "m", "package": "p", "why": "w", "when": {"key": "k", "value": "v", "default": "d", "x": 1}}],
+     "unknown key 'x'"),
     ("apex", "must be a list"), (["apex"], "must be a table"),
     ([{"module": "m", "package": "p", "why": "w", "extra": 1}], "unknown key 'extra'"),
     ([{"module": "no such", "package": "p", "why": "w"}], "not an importable module name"),
@@ -41,10 +61,11 @@ def test_a_bad_needs_row_is_one_line(tmp_path, needs, words):
 ACTOR = {"name": "megatron", "needs": [{"module": "wgrad_ext", "package": "apex", "why": "the fusion needs it"}]}
 
 
-def test_a_module_that_does_not_import_is_one_line_with_its_package_and_why():
-    def absent(name):
-        raise ImportError(f"No module named '{name}'")
+def absent(name):
+    raise ImportError(f"No module named '{name}'")
 
+
+def test_a_module_that_does_not_import_is_one_line_with_its_package_and_why():
     def broken(name):
         raise OSError("undefined symbol: _ZN2at4cuda4blas")
 
@@ -54,6 +75,14 @@ def test_a_module_that_does_not_import_is_one_line_with_its_package_and_why():
     assert "undefined symbol" in TRAINER.missing_needs(ACTOR, broken)[0]
     assert TRAINER.missing_needs(ACTOR, lambda name: None) == []
     assert TRAINER.missing_needs({"name": "fsdp"}, absent) == []
+
+
+@pytest.mark.parametrize("overrides, value", [
+    ([], "flash_attention_2"), (["++a.attn=eager"], "eager"), (["a.attn=sdpa", "+a.attn=eager"], "eager"),
+    (["a.attn_x=eager", "b.a.attn=eager"], "flash_attention_2"),
+])
+def test_a_setting_is_its_last_override_or_the_default(overrides, value):
+    assert TRAINER.setting(overrides, "a.attn", "flash_attention_2") == value
 
 
 def profile(needs: list[dict]):
@@ -82,3 +111,17 @@ def test_without_a_needed_module_no_trainer_starts_and_nothing_is_compiled():
 def test_with_its_needed_modules_the_warm_compile_and_the_trainers_are_planned():
     names = [name for name, _ in TRAINER.checks(profile([{"module": "json", "package": "p", "why": "w"}]), HOPPER)]
     assert names[:2] == ["verl/jit-warm/gdn", "verl/trainer/import"] and len(names) == 4
+
+
+def test_a_family_the_need_does_not_hold_for_still_trains_beside_one_that_cannot_start():
+    need = {"module": "verlenv_no_such_extension_module", "package": "flash-attn", "why": "its attention",
+            "when": {"key": "m.attn", "value": "flash_attention_2", "default": "flash_attention_2"}}
+    prof = profile([need])
+    prof.trainer["families"] = [{"name": "qwen3.5"}, {"name": "gpt-oss", "overrides": ["++m.attn=eager"]}]
+    checks = dict(TRAINER.checks(prof, HOPPER))
+    assert list(checks) == ["verl/jit-warm/gdn", "verl/trainer/import", "verl/trainer/megatron/qwen3.5/grpo-2-steps",
+                            "verl/trainer/megatron/gpt-oss/grpo-2-steps"]
+    with pytest.raises(COMMON.Failed, match=r"^not started: .*\(the family sets m\.attn=flash_attention_2\)$"):
+        checks["verl/trainer/megatron/qwen3.5/grpo-2-steps"]()
+    started = checks["verl/trainer/megatron/gpt-oss/grpo-2-steps"].__self__  # the trainer's own finish
+    assert started.family["name"] == "gpt-oss" and [c.family["name"] for c in started.queue.checks] == ["gpt-oss"]

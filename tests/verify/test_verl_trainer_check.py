@@ -391,6 +391,8 @@ def fake_launch(t, monkeypatch, tmp_path, script):
 def profile_json(**extra) -> str:
     """A profile as verify sends it to the trainer check: the fsdp variant's spec and the llama family."""
     trainer = {**SPECS["fsdp"], "families": [LLAMA], "parallel": 1, **extra.pop("trainer", {})}
+    # The stand-in trainer imports no compiled module; the tests' env has no flash-attn (test_trainer_needs.py).
+    trainer["actor"] = {**trainer["actor"], "needs": []}
     return json.dumps({"key": "h100", "arch": "9.0", "fp8": True, "gpu_count": 1, "trainer": trainer, **extra})
 
 

@@ -24,12 +24,36 @@ class Report:
 
 
 @dataclass(frozen=True)
+class When:
+    """The verl setting that makes a need hold: `key`'s value after the trainer's and the family's overrides (`default`
+    where none sets it) equals `value`."""
+
+    key: str
+    value: str
+    default: str
+
+
+@dataclass(frozen=True)
 class Need:
-    """A compiled module the actor imports under verl's default config, the package that ships it, and why."""
+    """A compiled module the actor imports under verl's default config, the package that ships it, and why; with
+    `when`, only for the families whose setting selects it."""
 
     module: str
     package: str
     why: str
+    when: When | None = None
+
+    def holds(self, overrides) -> bool:
+        """Whether a trainer with these Hydra overrides needs it (the check script has its own copy: it runs in the
+        env, standalone)."""
+        if self.when is None:
+            return True
+        value = self.when.default
+        for override in overrides:
+            name, sep, given = override.partition("=")
+            if sep and name.lstrip("+") == self.when.key:
+                value = given
+        return value == self.when.value
 
 
 @dataclass(frozen=True)
@@ -43,8 +67,9 @@ class Actor:
     fast_overrides: tuple[str, ...] = ()
     needs: tuple[Need, ...] = ()
 
-    def needed_packages(self) -> set[str]:
-        return {n.package for n in self.needs}
+    def needed_packages(self, overrides=None) -> set[str]:
+        """The packages of its needs; given a family's Hydra overrides, of those that hold for it."""
+        return {n.package for n in self.needs if overrides is None or n.holds(overrides)}
 
     @property
     def tensor_parallel(self) -> bool:
@@ -126,12 +151,20 @@ def _needs(row: dict, where: str, path: Path) -> tuple[Need, ...]:
         w = f"{where}.needs[{i}]"
         if not isinstance(need, dict):
             raise UserError(f"{path}: {w} must be a table of module, package, why")
-        _known(need, {"module", "package", "why"}, w, path)
+        _known(need, {"module", "package", "why", "when"}, w, path)
         module = _string(need, "module", w, path)
         if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module):
             raise UserError(f"{path}: {w}.module: {module!r} is not an importable module name")
-        out.append(Need(module, _string(need, "package", w, path), _string(need, "why", w, path)))
+        out.append(Need(module, _string(need, "package", w, path), _string(need, "why", w, path),
+                        _when(need["when"], f"{w}.when", path) if "when" in need else None))
     return tuple(out)
+
+
+def _when(row, where: str, path: Path) -> When:
+    if not isinstance(row, dict):
+        raise UserError(f"{path}: {where} must be a table of key, value, default")
+    _known(row, {"key", "value", "default"}, where, path)
+    return When(*(_string(row, name, where, path) for name in ("key", "value", "default")))
 
 
 def parse(path: Path, data: dict) -> Table:

@@ -552,7 +552,7 @@ class TrainerCheck:
             steps = parse_metrics(texts)
             final = hf_checkpoint(os.path.join(self.paths["checkpoints"], f"global_step_{STEPS}", "actor"))
             weights = weight_change(self.torch, self.paths["model"], final) if final else None
-            keep_log(run, self.family["name"] if self.queue and len(self.queue.checks) > 1 else None)
+            keep_log(run, self.family["name"] if len(self.trainer.get("families") or []) > 1 else None)
         finally:
             self.abandon()
         numbers, problems = judge(steps, weights)
@@ -697,16 +697,31 @@ def warm_checks(profile, torch) -> list:
             for key, row in rows.items() if f"{major}.{minor}" in row["archs"]]
 
 
-def missing_needs(actor: dict, importer=importlib.import_module) -> list[str]:
+def setting(overrides, key: str, default: str) -> str:
+    """A verl setting's value after these Hydra overrides: the last one that sets `key` (with or without + or ++)."""
+    value = default
+    for override in overrides:
+        name, sep, given = override.partition("=")
+        if sep and name.lstrip("+") == key:
+            value = given
+    return value
+
+
+def missing_needs(actor: dict, importer=importlib.import_module, overrides=()) -> list[str]:
     """The compiled modules the actor imports under verl's default config (data/backends.toml needs) that this env
-    cannot import, one line each: what, from which package, why it is needed."""
+    cannot import, one line each: what, from which package, why it is needed. A need with `when` counts only where
+    the trainer's overrides give its key that value."""
     out = []
     for need in actor.get("needs") or []:
+        when = need.get("when")
+        if when and setting(overrides, when["key"], when["default"]) != when["value"]:
+            continue
         try:
             importer(need["module"])
         except Exception as e:  # ImportError, or an extension that does not load (an undefined symbol)
             out.append(f"verl's {actor['name']} actor needs {need['module']} ({need['package']}), which does not "
-                       f"import in this env ({type(e).__name__}: {str(e)[:160]}); {need['why']}")
+                       f"import in this env ({type(e).__name__}: {str(e)[:160]}); {need['why']}"
+                       + (f" (the family sets {when['key']}={when['value']})" if when else ""))
     return out
 
 
@@ -720,11 +735,16 @@ def not_started(problems: list[str]):
 def checks(profile, torch):
     families = profile.trainer.get("families") or []
     parallel = 1 if profile.thorough else profile.trainer.get("parallel", 1)
-    trainers: list[TrainerCheck] = []
-    queue = Queue(trainers, parallel)
-    trainers += [TrainerCheck(torch, profile, family, queue) for family in families]
-    if missing := missing_needs(profile.trainer.get("actor") or {}):
-        return [("verl/trainer/import", check_import), *((t.name, not_started(missing)) for t in trainers)]
+    actor, common = profile.trainer.get("actor") or {}, list(profile.trainer.get("overrides") or {})
+    trainers = [TrainerCheck(torch, profile, family) for family in families]
+    missing = {t.name: missing_needs(actor, overrides=common + list(t.family.get("overrides") or [])) for t in trainers}
+    starting = [t for t in trainers if not missing[t.name]]
+    queue = Queue(starting, parallel)
+    for t in starting:
+        t.queue = queue
+    judged = [(t.name, not_started(missing[t.name]) if missing[t.name] else t.finish) for t in trainers]
+    if not starting:
+        return [("verl/trainer/import", check_import), *judged]
     if profile.thorough:
         import_check = check_import
     else:
@@ -732,8 +752,7 @@ def checks(profile, torch):
             queue.start(hold=True)
             return check_import()
     # The warm compiles first: the fast proof's import check is what launches the trainers.
-    return [*warm_checks(profile, torch), ("verl/trainer/import", import_check),
-            *((t.name, t.finish) for t in trainers)]
+    return [*warm_checks(profile, torch), ("verl/trainer/import", import_check), *judged]
 
 
 if __name__ == "__main__":

@@ -6,14 +6,15 @@
 #   verlenv bundle --stack verl-0.9 --variant megatron --gpu h100 --wheelhouse .verlenv/wheelhouse
 #     --base docs/verification/2026-12-05-h100-node-pip-freeze.txt --split 50MiB [--without flash-attn]
 # The plan, by itself once the env is in (visit P's lessons: no builds on the node, the actor's needs checked first):
-#   1. the megatron trainers of qwen3.5, qwen3.5-moe, qwen3-next, deepseek-v3 and the published Qwen3-Next-80B config
-#      side by side (verify compiles FlashInfer's GDN prefill once first: 491.8 s on visit P's H100);
-#   2. the fsdp trainers of qwen3.5, qwen3-next, qwen3.5-moe, glm4-moe and the published Qwen3.5-35B-A3B config (the
-#      compile is in FlashInfer's cache now), if flash-attn is in the env;
+#   1. the fsdp trainers of qwen3.5, qwen3-next, qwen3.5-moe, glm4-moe and the published Qwen3.5-35B-A3B config, if
+#      flash-attn is in the env (verify compiles FlashInfer's GDN prefill once first: 491.8 s on visit P's H100);
+#   2. the megatron trainers of qwen3.5, qwen3.5-moe, qwen3-next, deepseek-v3 and the published Qwen3-Next-80B config
+#      side by side (the compile is in FlashInfer's cache now);
 #   3. benchmarks/gdn_fast_path.py: a Qwen3-Next model's step on the gated-DeltaNet fast path against torch's paths,
 #      the ratio in one run (about a minute);
 #   4. --thorough per family, as long as the machine is held.
-# (Planned first with the benchmark at 0; moved after the trainers, which are what issue 54 lacks, before the visit.)
+# (Planned first with the benchmark at 0 and megatron before fsdp; before the visit, three failed machine starts cost
+# 361 s of the 1,800: the trainers first, fsdp (fewer parts, the warm compile in it) before megatron.)
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part N-1 (carry .carry/nNNNN), install-base N, then wait 560 [mark] until the plan ends, partial if cut.
 # bash docs/verification/2026-12-07-visit-q-verl-0.9.sh STEP [ARG]
@@ -37,15 +38,15 @@ plan)     # on the node, by itself
   echo "A $(date +%s)"
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
   FA=""; $ENV/bin/python -c "import flash_attn_2_cuda" 2> /dev/null || FA="--skip-package flash-attn"
-  run_named megatron "$(verify_cmd megatron --variant megatron --only verl $FA \
-            $(families $MEGATRON) $(configs))"
-  echo "M $(date +%s) megatron: $(cat $R/megatron.done)"
   if [ -z "$FA" ]; then
     run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $FSDP) $(CONFIGS=$FSDP_CONFIGS configs))"
     echo "F $(date +%s) fsdp: $(cat $R/fsdp.done)"
   else
     echo "F $(date +%s) fsdp: skipped, no flash-attn in the env"
   fi
+  run_named megatron "$(verify_cmd megatron --variant megatron --only verl $FA \
+            $(families $MEGATRON) $(configs))"
+  echo "M $(date +%s) megatron: $(cat $R/megatron.done)"
   run_named gdn-fast-path "$ENV/bin/python benchmarks/gdn_fast_path.py --out $R/gdn-fast-path.json"
   echo "end $(date +%s) gdn-fast-path: $(cat $R/gdn-fast-path.done)"
   for t in $THOROUGH; do v=${t%%:*}; f=${t#*:}

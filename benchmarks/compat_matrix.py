@@ -4,9 +4,9 @@ from the committed GPU reports (docs/verification/*.json, verify reports and ver
 A cell is the newest report's verdict for that stack x variant x family x mode: pass, fail, known (a known upstream
 failure, with its link), or "not run" when no committed report ran it. A report whose env left out, by request
 (--skip-package), a package its actor needs for a family (data/backends.toml needs, after that family's overrides)
-is no verdict on the stack for that family and is passed over. A failure the report counted whose output the family table's known issues recognise now is "known*" (the
-report itself is left as it was written). Reports written
-before the families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
+is no verdict on the stack for that family and is passed over. A failure the report counted whose output the family
+table's known issues recognise now is "known*" (the report itself is left as it was written). Reports written before
+the families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
 Writes a markdown table (each cell linking its report) and the same as JSON.
 Usage: python benchmarks/compat_matrix.py [--reports docs/verification] [--out docs/benchmarks/compat-matrix]
 """

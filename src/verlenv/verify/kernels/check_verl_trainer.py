@@ -743,7 +743,7 @@ def checks(profile, torch):
     for t in starting:
         t.queue = queue
     judged = [(t.name, not_started(missing[t.name]) if missing[t.name] else t.finish) for t in trainers]
-    if not starting:
+    if trainers and not starting:
         return [("verl/trainer/import", check_import), *judged]
     if profile.thorough:
         import_check = check_import

@@ -34,10 +34,23 @@ step=$1; shift
 . docs/verification/visit-lib.sh  # the helpers; the steps part, install-base, wheels, wait, send, partial
 
 case $step in
-plan)     # on the node, by itself
+plan)     # on the node, by itself: the second machine's plan (plan-first below ran on the first, which went back 30 s
+  # after a `wait` call that returned at once, with the plan in its background: 945 s of device time were left).
+  # What needs no warm compile: the fast-path ratio, then fsdp's glm4-moe and the published Qwen3-VL-8B config beside
+  # megatron's deepseek-v3 (three trainers: what verify runs at once on an 80 GB GPU).
   echo "A $(date +%s)"
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
-  FA=""; $ENV/bin/python -c "import flash_attn_2_cuda" 2> /dev/null || FA="--skip-package flash-attn"
+  run_named gdn-fast-path "$ENV/bin/python benchmarks/gdn_fast_path.py --out $R/gdn-fast-path.json"
+  echo "G $(date +%s) $(cat $R/gdn-fast-path.done)"
+  run_named megatron "$(verify_cmd megatron --variant megatron --only verl --family deepseek-v3)" &
+  run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl --family glm4-moe \
+            $(CONFIGS=Qwen3-VL-8B-Instruct configs))"
+  wait
+  echo "end $(date +%s) fsdp: $(cat $R/fsdp.done) megatron: $(cat $R/megatron.done)" ;;
+plan-first)  # the first machine's plan, as it ran there
+  echo "A $(date +%s)"
+  $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  FA=""; $ENV/bin/python -c "import torch, flash_attn_2_cuda" 2> /dev/null || FA="--skip-package flash-attn"
   if [ -z "$FA" ]; then
     run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $FSDP) $(CONFIGS=$FSDP_CONFIGS configs))"
     echo "F $(date +%s) fsdp: $(cat $R/fsdp.done)"
@@ -55,6 +68,15 @@ plan)     # on the node, by itself
     echo "T $v $f $(date +%s) $(cat $R/thorough-$v-$f.done)"
   done
   echo "thorough end $(date +%s)" ;;
+fsdp-beside)  # never ran (the first machine had gone back when it was called); by hand, beside the running plan, whose flash-attn test imported flash_attn_2_cuda before torch (the
+  # extension needs torch's libraries loaded: it failed, and the plan skipped fsdp): fsdp's trainers while megatron's
+  # run, each run's vLLM KV cache fixed (FlashInfer's lock holds this warm compile until the plan's is done)
+  $ENV/bin/python -c "import torch, flash_attn_2_cuda" || exit 1
+  (setsid nohup bash -c ". $SELF noop; run_named fsdp \"\$(verify_cmd fsdp --variant fsdp --only verl \$(families \$FSDP) \
+      \$(CONFIGS=\$FSDP_CONFIGS configs))\"; echo \"F \$(date +%s) fsdp: \$(cat \$R/fsdp.done)\" >> \$R/plan.log" \
+      < /dev/null > $R/fsdp-beside.log 2>&1 &)
+  sleep 20; cat $R/fsdp-beside.log; ls $R; held ;;
+noop) ;;
 *)
   visit_step "$step" "$@" ;;
 esac

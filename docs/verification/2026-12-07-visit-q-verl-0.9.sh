@@ -68,9 +68,10 @@ plan-first)  # the first machine's plan, as it ran there
     echo "T $v $f $(date +%s) $(cat $R/thorough-$v-$f.done)"
   done
   echo "thorough end $(date +%s)" ;;
-fsdp-beside)  # never ran (the first machine had gone back when it was called); by hand, beside the running plan, whose flash-attn test imported flash_attn_2_cuda before torch (the
-  # extension needs torch's libraries loaded: it failed, and the plan skipped fsdp): fsdp's trainers while megatron's
-  # run, each run's vLLM KV cache fixed (FlashInfer's lock holds this warm compile until the plan's is done)
+fsdp-beside)  # never ran (the first machine had gone back when it was called). By hand, beside the running plan,
+  # whose flash-attn test imported flash_attn_2_cuda before torch (the extension needs torch's libraries loaded: it
+  # failed, and the plan skipped fsdp): fsdp's trainers while megatron's run, each run's vLLM KV cache fixed
+  # (FlashInfer's lock holds this warm compile until the plan's is done)
   $ENV/bin/python -c "import torch, flash_attn_2_cuda" || exit 1
   (setsid nohup bash -c ". $SELF noop; run_named fsdp \"\$(verify_cmd fsdp --variant fsdp --only verl \$(families \$FSDP) \
       \$(CONFIGS=\$FSDP_CONFIGS configs))\"; echo \"F \$(date +%s) fsdp: \$(cat \$R/fsdp.done)\" >> \$R/plan.log" \

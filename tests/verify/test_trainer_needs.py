@@ -36,7 +36,7 @@ def test_the_fsdp_need_follows_each_familys_attention_override():
     missing = {row["name"]: TRAINER.missing_needs(fsdp, absent, overrides=row["overrides"])
                for row in table.rows(list(table.families.values()))}
     assert missing["gpt-oss"] == [] and missing["llama"] and missing["qwen3.5"]
-    assert "(the family sets actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2)" in \
+    assert "(actor_rollout_ref.model.override_config.attn_implementation is flash_attention_2 for this family)" in \
         missing["llama"][0]
 
 
@@ -121,7 +121,7 @@ def test_a_family_the_need_does_not_hold_for_still_trains_beside_one_that_cannot
     checks = dict(TRAINER.checks(prof, HOPPER))
     assert list(checks) == ["verl/jit-warm/gdn", "verl/trainer/import", "verl/trainer/megatron/qwen3.5/grpo-2-steps",
                             "verl/trainer/megatron/gpt-oss/grpo-2-steps"]
-    with pytest.raises(COMMON.Failed, match=r"^not started: .*\(the family sets m\.attn=flash_attention_2\)$"):
+    with pytest.raises(COMMON.Failed, match=r"^not started: .*\(m\.attn is flash_attention_2 for this family\)$"):
         checks["verl/trainer/megatron/qwen3.5/grpo-2-steps"]()
     started = checks["verl/trainer/megatron/gpt-oss/grpo-2-steps"].__self__  # the trainer's own finish
     assert started.family["name"] == "gpt-oss" and [c.family["name"] for c in started.queue.checks] == ["gpt-oss"]

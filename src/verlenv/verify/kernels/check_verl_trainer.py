@@ -721,7 +721,7 @@ def missing_needs(actor: dict, importer=importlib.import_module, overrides=()) -
         except Exception as e:  # ImportError, or an extension that does not load (an undefined symbol)
             out.append(f"verl's {actor['name']} actor needs {need['module']} ({need['package']}), which does not "
                        f"import in this env ({type(e).__name__}: {str(e)[:160]}); {need['why']}"
-                       + (f" (the family sets {when['key']}={when['value']})" if when else ""))
+                       + (f" ({when['key']} is {when['value']} for this family)" if when else ""))
     return out
 
 

@@ -48,18 +48,26 @@ def trainer_results(report: dict, table: families.Table) -> list[tuple[str, str,
     return out
 
 
-def skipped_needs(report: dict, actors: backends.Table, overrides=None) -> set[str]:
-    """The packages the report's actor needs (given a family's overrides: for that family) that its env left out by
-    request (GPU visit P: apex)."""
+def skipped_needs(report: dict, actors: backends.Table, env, family) -> set[str]:
+    """The packages the report's actor needs, given every override its trainer had (the env's, the family's: as
+    verify's runner decides them), that its env left out by request (GPU visit P: apex)."""
     trainer = report.get("trainer")
     actor = trainer.get("actor") if isinstance(trainer, dict) else None
-    if not isinstance(actor, str) or actor not in actors.actors:
+    rollout = trainer.get("rollout") if isinstance(trainer, dict) else None
+    if actor not in actors.actors or rollout not in actors.rollouts:
         return set()
     skipped = set((report.get("selection") or {}).get("skipped_packages") or [])
-    return skipped & actors.actors[actor].needed_packages(overrides)
+    overrides = actors.override_order(actor, rollout, env, family, report.get("mode") == "thorough")
+    return skipped & actors.actor(actor).needed_packages(overrides)
 
 
-def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str], dict]:
+def env_overrides(cat: stacks.Catalog, stack: str, variant: str) -> list[str]:
+    """The variant's trainer_overrides (stacks.toml), none for a stack or variant the catalog no longer has."""
+    found = cat.stacks.get(stack)
+    return list(found.variants[variant].trainer_overrides) if found and variant in found.variants else []
+
+
+def cells(reports: Path, table: families.Table, cat: stacks.Catalog) -> dict[tuple[str, str, str, str], dict]:
     """(stack, variant, family, mode) -> the newest report's cell."""
     found: dict[tuple[str, str, str, str], dict] = {}
     actors = backends.table()
@@ -73,7 +81,8 @@ def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str
         mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
         for variant, family, status, known in trainer_results(report, table):
             row = table.families.get(family)  # a config-<name> column: no family's overrides, every need holds
-            if skipped_needs(report, actors, list(row.overrides) if row else []):
+            env = env_overrides(cat, report["stack"], variant)
+            if skipped_needs(report, actors, env, list(row.overrides) if row else []):
                 continue
             key = (report["stack"], variant, family, mode)
             stamp = report.get("timestamp", "")
@@ -83,7 +92,7 @@ def cells(reports: Path, table: families.Table) -> dict[tuple[str, str, str, str
 
 
 def matrix(reports: Path, cat: stacks.Catalog, table: families.Table) -> dict:
-    found = cells(reports, table)
+    found = cells(reports, table, cat)
     names = table.names() + sorted({k[2] for k in found} - set(table.names()))
     rows = []
     for stack in cat.stacks.values():

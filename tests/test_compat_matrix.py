@@ -98,7 +98,7 @@ def test_a_report_whose_env_left_out_a_package_its_actor_needs_is_no_verdict(tmp
     # Megatron's attention is TE's) still counts.
     def megatron(stamp, status, skipped):
         out = report("verl-0.9", "megatron", "fast", stamp, [trainer("megatron", "deepseek-v3", status)])
-        return {**out, "trainer": {"actor": "megatron"}, "selection": {"skipped_packages": skipped}}
+        return {**out, "trainer": {"actor": "megatron", "rollout": "vllm"}, "selection": {"skipped_packages": skipped}}
 
     (tmp_path / "a.json").write_text(json.dumps(megatron("2026-12-06T10:00:00", "pass", ["flash-attn"])))
     (tmp_path / "b.json").write_text(json.dumps(megatron("2026-12-06T11:00:00", "fail", ["apex", "flash-attn"])))
@@ -114,7 +114,7 @@ def test_a_left_out_package_is_judged_per_family_where_the_need_depends_on_the_f
     # without it is a verdict (GPU visit K); llama trained without it is not.
     out = report("verl-0.9", "fsdp", "fast", "2026-12-06T10:00:00",
                  [trainer("fsdp", "gpt-oss", "pass"), trainer("fsdp", "llama", "fail")])
-    out = {**out, "trainer": {"actor": "fsdp"}, "selection": {"skipped_packages": ["flash-attn"]}}
+    out = {**out, "trainer": {"actor": "fsdp", "rollout": "vllm"}, "selection": {"skipped_packages": ["flash-attn"]}}
     (tmp_path / "a.json").write_text(json.dumps(out))
     data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
     assert cell(data, "verl-0.9", "fsdp", "fast", "gpt-oss")["status"] == "pass"

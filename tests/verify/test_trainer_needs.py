@@ -8,6 +8,7 @@ import types
 import pytest
 
 from test_kernel_scripts import load
+from test_verify_runner import settings
 from verlenv.catalog import backends, families
 from verlenv.errors import UserError
 
@@ -30,14 +31,18 @@ def test_the_megatron_actor_needs_apexs_wgrad_extension_and_fsdp_flash_attn_wher
 
 def test_the_fsdp_need_follows_each_familys_attention_override():
     """gpt-oss runs eager attention in the FSDP actor (families.toml): its trainer needs no flash-attn; the others
-    do. Read from the real tables, so a family that changes its attention changes this."""
-    fsdp = backends.table().actor("fsdp").row()
+    do. Read from the real tables, with every override the check gives a trainer (the runner's order), so a family
+    or an env that changes its attention changes this."""
+    rows = backends.table()
     table = families.table()
-    missing = {row["name"]: TRAINER.missing_needs(fsdp, absent, overrides=row["overrides"])
-               for row in table.rows(list(table.families.values()))}
+    needs = {row["name"]: rows.actor("fsdp").trainer_needs(rows.override_order(
+        "fsdp", "vllm", [], row["overrides"], thorough=False)) for row in table.rows(list(table.families.values()))}
+    missing = {name: TRAINER.missing_needs("fsdp", rows_, absent) for name, rows_ in needs.items()}
     assert missing["gpt-oss"] == [] and missing["llama"] and missing["qwen3.5"]
     assert "(actor_rollout_ref.model.override_config.attn_implementation is flash_attention_2 for this family)" in \
         missing["llama"][0]
+    env = ["++actor_rollout_ref.model.override_config.attn_implementation=sdpa"]  # an env's own, before the family's
+    assert rows.actor("fsdp").trainer_needs(rows.override_order("fsdp", "vllm", env, [], thorough=True)) == []
 
 
 @pytest.mark.parametrize("needs, words", [
@@ -58,7 +63,7 @@ def test_a_bad_needs_row_is_one_line(tmp_path, needs, words):
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
-ACTOR = {"name": "megatron", "needs": [{"module": "wgrad_ext", "package": "apex", "why": "the fusion needs it"}]}
+NEEDS = [{"module": "wgrad_ext", "package": "apex", "why": "the fusion needs it"}]
 
 
 def absent(name):
@@ -69,12 +74,15 @@ def test_a_module_that_does_not_import_is_one_line_with_its_package_and_why():
     def broken(name):
         raise OSError("undefined symbol: _ZN2at4cuda4blas")
 
-    [line] = TRAINER.missing_needs(ACTOR, absent)
+    [line] = TRAINER.missing_needs("megatron", NEEDS, absent)
     assert ("megatron actor needs wgrad_ext (apex)" in line and "No module named 'wgrad_ext'" in line
             and line.endswith("the fusion needs it") and "\n" not in line)
-    assert "undefined symbol" in TRAINER.missing_needs(ACTOR, broken)[0]
-    assert TRAINER.missing_needs(ACTOR, lambda name: None) == []
-    assert TRAINER.missing_needs({"name": "fsdp"}, absent) == []
+    assert "undefined symbol" in TRAINER.missing_needs("megatron", NEEDS, broken)[0]
+    assert TRAINER.missing_needs("megatron", NEEDS, lambda name: None) == []
+    assert TRAINER.missing_needs("fsdp", None, absent) == []
+
+
+WHEN = backends.Need("m", "p", "w", backends.When("a.attn", "flash_attention_2", "flash_attention_2"))
 
 
 @pytest.mark.parametrize("overrides, value", [
@@ -82,12 +90,24 @@ def test_a_module_that_does_not_import_is_one_line_with_its_package_and_why():
     (["a.attn_x=eager", "b.a.attn=eager"], "flash_attention_2"),
 ])
 def test_a_setting_is_its_last_override_or_the_default(overrides, value):
-    assert TRAINER.setting(overrides, "a.attn", "flash_attention_2") == value
+    assert WHEN.setting(overrides) == value
+    assert WHEN.holds(overrides) == (value == "flash_attention_2")
+    assert WHEN.for_trainer(overrides)["selected_by"] == f"a.attn is {value} for this family"
+
+
+def test_the_fast_proofs_overrides_come_last_and_only_in_the_fast_proof(tmp_path):
+    data = {"actors": {"x": {"description": "d", "config_name": "c", "overrides": ["a=1"], "fast_overrides": ["a=3"]}},
+            "rollouts": {"vllm": {"description": "d", "package": "vllm", "overrides": ["b=1"],
+                                  "fast_overrides": ["b=2"]}}}
+    rows = backends.parse(tmp_path / "backends.toml", data)
+    assert rows.override_order("x", "vllm", ["e=1"], ["f=1"], thorough=False) == ["a=1", "b=1", "e=1", "f=1", "b=2",
+                                                                                     "a=3"]
+    assert rows.override_order("x", "vllm", ["e=1"], ["f=1"], thorough=True) == ["a=1", "b=1", "e=1", "f=1"]
 
 
 def profile(needs: list[dict]):
-    families = [{"name": "qwen3.5"}, {"name": "deepseek-v3"}]
-    trainer = {"families": families, "parallel": 2, "actor": {"name": "megatron", "needs": needs},
+    families = [{"name": "qwen3.5", "actor_needs": needs}, {"name": "deepseek-v3", "actor_needs": needs}]
+    trainer = {"families": families, "parallel": 2, "actor": {"name": "megatron"},
                "jit_warm_max_jobs": 4, "jit_warm": {"gdn": {"module": "m", "spec": "s", "archs": ["9.0"]}}}
     return types.SimpleNamespace(trainer=trainer, thorough=False, variant="megatron", gpu_count=1, rollout_tp=1,
                                  actor_tp=1)
@@ -115,9 +135,9 @@ def test_with_its_needed_modules_the_warm_compile_and_the_trainers_are_planned()
 
 def test_a_family_the_need_does_not_hold_for_still_trains_beside_one_that_cannot_start():
     need = {"module": "verlenv_no_such_extension_module", "package": "flash-attn", "why": "its attention",
-            "when": {"key": "m.attn", "value": "flash_attention_2", "default": "flash_attention_2"}}
+            "selected_by": "m.attn is flash_attention_2 for this family"}
     prof = profile([need])
-    prof.trainer["families"] = [{"name": "qwen3.5"}, {"name": "gpt-oss", "overrides": ["++m.attn=eager"]}]
+    prof.trainer["families"] = [{"name": "qwen3.5", "actor_needs": [need]}, {"name": "gpt-oss", "actor_needs": []}]
     checks = dict(TRAINER.checks(prof, HOPPER))
     assert list(checks) == ["verl/jit-warm/gdn", "verl/trainer/import", "verl/trainer/megatron/qwen3.5/grpo-2-steps",
                             "verl/trainer/megatron/gpt-oss/grpo-2-steps"]
@@ -125,3 +145,16 @@ def test_a_family_the_need_does_not_hold_for_still_trains_beside_one_that_cannot
         checks["verl/trainer/megatron/qwen3.5/grpo-2-steps"]()
     started = checks["verl/trainer/megatron/gpt-oss/grpo-2-steps"].__self__  # the trainer's own finish
     assert started.family["name"] == "gpt-oss" and [c.family["name"] for c in started.queue.checks] == ["gpt-oss"]
+
+
+def test_the_runner_decides_each_familys_needs_and_the_check_reads_them(tmp_path):
+    """The decision is made once, in verlenv, from the real tables: the FSDP variant's trainers of llama and qwen3.5
+    import flash-attn's extension, gpt-oss's (eager attention) none; the Megatron variant's all import apex's."""
+    table = families.table()
+    chosen = table.rows([table.families[n] for n in ("llama", "qwen3.5", "gpt-oss")])
+    fsdp = {f["name"]: f["actor_needs"] for f in settings(tmp_path, "fsdp", families=chosen).trainer()["families"]}
+    assert [n["module"] for n in fsdp["llama"]] == [n["module"] for n in fsdp["qwen3.5"]] == ["flash_attn_2_cuda"]
+    assert fsdp["gpt-oss"] == [] and "is flash_attention_2 for this family" in fsdp["llama"][0]["selected_by"]
+    megatron = settings(tmp_path, "megatron", families=chosen).trainer()["families"]
+    assert [[n["module"] for n in f["actor_needs"]] for f in megatron] == [["fused_weight_gradient_mlp_cuda"]] * 3
+    assert all("selected_by" not in n for f in megatron for n in f["actor_needs"])

@@ -43,17 +43,29 @@ class Need:
     why: str
     when: When | None = None
 
-    def holds(self, overrides) -> bool:
-        """Whether a trainer with these Hydra overrides needs it (the check script has its own copy: it runs in the
-        env, standalone)."""
+    def setting(self, overrides) -> str | None:
+        """The value of `when`'s key after these Hydra overrides, in order (the last that sets it wins, with or
+        without + or ++; `default` where none does); None for a need without `when`."""
         if self.when is None:
-            return True
+            return None
         value = self.when.default
         for override in overrides:
             name, sep, given = override.partition("=")
             if sep and name.lstrip("+") == self.when.key:
                 value = given
-        return value == self.when.value
+        return value
+
+    def holds(self, overrides) -> bool:
+        """Whether a trainer given these Hydra overrides imports it."""
+        return self.when is None or self.setting(overrides) == self.when.value
+
+    def for_trainer(self, overrides) -> dict:
+        """The row verl's trainer check imports for one family (it parses no overrides): with `selected_by`, the
+        setting that made a conditional need hold."""
+        row = {"module": self.module, "package": self.package, "why": self.why}
+        if self.when is not None:
+            row["selected_by"] = f"{self.when.key} is {self.setting(overrides)} for this family"
+        return row
 
 
 @dataclass(frozen=True)
@@ -68,8 +80,12 @@ class Actor:
     needs: tuple[Need, ...] = ()
 
     def needed_packages(self, overrides=None) -> set[str]:
-        """The packages of its needs; given a family's Hydra overrides, of those that hold for it."""
+        """The packages of its needs; given a trainer's Hydra overrides, of those that hold for it."""
         return {n.package for n in self.needs if overrides is None or n.holds(overrides)}
+
+    def trainer_needs(self, overrides) -> list[dict]:
+        """The needs a trainer given these Hydra overrides imports, as the check's rows."""
+        return [n.for_trainer(overrides) for n in self.needs if n.holds(overrides)]
 
     @property
     def tensor_parallel(self) -> bool:
@@ -112,6 +128,14 @@ class Table:
         if name not in self.rollouts:
             raise UserError(f"unknown rollout {name!r}; valid: {', '.join(self.rollouts)} ({self.path.name})")
         return self.rollouts[name]
+
+    def override_order(self, actor: str, rollout: str, env, family, thorough: bool) -> list[str]:
+        """Every Hydra override verl's trainer check gives one family's trainer, in its order (the actor's, the
+        rollout's, the env's, the family's; the fast proof's last), fields unfilled: what decides which of the
+        actor's needs hold (their keys are literal)."""
+        a, r = self.actor(actor), self.rollout(rollout)
+        out = [*a.tp_overrides, *a.overrides, *r.overrides, *env, *family]
+        return out if thorough else out + [*r.fast_overrides, *a.fast_overrides]
 
 
 def _strings(row: dict, key: str, where: str, path: Path) -> tuple[str, ...]:

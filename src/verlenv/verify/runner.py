@@ -126,13 +126,23 @@ class Settings:
         warm = kernel_paths.warm_rows(self.families, self.variant.rollout, families.table())
         alone = jit_jobs.for_this_host(caches, self.variant.rollout, 1)  # a warm compile runs before the trainers
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
-                "overrides": dict(self.variant.trainer_overrides), "families": self.families, "parallel": parallel,
+                "overrides": dict(self.variant.trainer_overrides), "families": self.trained_families(rows),
+                "parallel": parallel,
                 # MAX_JOBS for the trainers' run-time JIT compiles (their environment's own MAX_JOBS wins).
                 "jit_max_jobs": jit.max_jobs if jit else None, "jit_why": jit.why if jit else None,
                 # The kernels the rollout engine would compile at the first step, compiled once before the trainers.
                 "jit_warm": warm, "jit_warm_max_jobs": alone.max_jobs if alone else None,
                 # The fallback lines and attention backends the check reads its run's output with (_kernel_paths.py).
                 "kernel_paths": kernel_paths.table()}
+
+
+    def trained_families(self, rows: backends.Table) -> list[dict]:
+        """The family rows with `actor_needs`: the actor's compiled modules each family's trainer imports, decided
+        here from every override it is given, so the check imports them and parses no overrides."""
+        v = self.variant
+        return [{**family, "actor_needs": rows.actor(v.actor).trainer_needs(rows.override_order(
+                    v.actor, v.rollout, v.trainer_overrides, family.get("overrides") or [], self.thorough))}
+                for family in self.families]
 
 
 def family_rows(o: VerifyOptions) -> list[dict]:

@@ -697,31 +697,18 @@ def warm_checks(profile, torch) -> list:
             for key, row in rows.items() if f"{major}.{minor}" in row["archs"]]
 
 
-def setting(overrides, key: str, default: str) -> str:
-    """A verl setting's value after these Hydra overrides: the last one that sets `key` (with or without + or ++)."""
-    value = default
-    for override in overrides:
-        name, sep, given = override.partition("=")
-        if sep and name.lstrip("+") == key:
-            value = given
-    return value
-
-
-def missing_needs(actor: dict, importer=importlib.import_module, overrides=()) -> list[str]:
-    """The compiled modules the actor imports under verl's default config (data/backends.toml needs) that this env
-    cannot import, one line each: what, from which package, why it is needed. A need with `when` counts only where
-    the trainer's overrides give its key that value."""
+def missing_needs(actor: str, needs, importer=importlib.import_module) -> list[str]:
+    """The compiled modules a family's trainer imports under verl's default config (its `actor_needs`: the runner
+    decided from data/backends.toml which hold for it) that this env cannot import, one line each: what, from which
+    package, why it is needed."""
     out = []
-    for need in actor.get("needs") or []:
-        when = need.get("when")
-        if when and setting(overrides, when["key"], when["default"]) != when["value"]:
-            continue
+    for need in needs or []:
         try:
             importer(need["module"])
         except Exception as e:  # ImportError, or an extension that does not load (an undefined symbol)
-            out.append(f"verl's {actor['name']} actor needs {need['module']} ({need['package']}), which does not "
+            out.append(f"verl's {actor} actor needs {need['module']} ({need['package']}), which does not "
                        f"import in this env ({type(e).__name__}: {str(e)[:160]}); {need['why']}"
-                       + (f" ({when['key']} is {when['value']} for this family)" if when else ""))
+                       + (f" ({need['selected_by']})" if need.get("selected_by") else ""))
     return out
 
 
@@ -735,9 +722,9 @@ def not_started(problems: list[str]):
 def checks(profile, torch):
     families = profile.trainer.get("families") or []
     parallel = 1 if profile.thorough else profile.trainer.get("parallel", 1)
-    actor, common = profile.trainer.get("actor") or {}, list(profile.trainer.get("overrides") or {})
+    actor = (profile.trainer.get("actor") or {}).get("name", "")
     trainers = [TrainerCheck(torch, profile, family) for family in families]
-    missing = {t.name: missing_needs(actor, overrides=common + list(t.family.get("overrides") or [])) for t in trainers}
+    missing = {t.name: missing_needs(actor, t.family.get("actor_needs")) for t in trainers}
     starting = [t for t in trainers if not missing[t.name]]
     queue = Queue(starting, parallel)
     for t in starting:

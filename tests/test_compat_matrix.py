@@ -37,7 +37,8 @@ def test_the_committed_reports_give_the_llama_column():
     assert (gpt_oss["status"], gpt_oss["known_issue"]) == ("known*", "https://github.com/vllm-project/vllm/issues/45830")
     failed = ("qwen3.5-moe", "qwen3-next")
     for variant in ("fsdp", "megatron"):
-        assert {f: cell(data, "verl-0.9", variant, "fast", f)["status"] for f in failed} == dict.fromkeys(failed, "fail")
+        verdicts = {f: cell(data, "verl-0.9", variant, "fast", f)["status"] for f in failed}
+        assert verdicts == dict.fromkeys(failed, "fail")
         assert cell(data, "verl-0.9", variant, "fast", "qwen3.5")["report"].endswith("-visit-r.json")
     unproven = [f for f in families.table().names() if f not in (*proven, *failed, "gpt-oss")]
     assert unproven == ["qwen3-vl"]  # its fast fsdp run: not yet (thorough passed, visit M)

@@ -24,7 +24,8 @@ from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.doctor import facts as facts_mod
 from verlenv.env import base_record
 from verlenv.errors import UserError
-from verlenv.verify import jit_jobs, kernel_paths, static
+from verlenv.native.parallelism import mem_available_gib
+from verlenv.verify import jit_jobs, kernel_paths, static, trainer_slots
 from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST, STATUSES, CheckResult
 from verlenv.verify.static import Scope
@@ -34,9 +35,6 @@ LOG_TAIL = 60  # lines of a failed script's (or failed check's) output kept in t
 # Scripts are check_<what>.py, never <package>.py: a script named like a package shadows it on a child's path.
 SCRIPT_PREFIX = "check_"
 TRAINER_SCRIPT = "verl_trainer"
-# GPU memory each of several trainers side by side takes at most in the fast proof (actor, rollout weights, its
-# fixed KV cache, CUDA contexts of its processes): how many families run at once on one GPU.
-TRAINER_GIB = 24
 # The line _common.Report prints after each check: what a check printed before it is that check's output.
 RESULT_LINE = re.compile(r"^(PASS|FAIL|SKIP|WARN) (\S+)")
 
@@ -120,14 +118,15 @@ class Settings:
         and how many at once (the fast proof: as many as the GPU's memory holds)."""
         rows = backends.table()
         memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
-        parallel = 1 if self.thorough else max(1, min(len(self.families), int(memory // TRAINER_GIB)))
+        slots = trainer_slots.trainers_at_once(len(self.families), memory, host_available_gib(), self.thorough)
+        parallel = slots.trainers
         caches = packages.table().jit_caches
         jit = jit_jobs.for_this_host(caches, self.variant.rollout, parallel)
         warm = kernel_paths.warm_rows(self.families, self.variant.rollout, families.table())
         alone = jit_jobs.for_this_host(caches, self.variant.rollout, 1)  # a warm compile runs before the trainers
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
                 "overrides": dict(self.variant.trainer_overrides), "families": self.trained_families(rows),
-                "parallel": parallel,
+                "parallel": parallel, "parallel_why": slots.why,
                 # MAX_JOBS for the trainers' run-time JIT compiles (their environment's own MAX_JOBS wins).
                 "jit_max_jobs": jit.max_jobs if jit else None, "jit_why": jit.why if jit else None,
                 # The kernels the rollout engine would compile at the first step, compiled once before the trainers.
@@ -143,6 +142,14 @@ class Settings:
         return [{**family, "actor_needs": rows.actor(v.actor).trainer_needs(rows.override_order(
                     v.actor, v.rollout, v.trainer_overrides, family.get("overrides") or [], self.thorough))}
                 for family in self.families]
+
+
+def host_available_gib() -> float | None:
+    """This host's available memory (GiB), None where it cannot say."""
+    try:
+        return mem_available_gib()
+    except (OSError, RuntimeError):
+        return None
 
 
 def family_rows(o: VerifyOptions) -> list[dict]:

@@ -6,7 +6,7 @@ import pytest
 from test_verify_runner import settings
 from verlenv.catalog import families
 from verlenv.native.parallelism import usable_gib
-from verlenv.verify import runner
+from verlenv.verify import report, runner
 from verlenv.verify.jit_jobs import TRAINER_HOST_GIB
 from verlenv.verify.trainer_slots import TRAINER_GIB, trainers_at_once
 
@@ -48,3 +48,14 @@ def test_the_runner_sends_the_count_and_why(tmp_path, monkeypatch):
         raise OSError("no /proc/meminfo")
     monkeypatch.setattr(runner, "mem_available_gib", no_meminfo)
     assert settings(tmp_path, families=rows).trainer()["parallel"] == 4  # the GPU's bound: 80 // 12 = 6
+
+
+def test_the_report_says_how_many_ran_at_once_and_why(tmp_path, monkeypatch):
+    table = families.table()
+    monkeypatch.setattr(runner, "mem_available_gib", lambda: 50.0)
+    s = settings(tmp_path, families=table.rows([table.families[n] for n in ("llama", "qwen2", "qwen3")]))
+    section = report.trainer_section(s)
+    assert section["at_once"].startswith("2 at once") and "50 GiB of host memory" in section["at_once"]
+    monkeypatch.setattr(runner, "mem_available_gib", lambda: 2000.0)  # decided once: a later reading changes nothing
+    assert s.trainer()["parallel"] == 2 and report.trainer_section(s) == section
+    assert "at_once" not in report.trainer_section(settings(tmp_path))

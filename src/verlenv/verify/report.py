@@ -134,12 +134,18 @@ def build(run, command: list[str], started: datetime, launcher: str = "verlenv")
         "exit_code": run.exit_code,
         "wall_seconds": run.seconds,
         "mode": s.mode,
-        # What verl's trainer check trained: the variant's actor and rollout, and each family (its source).
-        "trainer": {"actor": s.variant.actor, "rollout": s.variant.rollout,
-                    "families": [{"name": f["name"], "source": f.get("source")} for f in s.families]},
+        "trainer": trainer_section(s),
     }
     data["verdict"] = ": ".join(verdict(data))
     return data
+
+
+def trainer_section(s) -> dict:
+    """What verl's trainer check trained: the variant's actor and rollout, each family (its source), and how many ran
+    at once, with the bound that set it."""
+    out = {"actor": s.variant.actor, "rollout": s.variant.rollout,
+           "families": [{"name": f["name"], "source": f.get("source")} for f in s.families]}
+    return {**out, "at_once": s.slots().why} if s.families else out
 
 
 def default_path(root: Path, stack: str, variant: str, gpu: str, started: datetime) -> Path:
@@ -253,7 +259,8 @@ def markdown(report: dict) -> str:
     if report.get("trainer"):
         t = report["trainer"]
         lines.append(f"- verl's trainer: {t['actor']} actor, {t['rollout']} rollout; families "
-                     + (", ".join(f["name"] for f in t["families"]) or "none"))
+                     + (", ".join(f["name"] for f in t["families"]) or "none")
+                     + (f"; {t['at_once']}" if t.get("at_once") else ""))
     if report["selection"]["skipped_packages"]:
         lines.append(f"- skipped by request: {', '.join(report['selection']['skipped_packages'])}")
     lines += ["", "| status | check | package | required | numbers | reason |", "|---|---|---|---|---|---|"]

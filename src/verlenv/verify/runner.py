@@ -53,6 +53,8 @@ class Settings:
     kernels_dir: Path = KERNELS_DIR
     # The model families verl's trainer check trains (data/families.toml rows, or shrunk config.json files).
     families: list[dict] = field(default_factory=list)
+    # How many trainers run at once, decided once per run (the host's free memory changes while it runs).
+    _slots: trainer_slots.Slots | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, o: VerifyOptions, *, python: str, cat: stacks.Catalog, variant: stacks.Variant,
@@ -115,10 +117,9 @@ class Settings:
 
     def trainer(self) -> dict:
         """What verl's trainer check runs: the variant's actor and rollout rows, the env's overrides, the families
-        and how many at once (the fast proof: as many as the GPU's memory holds)."""
+        and how many at once (the fast proof: as many as the GPU's and the host's memory hold)."""
         rows = backends.table()
-        memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
-        slots = trainer_slots.trainers_at_once(len(self.families), memory, host_available_gib(), self.thorough)
+        slots = self.slots()
         parallel = slots.trainers
         caches = packages.table().jit_caches
         jit = jit_jobs.for_this_host(caches, self.variant.rollout, parallel)
@@ -134,6 +135,14 @@ class Settings:
                 # The fallback lines and attention backends the check reads its run's output with (_kernel_paths.py).
                 "kernel_paths": kernel_paths.table()}
 
+
+    def slots(self) -> trainer_slots.Slots:
+        """How many trainers run at once, and which bound set it: decided at its first call."""
+        if self._slots is None:
+            memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
+            self._slots = trainer_slots.trainers_at_once(len(self.families), memory, host_available_gib(),
+                                                         self.thorough)
+        return self._slots
 
     def trained_families(self, rows: backends.Table) -> list[dict]:
         """The family rows with `actor_needs`: the actor's compiled modules each family's trainer imports, decided

@@ -54,7 +54,7 @@ class Settings:
     # The model families verl's trainer check trains (data/families.toml rows, or shrunk config.json files).
     families: list[dict] = field(default_factory=list)
     # How many trainers run at once, decided once per run (the host's free memory changes while it runs).
-    _slots: trainer_slots.Slots | None = field(default=None, repr=False, compare=False)
+    _slots: trainer_slots.Slots | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, o: VerifyOptions, *, python: str, cat: stacks.Catalog, variant: stacks.Variant,
@@ -134,7 +134,6 @@ class Settings:
                 "jit_warm": warm, "jit_warm_max_jobs": alone.max_jobs if alone else None,
                 # The fallback lines and attention backends the check reads its run's output with (_kernel_paths.py).
                 "kernel_paths": kernel_paths.table()}
-
 
     def slots(self) -> trainer_slots.Slots:
         """How many trainers run at once, and which bound set it: decided at its first call."""

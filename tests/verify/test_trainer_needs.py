@@ -8,8 +8,10 @@ import types
 import pytest
 
 from test_kernel_scripts import load
+from test_verify_profiles import REPO
 from test_verify_runner import settings
-from verlenv.catalog import backends, families
+from verlenv.catalog import backends, families, stacks
+from verlenv.cluster.trainer import trainer_spec
 from verlenv.errors import UserError
 
 TRAINER = load("verl_trainer")
@@ -158,3 +160,21 @@ def test_the_runner_decides_each_familys_needs_and_the_check_reads_them(tmp_path
     megatron = settings(tmp_path, "megatron", families=chosen).trainer()["families"]
     assert [[n["module"] for n in f["actor_needs"]] for f in megatron] == [["fused_weight_gradient_mlp_cuda"]] * 3
     assert all("selected_by" not in n for f in megatron for n in f["actor_needs"])
+
+
+@pytest.mark.parametrize("variant", ["fsdp", "megatron", "sglang"])
+@pytest.mark.parametrize("thorough", [False, True])
+def test_the_catalogs_override_order_is_the_tail_of_what_the_check_gives_each_trainer(variant, thorough):
+    """Which needs hold is decided from backends.Table.override_order; the trainer check builds the real list. The
+    catalog's, its fields filled as the check fills them, must be the check's list's tail, in the same order, for
+    every family: a group moved in one and not the other would decide a need from the wrong last override."""
+    cat = stacks.load(REPO / "stacks.toml")
+    v = cat.variant("verl-0.9", variant)
+    spec, rows = trainer_spec(v), backends.table()
+    paths = {"model": "/m", "data": "/d.parquet", "reward": "/r.py", "checkpoints": "/c", "run": "/w"}
+    table = families.table()
+    for family in table.rows(list(table.families.values())):
+        ours = rows.override_order(v.actor, v.rollout, v.trainer_overrides, family["overrides"], thorough)
+        theirs = TRAINER.overrides(paths, spec, family, thorough=thorough)
+        filled = TRAINER.filled(ours, actor_tp=1, rollout_tp=1, kv_cache_bytes=TRAINER.KV_CACHE_BYTES)
+        assert theirs[len(theirs) - len(filled):] == filled, family["name"]

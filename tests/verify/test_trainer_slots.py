@@ -6,7 +6,7 @@ import pytest
 from test_verify_runner import settings
 from verlenv.catalog import families
 from verlenv.native.parallelism import usable_gib
-from verlenv.verify import report, runner
+from verlenv.verify import jit_jobs, report
 from verlenv.verify.jit_jobs import TRAINER_HOST_GIB
 from verlenv.verify.trainer_slots import TRAINER_GIB, trainers_at_once
 
@@ -37,25 +37,25 @@ def test_thorough_runs_one_whatever_the_machine():
 def test_the_runner_sends_the_count_and_why(tmp_path, monkeypatch):
     table = families.table()
     rows = table.rows([table.families[n] for n in ("llama", "qwen2", "qwen3", "qwen3-moe")])
-    monkeypatch.setattr(runner, "mem_available_gib", lambda: 126.0)
+    monkeypatch.setattr(jit_jobs, "mem_available_gib", lambda: 126.0)
     trainer = settings(tmp_path, families=rows).trainer()  # an H100 (80 GB) of the runner's test settings
     assert trainer["parallel"] == min(4, int(usable_gib(126.0) // TRAINER_HOST_GIB)) == 4
-    monkeypatch.setattr(runner, "mem_available_gib", lambda: 50.0)
-    trainer = settings(tmp_path, families=rows).trainer()
-    assert trainer["parallel"] == 2 and "50 GiB of host memory" in trainer["parallel_why"]
+    monkeypatch.setattr(jit_jobs, "mem_available_gib", lambda: 50.0)
+    s = settings(tmp_path, families=rows)
+    assert s.trainer()["parallel"] == 2 and "50 GiB of host memory" in s.slots().why
 
     def no_meminfo():
         raise OSError("no /proc/meminfo")
-    monkeypatch.setattr(runner, "mem_available_gib", no_meminfo)
+    monkeypatch.setattr(jit_jobs, "mem_available_gib", no_meminfo)
     assert settings(tmp_path, families=rows).trainer()["parallel"] == 4  # the GPU's bound: 80 // 12 = 6
 
 
 def test_the_report_says_how_many_ran_at_once_and_why(tmp_path, monkeypatch):
     table = families.table()
-    monkeypatch.setattr(runner, "mem_available_gib", lambda: 50.0)
+    monkeypatch.setattr(jit_jobs, "mem_available_gib", lambda: 50.0)
     s = settings(tmp_path, families=table.rows([table.families[n] for n in ("llama", "qwen2", "qwen3")]))
     section = report.trainer_section(s)
     assert section["at_once"].startswith("2 at once") and "50 GiB of host memory" in section["at_once"]
-    monkeypatch.setattr(runner, "mem_available_gib", lambda: 2000.0)  # decided once: a later reading changes nothing
+    monkeypatch.setattr(jit_jobs, "mem_available_gib", lambda: 2000.0)  # decided once: a later reading changes nothing
     assert s.trainer()["parallel"] == 2 and report.trainer_section(s) == section
     assert "at_once" not in report.trainer_section(settings(tmp_path))

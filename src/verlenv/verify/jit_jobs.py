@@ -39,9 +39,16 @@ def jit_jobs(caches: dict, rollout: str, trainers: int, mem_available: float, co
     return JitJobs(per_trainer, why)
 
 
-def for_this_host(caches: dict, rollout: str, trainers: int) -> JitJobs | None:
+def host_available_gib() -> float | None:
+    """This host's available memory (GiB), None where it cannot say (no /proc/meminfo)."""
     try:
-        mem = mem_available_gib()
-    except (OSError, RuntimeError):  # no /proc/meminfo: the compiler's own default stands
+        return mem_available_gib()
+    except (OSError, RuntimeError):
+        return None
+
+
+def for_this_host(caches: dict, rollout: str, trainers: int) -> JitJobs | None:
+    mem = host_available_gib()
+    if mem is None:  # the compiler's own default stands
         return None
     return jit_jobs(caches, rollout, trainers, mem, os.cpu_count() or 1)

@@ -24,7 +24,6 @@ from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.doctor import facts as facts_mod
 from verlenv.env import base_record
 from verlenv.errors import UserError
-from verlenv.native.parallelism import mem_available_gib
 from verlenv.verify import jit_jobs, kernel_paths, static, trainer_slots
 from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST, STATUSES, CheckResult
@@ -127,7 +126,7 @@ class Settings:
         alone = jit_jobs.for_this_host(caches, self.variant.rollout, 1)  # a warm compile runs before the trainers
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
                 "overrides": dict(self.variant.trainer_overrides), "families": self.trained_families(rows),
-                "parallel": parallel, "parallel_why": slots.why,
+                "parallel": parallel,
                 # MAX_JOBS for the trainers' run-time JIT compiles (their environment's own MAX_JOBS wins).
                 "jit_max_jobs": jit.max_jobs if jit else None, "jit_why": jit.why if jit else None,
                 # The kernels the rollout engine would compile at the first step, compiled once before the trainers.
@@ -139,7 +138,7 @@ class Settings:
         """How many trainers run at once, and which bound set it: decided at its first call."""
         if self._slots is None:
             memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
-            self._slots = trainer_slots.trainers_at_once(len(self.families), memory, host_available_gib(),
+            self._slots = trainer_slots.trainers_at_once(len(self.families), memory, jit_jobs.host_available_gib(),
                                                          self.thorough)
         return self._slots
 
@@ -150,14 +149,6 @@ class Settings:
         return [{**family, "actor_needs": rows.actor(v.actor).trainer_needs(rows.override_order(
                     v.actor, v.rollout, v.trainer_overrides, family.get("overrides") or [], self.thorough))}
                 for family in self.families]
-
-
-def host_available_gib() -> float | None:
-    """This host's available memory (GiB), None where it cannot say."""
-    try:
-        return mem_available_gib()
-    except (OSError, RuntimeError):
-        return None
 
 
 def family_rows(o: VerifyOptions) -> list[dict]:

@@ -10,16 +10,10 @@
 #   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] until the plan ends, partial if cut.
 # bash docs/verification/2026-12-07-visit-s-verl-0.9.sh STEP [ARG]
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
-    RAY_USAGE_STATS_ENABLED=0
-R=/root/visit; P=/root/parts; REPO=/root/repo; W=/root/wheelhouse; mkdir -p $R $P $W
-NOX=$P/bundle/.tool/bin/nox
-ENV=/opt/torch/.venv  # the node's torch env: the bundle leaves its distributions at the locked version to it
-SELF=docs/verification/2026-12-07-visit-s-verl-0.9.sh; VARIANT=megatron
+SELF=docs/verification/2026-12-07-visit-s-verl-0.9.sh
 THOROUGH="fsdp:qwen3.5 megatron:qwen3.5 fsdp:qwen3-next megatron:qwen3-next"  # in this order, while held
-CONFIGS=""
 step=$1; shift
-. docs/verification/visit-lib.sh  # the helpers; the steps part, install-base, wheels, wait, send, partial
+. docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers, the common steps
 
 case $step in
 plan)     # on the node, by itself
@@ -33,10 +27,7 @@ plan)     # on the node, by itself
             $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))" &
   wait
   echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
-  for t in $THOROUGH; do v=${t%%:*}; f=${t#*:}
-    run_named thorough-$v-$f "$(verify_cmd thorough-$v-$f --variant $v --only verl --thorough --family $f)"
-    echo "T $v $f $(date +%s) $(cat $R/thorough-$v-$f.done)"
-  done
+  thorough_runs "$THOROUGH"
   echo "thorough end $(date +%s)" ;;
 *)
   visit_step "$step" "$@" ;;

@@ -1,7 +1,14 @@
 # The helpers and the common steps of a GPU visit's script (visit O on), sourced by it from the repo root after it set
-# R (results), P (parts), REPO (the synced tree), W (wheelhouse), ENV (the node's torch env), NOX, SELF (the visit's
-# script), VARIANT (the bundle's variant) and CONFIGS (published configs for --model-config). The visit's script keeps
-# its own `plan` step and hands every other one to visit_step. Visits E-N carry their own copies, as they ran.
+# SELF (the visit's script) and, where it differs from the defaults below, R (results), P (parts), REPO (the synced
+# tree), W (wheelhouse), ENV (the node's torch env), NOX, VARIANT (the bundle's variant) and CONFIGS (published configs
+# for --model-config). The visit's script keeps its own `plan` step and hands every other one to visit_step. Visits
+# E-N carry their own copies, as they ran; visits O-R set all of these themselves.
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    RAY_USAGE_STATS_ENABLED=0
+: "${R:=/root/visit}" "${P:=/root/parts}" "${REPO:=/root/repo}" "${W:=/root/wheelhouse}" "${VARIANT:=megatron}"
+: "${ENV:=/opt/torch/.venv}"  # the node's torch env: the bundle leaves its distributions at the locked version to it
+: "${NOX:=$P/bundle/.tool/bin/nox}" "${CONFIGS:=}"
+mkdir -p "$R" "$P" "$W"
 sync_repo() {  # this call's working tree onto /root/repo (the background plan runs from there)
   [ "$(pwd -P)" = "$REPO" ] && return
   mkdir -p $REPO && tar --exclude=./.carry --exclude=./.git -cf - . | tar -C $REPO -xf -
@@ -26,6 +33,13 @@ run_named() {  # $1 = name, rest = command: in the foreground, $R/NAME.out, then
   echo "exit $? wall_s $(( $(date +%s) - t ))" > $R/$name.done
 }
 families() { for f in "$@"; do printf -- ' --family %s' "$f"; done; }
+thorough_runs() {  # $1 = "variant:family ...", in that order; $2 = verify options for every run (e.g. a --skip-package)
+  local t v f
+  for t in $1; do v=${t%%:*}; f=${t#*:}
+    run_named thorough-$v-$f "$(verify_cmd thorough-$v-$f --variant $v --only verl ${2:-} --thorough --family $f)"
+    echo "T $v $f $(date +%s) $(cat $R/thorough-$v-$f.done)"
+  done
+}
 configs() { for c in $CONFIGS; do printf -- ' --model-config /root/published/%s/config.json' "$c"; done; }
 verify_cmd() {  # $1 = name, rest = verify options: `nox -s verify-<gpu>` offline from the bundle's tools, in the env
   local name=$1; shift

@@ -70,6 +70,28 @@ refs = ["r"]
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("signature, where", [
+    ("{ pattern = 'undefined symbol', unless = 0 }", r"X1\.signatures\[0\]\.unless: 0 must be a string"),
+    ("{ pattern = 'undefined symbol', unless = ['a'] }", r"X1\.signatures\[0\]\.unless: \['a'\] must be a string"),
+])
+def test_a_regular_expression_that_is_no_string_is_refused_in_one_line(tmp_path, signature, where):
+    # The reliability suite's mutated failures.toml found it: RE2 refuses an int with a TypeError of several lines.
+    kb = tmp_path / "failures.toml"
+    kb.write_text(f"""[[failure]]
+id = "X1"
+title = "t"
+priority = 50
+keywords = ["symbol"]
+signatures = [{signature}]
+cause = "c"
+fix = ["f"]
+refs = ["r"]
+""")
+    with pytest.raises(UserError, match=where) as e:
+        knowledge.load(kb)
+    assert "\n" not in str(e.value)
+
+
 def test_model_loading_lines_of_every_vllm_start_do_not_stop_the_scanner():
     fed = []
 

@@ -70,10 +70,12 @@ def _options():
 
 
 def _compile(text: str, where: str, path: Path) -> re.Pattern:
+    if not isinstance(text, str):  # RE2 refuses it with a several-line TypeError: say it in one
+        raise UserError(f"{path}: {where}: {text!r} must be a string (a regular expression)")
     try:
         return _engine.compile(text, _options())
     except (re.error, getattr(_engine, "error", re.error), TypeError) as e:
-        raise UserError(f"{path}: {where}: bad regular expression {text!r}: {e}") from None
+        raise UserError(f"{path}: {where}: bad regular expression {text!r}: {' '.join(str(e).split())}") from None
 
 
 def _severity(value, where: str, path: Path) -> str:

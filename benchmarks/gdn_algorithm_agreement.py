@@ -11,7 +11,10 @@ random prompts. Then each response token's probability is computed, teacher-forc
 - `float32`: chunked, in float32 (the scale of ordinary bf16 rounding, for every family).
 
 An MoE family is measured again with every expert selected (num_experts_per_tok = the number of experts), which
-leaves routing no choice to flip.
+leaves routing no choice to flip; and `mixed_up`: chunked, in bf16, with every routed expert's output taken through
+the next expert's down projection, as a broken expert kernel would give it (how far below the bound such a break
+lands: the check's power to see it). Its routed experts are calibrated as the trainer check's are (families.toml
+routed_influence; --routed-influence measures another share, `none` the random init's).
 
 It prints the pearson correlation and the mean |p_a - p_b| of `chunk` against the others. These are computed as verl
 computes training/rollout_actor_probs_pearson_corr and training/rollout_probs_diff_mean.
@@ -37,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src" / "verlenv" / "verify" / "kernels"))
 
 import _models  # noqa: E402  (the trainer check's model builder, standalone in the env)
+import _routed_experts  # noqa: E402
 
 FAMILIES = ("qwen3.5", "qwen3.5-moe", "qwen3-next", "qwen3-moe", "glm4-moe", "deepseek-v3")
 
@@ -45,6 +49,18 @@ def positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: give a whole number of at least 1")
+    return value
+
+
+def share_arg(text: str) -> float | None:
+    if text == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: give a positive number, or none (the random init's share)")
     return value
 
 
@@ -125,6 +141,7 @@ def all_experts(row: dict) -> dict | None:
 def family_result(row: dict, torch, device: str, length: int, seed: int) -> dict:
     model = _models.build_model(row, torch)  # float32, on CPU, DeltaNet layers on transformers' torch paths
     layers = len(deltanet_layers(model))
+    share = _routed_experts.share(model, torch, _models.logits)
     if device != "cpu":
         on_fast_paths(model)
     model = model.to(device)
@@ -132,6 +149,7 @@ def family_result(row: dict, torch, device: str, length: int, seed: int) -> dict
     ids = sample(model, torch, prompts, length, seed)
     chunked: dict = {}
     out = {"family": row["name"], "model_class": row["model_class"], "deltanet_layers": layers,
+           "routed_influence": None if share is None else round(share, 4),
            "tokens": int(ids[:, prompts.shape[1]:].numel())}
     reference = token_probs(model, torch, ids, prompts.shape[1])
     model = model.to(torch.bfloat16)
@@ -141,6 +159,9 @@ def family_result(row: dict, torch, device: str, length: int, seed: int) -> dict
         set_algorithm(model, "recurrent", chunked)
         out["chunk_vs_recurrent"] = agreement(torch, chunk, token_probs(model, torch, ids, prompts.shape[1]))
         set_algorithm(model, "chunk", chunked)
+    if _routed_experts.down_projections(model):
+        _routed_experts.mix_up(model, torch)
+        out["chunk_vs_mixed_up"] = agreement(torch, token_probs(model, torch, ids, prompts.shape[1]), reference)
     return out
 
 
@@ -149,6 +170,9 @@ def summary(r: dict) -> str:
     line = f"{name:36} {r['tokens']} tokens: chunk vs float32 pearson {r['chunk_vs_float32']['pearson']:.4f}"
     if "chunk_vs_recurrent" in r:
         line += f"; chunk vs recurrent pearson {r['chunk_vs_recurrent']['pearson']:.4f}"
+    if "chunk_vs_mixed_up" in r:
+        line += (f"; experts mixed up pearson {r['chunk_vs_mixed_up']['pearson']:.4f} (share "
+                 f"{r['routed_influence']:.3f})")
     return line
 
 
@@ -158,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--length", type=positive, default=64, help="response tokens sampled after each prompt")
     p.add_argument("--seeds", type=positive, default=3, help="sampling seeds 0..N-1, each measured on its own")
+    p.add_argument("--first-seed", type=int, default=0, help="the first sampling seed (default 0)")
+    p.add_argument("--routed-influence", type=share_arg, default=False,
+                   help="the routed experts' share of the logits to calibrate to (default: families.toml's); `none` "
+                        "keeps the random init's")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     import torch
@@ -175,14 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = []
     for row in table.rows([table.families[n] for n in names]):
-        for seed in range(args.seeds):
+        if args.routed_influence is not False:
+            row = {**row, "routed_influence": args.routed_influence}
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             results.append({**family_result(row, torch, args.device, args.length, seed), "seed": seed})
+            print(summary(results[-1]), flush=True)
             every = all_experts(row)
             if every:
                 results.append({**family_result(every, torch, args.device, args.length, seed), "seed": seed,
                                 "experts": "all selected"})
-    for r in results:
-        print(summary(r))
+                print(summary(results[-1]), flush=True)
     if args.out:
         import transformers
         command = "PYTHONPATH=src python benchmarks/gdn_algorithm_agreement.py " + " ".join(argv or sys.argv[1:])

@@ -22,6 +22,7 @@ NEXT = textwrap.dedent("""
     [defaults]
     logit_std = 1.0
     embedding_scale = 1.0
+    routed_influence = 0.4
     fast = ["qwen3-next"]
     [shrink.text]
     [families.qwen3-next]

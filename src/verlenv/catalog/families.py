@@ -62,7 +62,8 @@ class Family:
                 "config_class": self.config_class, "model_type": self.model_type, "model_class": self.model_class,
                 "inputs": self.inputs, "config": self.config, "token_ids": token_ids,
                 "overrides": list(self.overrides), "logit_std": defaults["logit_std"],
-                "embedding_scale": defaults["embedding_scale"], "source": self.source,
+                "embedding_scale": defaults["embedding_scale"], "routed_influence": defaults["routed_influence"],
+                "source": self.source,
                 "shrunk": self.shrunk, "known_issues": [dict(i) for i in self.known_issues],
                 "needs": dict(self.needs), "attention": self.attention,
                 "saved_as_loaded": list(defaults.get("saved_as_loaded", []))}
@@ -144,7 +145,7 @@ def parse(path: Path, data: dict) -> Table:
     defaults = data.get("defaults")
     if not isinstance(defaults, dict):
         raise UserError(f"{path}: missing table [defaults]")
-    for key in ("logit_std", "embedding_scale"):
+    for key in ("logit_std", "embedding_scale", "routed_influence"):
         value = defaults.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise UserError(f"{path}: defaults.{key} must be a positive number")

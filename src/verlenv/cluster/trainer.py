@@ -41,13 +41,11 @@ LOG_TAIL = 80  # lines of the trainer's output kept in the report when it fails
 
 
 def check_module():
-    """kernels/check_verl_trainer.py as a module: it imports its siblings `_common`, `_kernel_paths`, `_models` and
-    `_phases` by those names (it runs as a script in verify), so those names are given the packaged modules first."""
-    from verlenv.verify.kernels import _common, _kernel_paths, _models
-
-    for name, module in (("_common", _common), ("_kernel_paths", _kernel_paths), ("_models", _models),
-                         ("_phases", _phases)):
-        sys.modules.setdefault(name, module)
+    """kernels/check_verl_trainer.py as a module: it and its siblings import `_common`, `_kernel_paths`,
+    `_routed_experts`, `_models` and `_phases` by those names (they run as scripts in verify), so those names are
+    given the packaged modules first, each before the module that imports it."""
+    for name in ("_common", "_kernel_paths", "_routed_experts", "_models", "_phases"):
+        sys.modules.setdefault(name, importlib.import_module(f"verlenv.verify.kernels.{name}"))
     return importlib.import_module("verlenv.verify.kernels.check_verl_trainer")
 
 

@@ -146,7 +146,8 @@ TRAINER_SHAPE = {"actor": {"name": str, "config_name": str, "tp_overrides": list
                            "overrides": list, "fast_overrides": list},
                  "rollout": {"name": str, "tp_divides": list, "overrides": list, "fast_overrides": list},
                  "family": {"name": str, "model_class": str, "inputs": str, "config": dict, "token_ids": dict,
-                            "overrides": list, "logit_std": (int, float), "embedding_scale": (int, float)}}
+                            "overrides": list, "logit_std": (int, float), "embedding_scale": (int, float),
+                            "routed_influence": (int, float)}}
 
 
 def trainer_problem(trainer) -> str | None:

@@ -14,6 +14,8 @@ import os
 import random
 import sys
 
+import _routed_experts
+
 SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
 # Split out of any text before the word-level split (added tokens): the image processor expands <|image_pad|> into
 # one copy per image token, written without spaces.
@@ -126,8 +128,9 @@ def logits(model, torch, input_ids=None):
 
 def build_model(family: dict, torch):
     """The family's model with random weights (seed 0), its token embeddings scaled down (a tied head must not see
-    each token's own embedding tower over the rest) and its final norm scaled so the next-token logits have the
-    table's standard deviation on random prompts (float32, on CPU)."""
+    each token's own embedding tower over the rest), its routed experts' outputs scaled to the table's share of the
+    logits (an MoE family: _routed_experts.py), and its final norm scaled so the next-token logits have the table's
+    standard deviation on random prompts (float32, on CPU)."""
     import transformers
 
     config = build_config(family)
@@ -136,6 +139,7 @@ def build_model(family: dict, torch):
     on_torch_paths(model)
     with torch.no_grad():
         model.get_input_embeddings().weight.mul_(family["embedding_scale"])
+    _routed_experts.calibrate(model, family["routed_influence"], torch, logits)
     std = logits(model, torch).std().item()
     if not math.isfinite(std) or std <= 0:
         raise ValueError(f"{family['name']}: the random model's logits have std {std}; cannot scale them")
@@ -208,6 +212,9 @@ def write_model(directory, torch, family: dict) -> dict:
     sampling stats as built."""
     model = build_model(family, torch)
     stats = sampling_stats(model, torch)
+    routed = _routed_experts.share(model, torch, logits)
+    if routed is not None:
+        stats["routed_influence"] = routed
     # Laid out as the model type's published checkpoints are (the table's saved_as_loaded); the argument only where
     # needed, as transformers 4 has no such argument.
     as_loaded = model.config.model_type in family.get("saved_as_loaded", ())

@@ -1,12 +1,12 @@
 # GPU visit S (one H100 or H200), prepared 2026-12-06 after visit R. Visit Q's bundle again (44 parts; see visit R's
 # script for the bundle command); this call's tree brings the check's MoE models calibrated (families.toml
 # routed_influence, kernels/_routed_experts.py). By itself, on the node:
-#   1. fsdp and megatron at once: qwen3.5-moe and qwen3-next (which failed the agreement bound on visit R) in each, with
-#      one MoE family that passed before with the models as drawn beside them (fsdp qwen3-moe, megatron deepseek-v3):
-#      six trainers, as on visit R, after the GDN prefill compile (510 s there). During the compile (no trainer runs
-#      yet), benchmarks/gdn_algorithm_agreement.py --device cuda on qwen3.5-moe and qwen3-next, calibrated and as
-#      drawn: does bf16 rounding flip routing on the GPU as on the CPU, and does the calibration stop it?
-#   2. the other MoE cells the calibration changed (fsdp glm4-moe, deepseek-v3; megatron qwen3-moe, glm4-moe);
+#   1. fsdp and megatron at once, qwen3.5-moe and qwen3-next in each (they failed the agreement bound on visit R with
+#      the models as drawn), after the GDN prefill compile (510 s there). During the compile (no trainer runs yet),
+#      benchmarks/gdn_algorithm_agreement.py --device cuda on both, calibrated and as drawn: does bf16 rounding flip
+#      routing on the GPU as on the CPU, and does the calibration stop it?
+#   2. fsdp and megatron at once, qwen3-moe, glm4-moe and deepseek-v3 in each (they passed before with the models as
+#      drawn; the calibration changed them): six trainers, as on visit R;
 #   3. the published Qwen3.5-35B-A3B (fsdp) and Qwen3-Next-80B-A3B-Instruct (megatron) configs side by side, then
 #      --thorough per family, as long as the machine is held.
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
@@ -14,7 +14,7 @@
 # bash docs/verification/2026-12-07-visit-s-verl-0.9.sh STEP [ARG]
 set -uo pipefail
 SELF=docs/verification/2026-12-07-visit-s-verl-0.9.sh
-GDN_MOE="qwen3.5-moe qwen3-next"
+GDN_MOE="qwen3.5-moe qwen3-next" OTHER_MOE="qwen3-moe glm4-moe deepseek-v3"
 THOROUGH="fsdp:qwen3.5 megatron:qwen3.5 fsdp:qwen3-next megatron:qwen3-next"  # in this order, while held
 step=$1; shift
 . docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers, the common steps
@@ -27,13 +27,13 @@ plan)     # on the node, by itself
   (run_named agreement "$AGREE $(families $GDN_MOE) --out $R/agreement.json"
    run_named agreement-drawn "$AGREE $(families $GDN_MOE) --routed-influence none --out $R/agreement-drawn.json"
    echo "G $(date +%s) $(cat $R/agreement.done) drawn: $(cat $R/agreement-drawn.done)") &
-  run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE qwen3-moe))" &
-  run_named megatron "$(verify_cmd megatron --variant megatron --only verl $(families $GDN_MOE deepseek-v3))" &
+  run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE))" &
+  run_named megatron "$(verify_cmd megatron --variant megatron --only verl $(families $GDN_MOE))" &
   wait
   echo "R1 $(date +%s) fsdp: $(cat $R/fsdp.done) megatron: $(cat $R/megatron.done)"
   du -sh ~/.cache/flashinfer 2>/dev/null; find ~/.cache/flashinfer -name '*.so' -size +1M -exec ls -la {} + 2>/dev/null
-  run_named fsdp-moe "$(verify_cmd fsdp-moe --variant fsdp --only verl $(families glm4-moe deepseek-v3))" &
-  run_named megatron-moe "$(verify_cmd megatron-moe --variant megatron --only verl $(families qwen3-moe glm4-moe))" &
+  run_named fsdp-moe "$(verify_cmd fsdp-moe --variant fsdp --only verl $(families $OTHER_MOE))" &
+  run_named megatron-moe "$(verify_cmd megatron-moe --variant megatron --only verl $(families $OTHER_MOE))" &
   wait
   echo "R2 $(date +%s) fsdp-moe: $(cat $R/fsdp-moe.done) megatron-moe: $(cat $R/megatron-moe.done)"
   run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=Qwen3.5-35B-A3B configs))" &

@@ -1,14 +1,14 @@
 # GPU visit S (one H100 or H200), prepared 2026-12-06 after visit R. Visit Q's bundle again (44 parts; see visit R's
 # script for the bundle command); this call's tree brings the check's MoE models calibrated (families.toml
 # routed_influence, kernels/_routed_experts.py). By itself, on the node:
-#   1. fsdp and megatron at once, qwen3.5-moe and qwen3-next in each (they failed the agreement bound on visit R with
-#      the models as drawn), after the GDN prefill compile (510 s there). During the compile (no trainer runs yet),
-#      benchmarks/gdn_algorithm_agreement.py --device cuda on both, calibrated and as drawn: does bf16 rounding flip
-#      routing on the GPU as on the CPU, and does the calibration stop it?
-#   2. fsdp and megatron at once, qwen3-moe, glm4-moe and deepseek-v3 in each (they passed before with the models as
-#      drawn; the calibration changed them): six trainers, as on visit R;
-#   3. the published Qwen3.5-35B-A3B (fsdp) and Qwen3-Next-80B-A3B-Instruct (megatron) configs side by side, then
-#      --thorough per family, as long as the machine is held.
+#   1. fsdp and megatron at once, qwen3-moe, glm4-moe and deepseek-v3 in each (they passed before with the models as
+#      drawn; the calibration changed them): six trainers, as on visit R. Beside them,
+#      benchmarks/gdn_algorithm_agreement.py --device cuda on qwen3.5-moe and qwen3-next, calibrated and as drawn: does
+#      bf16 rounding flip routing on the GPU as on the CPU, and does the calibration stop it? (No vLLM: no compile.)
+#   2. the published DeepSeek-V3 (fsdp) and GLM-4.5 (megatron) configs side by side, calibrated as the rows are;
+#   3. qwen3.5-moe and qwen3-next in both actors, after the GDN prefill compile (510 s on visit R), as long as the
+#      machine is held. (The order puts what fits first: 1,034 s of device time were left when the first machine came,
+#      after 766 s of failed starts.)
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] until the plan ends, partial if cut.
 # bash docs/verification/2026-12-07-visit-s-verl-0.9.sh STEP [ARG]
@@ -27,20 +27,18 @@ plan)     # on the node, by itself
   (run_named agreement "$AGREE $(families $GDN_MOE) --out $R/agreement.json"
    run_named agreement-drawn "$AGREE $(families $GDN_MOE) --routed-influence none --out $R/agreement-drawn.json"
    echo "G $(date +%s) $(cat $R/agreement.done) drawn: $(cat $R/agreement-drawn.done)") &
-  run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE))" &
-  run_named megatron "$(verify_cmd megatron --variant megatron --only verl $(families $GDN_MOE))" &
-  wait
-  echo "R1 $(date +%s) fsdp: $(cat $R/fsdp.done) megatron: $(cat $R/megatron.done)"
-  du -sh ~/.cache/flashinfer 2>/dev/null; find ~/.cache/flashinfer -name '*.so' -size +1M -exec ls -la {} + 2>/dev/null
   run_named fsdp-moe "$(verify_cmd fsdp-moe --variant fsdp --only verl $(families $OTHER_MOE))" &
   run_named megatron-moe "$(verify_cmd megatron-moe --variant megatron --only verl $(families $OTHER_MOE))" &
   wait
-  echo "R2 $(date +%s) fsdp-moe: $(cat $R/fsdp-moe.done) megatron-moe: $(cat $R/megatron-moe.done)"
-  run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=Qwen3.5-35B-A3B configs))" &
-  run_named megatron-config "$(verify_cmd megatron-config --variant megatron --only verl \
-            $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))" &
+  echo "R1 $(date +%s) fsdp-moe: $(cat $R/fsdp-moe.done) megatron-moe: $(cat $R/megatron-moe.done)"
+  run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=DeepSeek-V3 configs))" &
+  run_named megatron-config "$(verify_cmd megatron-config --variant megatron --only verl $(CONFIGS=GLM-4.5 configs))" &
   wait
-  echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
+  echo "R2 $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
+  run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE))" &
+  run_named megatron "$(verify_cmd megatron --variant megatron --only verl $(families $GDN_MOE))" &
+  wait
+  echo "end $(date +%s) fsdp: $(cat $R/fsdp.done) megatron: $(cat $R/megatron.done)"
   thorough_runs "$THOROUGH"
   echo "thorough end $(date +%s)" ;;
 *)

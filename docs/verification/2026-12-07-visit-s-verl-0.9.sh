@@ -1,14 +1,14 @@
 # GPU visit S (one H100 or H200), prepared 2026-12-06 after visit R. Visit Q's bundle again (44 parts; see visit R's
 # script for the bundle command); this call's tree brings the check's MoE models calibrated (families.toml
 # routed_influence, kernels/_routed_experts.py). By itself, on the node:
-#   1. fsdp and megatron at once, qwen3-moe, glm4-moe and deepseek-v3 in each (they passed before with the models as
-#      drawn; the calibration changed them): six trainers, as on visit R. Beside them,
-#      benchmarks/gdn_algorithm_agreement.py --device cuda on qwen3.5-moe and qwen3-next, calibrated and as drawn: does
+#   1. benchmarks/gdn_algorithm_agreement.py --device cuda on qwen3.5-moe and qwen3-next, calibrated and as drawn: does
 #      bf16 rounding flip routing on the GPU as on the CPU, and does the calibration stop it? (No vLLM: no compile.)
+#      Then fsdp and megatron at once, qwen3-moe, glm4-moe and deepseek-v3 in each (they passed before with the models
+#      as drawn; the calibration changed them): six trainers, as on visit R.
 #   2. the published DeepSeek-V3 (fsdp) and GLM-4.5 (megatron) configs side by side, calibrated as the rows are;
 #   3. qwen3.5-moe and qwen3-next in both actors, after the GDN prefill compile (510 s on visit R), as long as the
-#      machine is held. (The order puts what fits first: 1,034 s of device time were left when the first machine came,
-#      after 766 s of failed starts.)
+#      machine is held. (The order puts what fits first: this session's device time went to starts that failed:
+#      at best, what comes first runs.)
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] until the plan ends, partial if cut.
 # bash docs/verification/2026-12-07-visit-s-verl-0.9.sh STEP [ARG]
@@ -24,9 +24,9 @@ plan)     # on the node, by itself
   echo "A $(date +%s)"
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
   AGREE="PYTHONPATH=src $ENV/bin/python benchmarks/gdn_algorithm_agreement.py --device cuda --seeds 2"
-  (run_named agreement "$AGREE $(families $GDN_MOE) --out $R/agreement.json"
-   run_named agreement-drawn "$AGREE $(families $GDN_MOE) --routed-influence none --out $R/agreement-drawn.json"
-   echo "G $(date +%s) $(cat $R/agreement.done) drawn: $(cat $R/agreement-drawn.done)") &
+  run_named agreement "$AGREE $(families $GDN_MOE) --out $R/agreement.json"
+  run_named agreement-drawn "$AGREE $(families $GDN_MOE) --routed-influence none --out $R/agreement-drawn.json"
+  echo "G $(date +%s) $(cat $R/agreement.done) drawn: $(cat $R/agreement-drawn.done)"
   run_named fsdp-moe "$(verify_cmd fsdp-moe --variant fsdp --only verl $(families $OTHER_MOE))" &
   run_named megatron-moe "$(verify_cmd megatron-moe --variant megatron --only verl $(families $OTHER_MOE))" &
   wait

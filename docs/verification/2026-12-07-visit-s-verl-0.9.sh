@@ -1,4 +1,5 @@
-# GPU visit S (one H100 or H200), prepared 2026-12-06 after visit R. Visit Q's bundle again (44 parts; see visit R's
+# GPU visit S (one H100 or H200), prepared 2026-12-06 after visit R; not run on 2026-12-06 (no machine came in 1,471 s
+# of device time spent on starts). Visit Q's bundle again (44 parts; see visit R's
 # script for the bundle command); this call's tree brings the check's MoE models calibrated (families.toml
 # routed_influence, kernels/_routed_experts.py). By itself, on the node:
 #   1. benchmarks/gdn_algorithm_agreement.py --device cuda on qwen3.5-moe and qwen3-next, calibrated and as drawn: does

@@ -48,23 +48,29 @@ def test_the_signatures_are_compiled_with_re2():
     assert kinds == {type(re2.compile("x"))}
 
 
+def one_failure(tmp_path, keyword: str, signature: str):
+    """A failures.toml of one entry, X1, whose one signature is `signature` (TOML)."""
+    kb = tmp_path / "failures.toml"
+    kb.write_text(f"""[[failure]]
+id = "X1"
+title = "t"
+priority = 50
+keywords = ["{keyword}"]
+signatures = [{signature}]
+cause = "c"
+fix = ["f"]
+refs = ["r"]
+""")
+    return kb
+
+
 @pytest.mark.parametrize("pattern", [
     r"took .*?(?<![\d.])(?P<seconds>\d{3,}) seconds",  # the lookbehind S5 had
     r"No module named '(?:vllm)\.(?!_C')\w+'",  # a lookahead
     r"requires (?P<p>ray) but you have (?P=p)",  # a back-reference
 ])
 def test_a_pattern_that_needs_backtracking_is_refused_in_one_line(tmp_path, pattern):
-    kb = tmp_path / "failures.toml"
-    kb.write_text(f"""[[failure]]
-id = "X1"
-title = "t"
-priority = 50
-keywords = ["took"]
-signatures = ['''{pattern}''']
-cause = "c"
-fix = ["f"]
-refs = ["r"]
-""")
+    kb = one_failure(tmp_path, "took", f"'''{pattern}'''")
     with pytest.raises(UserError, match=r"X1\.signatures\[0\]: bad regular expression") as e:
         knowledge.load(kb)
     assert "\n" not in str(e.value)
@@ -76,17 +82,7 @@ refs = ["r"]
 ])
 def test_a_regular_expression_that_is_no_string_is_refused_in_one_line(tmp_path, signature, where):
     # The reliability suite's mutated failures.toml found it: RE2 refuses an int with a TypeError of several lines.
-    kb = tmp_path / "failures.toml"
-    kb.write_text(f"""[[failure]]
-id = "X1"
-title = "t"
-priority = 50
-keywords = ["symbol"]
-signatures = [{signature}]
-cause = "c"
-fix = ["f"]
-refs = ["r"]
-""")
+    kb = one_failure(tmp_path, "symbol", signature)
     with pytest.raises(UserError, match=where) as e:
         knowledge.load(kb)
     assert "\n" not in str(e.value)

@@ -50,7 +50,7 @@ FIELDS = {"check", "package", "status", "reason", "numbers", "seconds"}
 
 
 # The kernel folder's helpers (`_` files), importable by the scripts as top-level modules.
-HELPERS = ("_common", "_jit_caches", "_engines", "_models", "_phases", "_kernel_paths")
+HELPERS = ("_common", "_jit_caches", "_engines", "_routed_experts", "_models", "_phases", "_kernel_paths")
 
 
 def load(name: str):

@@ -7,6 +7,7 @@ the contract is exercised on a machine without a GPU.
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 import tables
 from test_verify_profiles import REPO
 from verlenv.catalog import gpus, packages, stacks
-from verlenv.verify import runner
+from verlenv.verify import jit_jobs, runner
 from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST
 from waiting import exited, until
@@ -312,3 +313,15 @@ def test_a_known_upstream_failure_is_reported_with_its_link_and_not_against_the_
     assert plain.status == "fail" and plain.blocking
     passed = runner._result({**entry, "status": "pass"}, "verl", scope)  # fixed upstream: a plain pass
     assert passed.status == "pass" and passed.blocking is False and passed.required
+
+
+def test_the_trainers_slots_and_their_jit_jobs_come_from_one_reading_of_host_memory(kernels, monkeypatch):
+    """The host's free memory changes while a run starts; the slots and the compile jobs must agree on one figure."""
+    reads = []
+    monkeypatch.setattr(jit_jobs, "host_available_gib", lambda: reads.append(40.0) or 40.0)
+    s = settings(kernels, family=["qwen3"])
+    trainer = s.trainer()
+    expected = jit_jobs.jit_jobs(packages.table().jit_caches, s.variant.rollout, trainer["parallel"], 40.0,
+                                 os.cpu_count() or 1)
+    assert (trainer["jit_max_jobs"], trainer["jit_warm_max_jobs"] is not None) == (expected.max_jobs, True)
+    assert reads == [40.0]

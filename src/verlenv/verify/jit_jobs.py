@@ -47,8 +47,8 @@ def host_available_gib() -> float | None:
         return None
 
 
-def for_this_host(caches: dict, rollout: str, trainers: int) -> JitJobs | None:
-    mem = host_available_gib()
+def for_host(caches: dict, rollout: str, trainers: int, mem: float | None) -> JitJobs | None:
+    """jit_jobs on this host's cores with `mem` GiB available (host_available_gib); None where that is unknown."""
     if mem is None:  # the compiler's own default stands
         return None
     return jit_jobs(caches, rollout, trainers, mem, os.cpu_count() or 1)

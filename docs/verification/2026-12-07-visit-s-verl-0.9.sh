@@ -10,6 +10,9 @@
 #      drawn; the calibration changed them): six trainers, as on visit R;
 #   4. the published DeepSeek-V3 (fsdp) and GLM-4.5 (megatron) configs side by side, calibrated as the rows are;
 #   5. --thorough per family, as long as the machine is held.
+#   0. First, when the install-base call carries .carry/aot (scripts/flashinfer_aot.py's package, compiled on the CPU
+#      machine): benchmarks/flashinfer_gdn_aot.py, a few seconds: does the prebuilt GDN prefill module load, and match
+#      the float64 gated delta rule? It runs in its own process only; verify's runs never see the package.
 #   With 1,800 s of device time, 1-3 fit after the parts (224 s); with less than about 1,300 s left when the first
 #   machine comes, set FIRST=other before the install-base call: step 3 then runs before step 2.
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
@@ -40,6 +43,10 @@ case $step in
 plan)     # on the node, by itself
   echo "A $(date +%s)"
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  if [ -d /root/aot/flashinfer_jit_cache ]; then  # the prebuilt GDN prefill module, alone, before any compile of it
+    run_named aot "$ENV/bin/python benchmarks/flashinfer_gdn_aot.py --jit-cache /root/aot --out $R/aot.json"
+    echo "AOT $(date +%s) $(cat $R/aot.done)"
+  fi
   AGREE="PYTHONPATH=src $ENV/bin/python benchmarks/gdn_algorithm_agreement.py --device cuda --seeds 2"
   run_named agreement "$AGREE $(families $GDN_MOE) --out $R/agreement.json"
   run_named agreement-drawn "$AGREE $(families $GDN_MOE) --routed-influence none --out $R/agreement-drawn.json"
@@ -51,6 +58,9 @@ plan)     # on the node, by itself
   echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
   thorough_runs "$THOROUGH"
   echo "thorough end $(date +%s)" ;;
+install-base)  # when this call carries it (.carry/aot), the AOT package goes where the plan looks for it first
+  [ -d .carry/aot/flashinfer_jit_cache ] && mkdir -p /root/aot && cp -r .carry/aot/flashinfer_jit_cache /root/aot/
+  visit_step "$step" "$@" ;;
 *)
   visit_step "$step" "$@" ;;
 esac

@@ -23,7 +23,7 @@ set -uo pipefail
 SELF=docs/verification/2026-12-07-visit-s-verl-0.9.sh
 GDN_MOE="qwen3.5-moe qwen3-next" OTHER_MOE="qwen3-moe glm4-moe deepseek-v3"
 THOROUGH="fsdp:qwen3.5 megatron:qwen3.5 fsdp:qwen3-next megatron:qwen3-next"  # in this order, while held
-FIRST=gdn  # or other (see above)
+FIRST=other  # or gdn (see above); other: set 2026-12-07 with 1,079 s of device time left before any machine came
 AGREEMENT=yes  # no: skip step 1 (about 60 s) where step 2 would not fit otherwise (about 900 s on visit R)
 gdn_moe() {
   run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE))" &

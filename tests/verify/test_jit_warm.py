@@ -62,6 +62,9 @@ def test_the_runner_hands_the_rows_and_a_bound_for_one_compile_and_gives_it_time
 FAKE_JIT = textwrap.dedent("""
     import os, subprocess, sys
     class Spec:
+        is_aot = os.environ.get("FAKE_AOT") == "yes"  # as FlashInfer's JitSpec: a jit-cache package holds it
+        def get_library_path(self):
+            return "/prebuilt/fake.so" if self.is_aot else "/jit/fake.so"
         def build_and_load(self):
             mode = os.environ["FAKE_MODE"]
             if mode == "fail":
@@ -95,6 +98,16 @@ def test_the_compile_gets_the_bound_unless_the_user_set_max_jobs(fake, monkeypat
     assert "compiled once before the trainers" in note and "MAX_JOBS=13" in note
     monkeypatch.setenv("MAX_JOBS", "4")
     assert fake.trainer.warm(fake.row, 13)[0]["max_jobs"] == 4 and fake.out.read_text() == "4"
+
+
+def test_a_prebuilt_module_is_reported_as_loaded_not_compiled(fake, monkeypatch):
+    monkeypatch.setenv("FAKE_MODE", "ok")
+    monkeypatch.setenv("FAKE_AOT", "yes")
+    numbers, note = fake.trainer.warm(fake.row, 13)
+    assert numbers["prebuilt"] is True and note.startswith("loaded prebuilt from /prebuilt/fake.so, nothing compiled")
+    monkeypatch.setenv("FAKE_AOT", "no")
+    numbers, note = fake.trainer.warm(fake.row, 13)
+    assert numbers["prebuilt"] is False and note.startswith("compiled once before the trainers")
 
 
 def test_a_failed_compile_says_its_error_in_one_line(fake, monkeypatch):

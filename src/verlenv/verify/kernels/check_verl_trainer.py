@@ -27,6 +27,7 @@ Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", 
 import atexit
 import contextlib
 import importlib
+import json
 import math
 import os
 import re
@@ -658,6 +659,7 @@ class Queue:
 
 # Run in the env, by path: the engine's own JIT spec of a kernel module, compiled and loaded as the engine would.
 WARM_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_jit.py")
+WARM_MARK = "verlenv-jit-warm: "  # _warm_jit.py's MARK: the line that says whether the module is prebuilt
 
 
 def warm(row: dict, max_jobs: int | None, environ=os.environ, python: str = sys.executable):
@@ -682,8 +684,21 @@ def warm(row: dict, max_jobs: int | None, environ=os.environ, python: str = sys.
         print(out[-6000:], flush=True)
         raise _common.Failed(f"{what} failed: {failure_line(out.splitlines())}")
     jobs = env.get("MAX_JOBS", "")
-    return ({"wall_s": round(time.monotonic() - start, 1), "max_jobs": int(jobs) if jobs.isdigit() else None},
-            f"compiled once before the trainers, {what}: {row['why']}")
+    found = warm_found(out)
+    numbers = {"wall_s": round(time.monotonic() - start, 1), "max_jobs": int(jobs) if jobs.isdigit() else None,
+               "prebuilt": found.get("prebuilt")}
+    if found.get("prebuilt"):
+        return numbers, f"loaded prebuilt from {found.get('library')}, nothing compiled: {row['why']}"
+    return numbers, f"compiled once before the trainers, {what}: {row['why']}"
+
+
+def warm_found(out: str) -> dict:
+    """What _warm_jit.py said of the spec before loading it (prebuilt, library); {} if it said nothing."""
+    for line in out.splitlines():
+        if line.startswith(WARM_MARK):
+            with contextlib.suppress(ValueError):
+                return json.loads(line[len(WARM_MARK):])
+    return {}
 
 
 def warm_checks(profile, torch) -> list:

@@ -1,5 +1,7 @@
 # GPU visit S (one H100 or H200), prepared 2026-12-06 after visit R; not run on 2026-12-06 (no machine came in 1,471 s
-# of device time spent on starts). Visit Q's bundle again (44 parts; see visit R's
+# of device time spent on starts). Run 2026-12-07, 01:17-01:29 UTC, on an H100 with FIRST=other and AGREEMENT=no
+# (738 s were left when the machine came): step 0, and step 3 up to the megatron verdicts (the fsdp run was cut);
+# what happened: 2026-12-07-visit-s-verl-0.9.md. Visit Q's bundle again (44 parts; see visit R's
 # script for the bundle command); this call's tree brings the check's MoE models calibrated (families.toml
 # routed_influence, kernels/_routed_experts.py). By itself, on the node:
 #   1. benchmarks/gdn_algorithm_agreement.py --device cuda on qwen3.5-moe and qwen3-next, calibrated and as drawn: does
@@ -24,7 +26,7 @@ SELF=docs/verification/2026-12-07-visit-s-verl-0.9.sh
 GDN_MOE="qwen3.5-moe qwen3-next" OTHER_MOE="qwen3-moe glm4-moe deepseek-v3"
 THOROUGH="fsdp:qwen3.5 megatron:qwen3.5 fsdp:qwen3-next megatron:qwen3-next"  # in this order, while held
 FIRST=other  # or gdn (see above); other: set 2026-12-07 with 1,079 s of device time left before any machine came
-AGREEMENT=yes  # no: skip step 1 (about 60 s) where step 2 would not fit otherwise (about 900 s on visit R)
+AGREEMENT=no  # no: skip step 1 (about 60 s) where step 2 would not fit otherwise (about 900 s on visit R)
 gdn_moe() {
   run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE))" &
   run_named megatron "$(verify_cmd megatron --variant megatron --only verl $(families $GDN_MOE))" &

@@ -50,10 +50,12 @@ def test_the_committed_reports_give_the_llama_column():
     assert {f: cell(data, "verl-0.9", "megatron", "fast", f)["status"] for f in text} == dict.fromkeys(text, "pass")
     vl = cell(data, "verl-0.9", "megatron", "fast", "qwen2.5-vl")
     assert (vl["status"], vl["known_issue"]) == ("known*", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4507")
-    # Visit Q (H100), with apex: Megatron's deepseek-v3 passes (visit N's run, killed with the host's memory, is older);
-    # fsdp trains the published Qwen3-VL-8B config, a column of its own.
-    assert cell(data, "verl-0.9", "megatron", "fast", "deepseek-v3")["report"].endswith("-visit-q.json")
-    assert cell(data, "verl-0.9", "megatron", "fast", "deepseek-v3")["status"] == "pass"
+    # Visit Q (H100), with apex: Megatron's deepseek-v3 passed (visit N's run, killed with the host's memory, is older);
+    # visit S (H100) passed it again with the calibrated MoE models, and glm4-moe and qwen3-moe with it (the newest
+    # report gives the cell); fsdp trains the published Qwen3-VL-8B config, a column of its own.
+    for family in ("deepseek-v3", "glm4-moe", "qwen3-moe"):
+        moe = cell(data, "verl-0.9", "megatron", "fast", family)
+        assert (moe["status"], moe["report"].endswith("-visit-s.json")) == ("pass", True), family
     assert cell(data, "verl-0.9", "fsdp", "fast", "config-qwen3-vl-8b-instruct")["status"] == "pass"
 
 

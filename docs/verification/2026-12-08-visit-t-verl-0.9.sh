@@ -1,0 +1,57 @@
+# GPU visit T (one H100 or H200), prepared 2026-12-07 after visit S; not run yet. Visit Q's bundle again (44 parts;
+# see visit R's script for the bundle command). What visit S left, on the node, by itself:
+#   1. benchmarks/gdn_algorithm_agreement.py --device cuda on qwen3.5-moe and qwen3-next, calibrated and as drawn: does
+#      bf16 rounding flip routing on the GPU as on the CPU, and does the calibration stop it? (No vLLM: no compile.)
+#   2. fsdp and megatron at once, qwen3.5-moe and qwen3-next in each, with the calibrated models (they failed the
+#      agreement bound on visit R with the models as drawn), after the GDN prefill compile (510 s): four trainers,
+#      about 900 s in all on visit R;
+#   3. fsdp alone, qwen3-moe, glm4-moe and deepseek-v3 with the calibrated models (visit S's fsdp run was cut; its
+#      megatron run passed): three trainers, about 280 s on visit S;
+#   4. the published DeepSeek-V3 (fsdp) and GLM-4.5 (megatron) configs side by side, calibrated as the rows are;
+#   5. --thorough per family, as long as the machine is held.
+#   With 1,800 s of device time, 1-3 fit after the parts (245 s on visit S). With less than about 1,450 s left when the
+#   first machine comes, set FIRST=fsdp before the install-base call: step 3 then runs before step 2; with less than
+#   about 1,250 s, AGREEMENT=no as well.
+# One `run` call per step, back to back (a machine is given back 30 s after a call ends):
+#   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] (G, R-gdn, R-fsdp, end) until the
+#   plan ends, partial if cut. A wait call must end before the device time does, or what it gathered is lost.
+# bash docs/verification/2026-12-08-visit-t-verl-0.9.sh STEP [ARG]
+set -uo pipefail
+SELF=docs/verification/2026-12-08-visit-t-verl-0.9.sh
+GDN_MOE="qwen3.5-moe qwen3-next" OTHER_MOE="qwen3-moe glm4-moe deepseek-v3"
+THOROUGH="fsdp:qwen3.5 megatron:qwen3.5 fsdp:qwen3-next megatron:qwen3-next"  # in this order, while held
+FIRST=gdn  # or fsdp (see above)
+AGREEMENT=yes  # or no (see above)
+gdn_moe() {
+  run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE))" &
+  run_named megatron "$(verify_cmd megatron --variant megatron --only verl $(families $GDN_MOE))" &
+  wait
+  echo "R-gdn $(date +%s) fsdp: $(cat $R/fsdp.done) megatron: $(cat $R/megatron.done)"
+}
+fsdp_moe() {
+  run_named fsdp-moe "$(verify_cmd fsdp-moe --variant fsdp --only verl $(families $OTHER_MOE))"
+  echo "R-fsdp $(date +%s) fsdp-moe: $(cat $R/fsdp-moe.done)"
+}
+step=$1; shift
+. docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers, the common steps
+
+case $step in
+plan)     # on the node, by itself
+  echo "A $(date +%s)"
+  $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  AGREE="PYTHONPATH=src $ENV/bin/python benchmarks/gdn_algorithm_agreement.py --device cuda --seeds 2"
+  if [ "$AGREEMENT" = yes ]; then
+    run_named agreement "$AGREE $(families $GDN_MOE) --out $R/agreement.json"
+    run_named agreement-drawn "$AGREE $(families $GDN_MOE) --routed-influence none --out $R/agreement-drawn.json"
+  fi
+  echo "G $(date +%s) $(cat $R/agreement.done 2>/dev/null) drawn: $(cat $R/agreement-drawn.done 2>/dev/null)"
+  if [ "$FIRST" = fsdp ]; then fsdp_moe; gdn_moe; else gdn_moe; fsdp_moe; fi
+  run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=DeepSeek-V3 configs))" &
+  run_named megatron-config "$(verify_cmd megatron-config --variant megatron --only verl $(CONFIGS=GLM-4.5 configs))" &
+  wait
+  echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
+  thorough_runs "$THOROUGH"
+  echo "thorough end $(date +%s)" ;;
+*)
+  visit_step "$step" "$@" ;;
+esac

@@ -332,6 +332,25 @@ def test_run_trainer_streams_times_and_kills_a_hang(tmp_path, capsys):
     assert exited(pid), f"the trainer's child {pid} outlived the timeout"
 
 
+def test_a_trainer_stopped_from_outside_leaves_what_it_printed_in_its_log(tmp_path):
+    """Visit S: the device time ended while the fsdp trainers ran, and their logs, written only at the end, were not
+    there. The log now takes each line as it arrives: while the trainer still runs (a stand-in that prints two lines
+    and hangs), its log reads back with both."""
+    t = trainer()
+    printed = tmp_path / "printed"
+    hang = ("import threading; print('step:1 - pg_loss:0.1', flush=True); print('step:2 - pg_loss:0.2', flush=True); "
+            f"open({str(printed)!r}, 'w').close(); threading.Event().wait()")
+    log = tmp_path / "trainer.qwen3.log"
+    run = t.TrainerRun([sys.executable, "-c", hang], str(tmp_path), live_log=str(log))
+    try:
+        assert until(lambda: printed.exists() and log.read_text().count("\n") == 3 or run.proc.poll() is not None)
+        lines, launch_wall = load("_phases").read_timed_log(log.read_text())
+        assert [x.text for x in lines] == ["step:1 - pg_loss:0.1", "step:2 - pg_loss:0.2"] and run.proc.poll() is None
+        assert launch_wall == pytest.approx(run.launch_wall, abs=1e-3)
+    finally:
+        assert run.wait(timeout=0) is None  # stopped from outside, as the device's end stops it
+
+
 def test_a_run_whose_rollout_engine_died_is_stopped_not_waited_out(tmp_path):
     """GPU visit K: vLLM's worker failed on verl's first weight sync and verl's driver waited on the dead server until
     the check's 540 s. A stand-in for main_ppo (test double) prints the engine's real dying lines, then hangs with a

@@ -249,6 +249,14 @@ def _step_parts(name: str, metrics: dict[str, float]) -> dict[str, float]:
     return {f"phase/{name}/{t}_s": timers[t] for t in ordered}
 
 
+def timed_log_header(launch_wall: float) -> str:
+    return f"# verlenv trainer log: launch_wall={launch_wall:.3f}\n"
+
+
+def timed_log_line(line: Line) -> str:
+    return f"{'' if line.arrival is None else f'{line.arrival:.3f}'}\t{line.text}\n"
+
+
 def write_timed_log(path: str, lines: list[Line], launch_wall: float) -> None:
     """The trainer's output with each line's arrival, for reading back with read_timed_log (atomically)."""
     import os
@@ -258,9 +266,8 @@ def write_timed_log(path: str, lines: list[Line], launch_wall: float) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(f"# verlenv trainer log: launch_wall={launch_wall:.3f}\n")
-            for line in lines:
-                f.write(f"{'' if line.arrival is None else f'{line.arrival:.3f}'}\t{line.text}\n")
+            f.write(timed_log_header(launch_wall))
+            f.writelines(timed_log_line(line) for line in lines)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

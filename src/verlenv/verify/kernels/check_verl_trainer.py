@@ -368,9 +368,13 @@ class TrainerRun:
     (the report keeps a failure's tail) from the start, or, with hold=True, from echo() on: output printed while
     another check runs would be filed under that check."""
 
-    def __init__(self, cmd, workdir, hold: bool = False, ray_address: str = "local", env: dict | None = None):
+    def __init__(self, cmd, workdir, hold: bool = False, ray_address: str = "local", env: dict | None = None,
+                 live_log: str | None = None):
         self.launch_wall, self.start, self.end = time.time(), time.monotonic(), None
         self.lines: list[_phases.Line] = []
+        # Each line also goes to live_log as it arrives, so a run stopped from outside (the verify run killed, the
+        # machine taken back) leaves what it printed; keep_log rewrites the file whole at the end.
+        self._live = open_live_log(live_log, self.launch_wall)
         self.dead_engine: str | None = None  # the first line saying the rollout engine died
         self._over = threading.Event()  # the driver exited, or the engine died
         self._lock = threading.Lock()
@@ -386,11 +390,28 @@ class TrainerRun:
         for raw in self.proc.stdout:
             with self._lock:
                 self.lines.append(_phases.Line(time.monotonic() - self.start, raw.rstrip("\n")))
+                self._write_live(self.lines[-1])
                 if self.dead_engine is None and DEAD_ENGINE_LINE.search(raw):
                     self.dead_engine = raw.strip()
                     self._over.set()
                 if self._echoing:
                     self._flush()
+        if self._live is not None:
+            self._live.close()
+
+    def _write_live(self, line):
+        """One line into the live log; a failure to write (a full disk) ends the live log, never the reading: an
+        unread pipe would stall the trainer."""
+        if self._live is None:
+            return
+        try:
+            self._live.write(_phases.timed_log_line(line))
+            self._live.flush()
+        except OSError as e:
+            print(f"VERLENV_TRAINER_LOG: stopped writing it as lines arrive ({e.strerror})", flush=True)
+            with contextlib.suppress(OSError):
+                self._live.close()
+            self._live = None
 
     def _flush(self):
         for line in self.lines[self._echoed:]:
@@ -465,13 +486,35 @@ def check_import():
     return {}, f"verl {verl.__version__}: main_ppo imports (this verl does not use TransferQueue)"
 
 
-def keep_log(run: TrainerRun, family: str | None = None, environ=os.environ) -> None:
-    """The trainer's whole output with arrivals, where VERLENV_TRAINER_LOG asks for it (a failure to write it is
-    said, not a failed check); with family, that family's log (the family's name before the file's suffix)."""
+def log_path(family: str | None = None, environ=os.environ) -> str | None:
+    """Where VERLENV_TRAINER_LOG asks for the trainer's output; with family, that family's log (the family's name
+    before the file's suffix); None where it asks for none."""
     path = environ.get("VERLENV_TRAINER_LOG")
     if path and family:
         root, ext = os.path.splitext(path)
         path = f"{root}.{family}{ext}"
+    return path or None
+
+
+def open_live_log(path: str | None, launch_wall: float):
+    """The trainer log opened for its lines as they arrive, header written; None without a path, or if it cannot
+    be written (said once, not a failed check)."""
+    if not path:
+        return None
+    try:
+        live = open(path, "w", encoding="utf-8")  # noqa: SIM115  closed when the output ends (_read)
+        live.write(_phases.timed_log_header(launch_wall))
+        live.flush()
+        return live
+    except OSError as e:
+        print(f"VERLENV_TRAINER_LOG {path}: cannot write it ({e.strerror})", flush=True)
+        return None
+
+
+def keep_log(run: TrainerRun, family: str | None = None, environ=os.environ) -> None:
+    """The trainer's whole output with arrivals, where VERLENV_TRAINER_LOG asks for it (a failure to write it is
+    said, not a failed check); with family, that family's log (log_path)."""
+    path = log_path(family, environ)
     if path:
         try:
             _phases.write_timed_log(path, run.lines, run.launch_wall)
@@ -496,6 +539,11 @@ class TrainerCheck:
     def name(self) -> str:
         return f"verl/trainer/{self.profile.variant}/{self.family['name']}/grpo-{STEPS}-steps"
 
+    @property
+    def log_family(self) -> str | None:
+        """The family's name in its log's file name where several families train (each its own log)."""
+        return self.family["name"] if len(self.trainer.get("families") or []) > 1 else None
+
     def launch(self, hold: bool = False):
         """Start the trainer; a failure here is kept for finish() to report as this family's check."""
         try:
@@ -515,7 +563,7 @@ class TrainerCheck:
             # Ray's own folder per trainer: several trainers side by side each start a Ray of their own.
             env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="vray-", dir="/tmp")
             self.paths["ray_tmp"] = env["RAY_TMPDIR"]
-            self.run = TrainerRun(self.cmd, self.paths["run"], hold=hold, env=env)
+            self.run = TrainerRun(self.cmd, self.paths["run"], hold=hold, env=env, live_log=log_path(self.log_family))
         except Exception as e:  # noqa: BLE001  reported by finish(), under this family's check
             self.error = e
             if not isinstance(e, _common.Failed):
@@ -553,7 +601,7 @@ class TrainerCheck:
             steps = parse_metrics(texts)
             final = hf_checkpoint(os.path.join(self.paths["checkpoints"], f"global_step_{STEPS}", "actor"))
             weights = weight_change(self.torch, self.paths["model"], final) if final else None
-            keep_log(run, self.family["name"] if len(self.trainer.get("families") or []) > 1 else None)
+            keep_log(run, self.log_family)
         finally:
             self.abandon()
         numbers, problems = judge(steps, weights)

@@ -17,7 +17,8 @@ Two modes (the profile's `thorough`): the fast proof (default) applies the actor
 check and runs families side by side (the profile's `trainer.parallel` at once); thorough keeps verl's defaults
 (CUDA graphs, torch.compile) and runs the families in turn. The profile's rollout_tp and actor_tp set the
 tensor-parallel sizes. VERLENV_TRAINER_LOG=<file> keeps the trainer's whole output there, each line with its arrival
-(_phases.read_timed_log); with several families, each family's log is <file> with the family before its suffix.
+(_phases.read_timed_log), written as the lines arrive; with several families, each family's log is <file> with the
+family before its suffix.
 
 Thresholds: none (the agreement bounds are above).
 Run: python check_verl_trainer.py --out results.json --profile '{"key": "h100", "arch": "9.0", "fp8": true,

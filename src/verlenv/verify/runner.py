@@ -6,6 +6,7 @@ runs everything one after the other. Results are reported in the same order eith
 scripts in that order."""
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -54,9 +55,6 @@ class Settings:
     families: list[dict] = field(default_factory=list)
     # How many trainers run at once, decided once per run (the host's free memory changes while it runs).
     _slots: trainer_slots.Slots | None = field(default=None, init=False, repr=False, compare=False)
-    # The host's available memory (GiB) as read once for this run, so the trainers' slots and the JIT compiles' jobs
-    # are decided from one figure; empty until first read, [None] where the host cannot say.
-    _host_gib: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, o: VerifyOptions, *, python: str, cat: stacks.Catalog, variant: stacks.Variant,
@@ -124,10 +122,10 @@ class Settings:
         slots = self.slots()
         parallel = slots.trainers
         caches = packages.table().jit_caches
-        jit = jit_jobs.for_host(caches, self.variant.rollout, parallel, self.host_gib())
+        jit = jit_jobs.for_host(caches, self.variant.rollout, parallel, self.host_gib)
         warm = kernel_paths.warm_rows(self.families, self.variant.rollout, families.table())
         # A warm compile runs before the trainers, alone.
-        alone = jit_jobs.for_host(caches, self.variant.rollout, 1, self.host_gib())
+        alone = jit_jobs.for_host(caches, self.variant.rollout, 1, self.host_gib)
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
                 "overrides": dict(self.variant.trainer_overrides), "families": self.trained_families(rows),
                 "parallel": parallel,
@@ -142,15 +140,15 @@ class Settings:
         """How many trainers run at once, and which bound set it: decided at its first call."""
         if self._slots is None:
             memory = min((g.memory_mib for g in self.gpus if g.memory_mib), default=0) / 1024
-            self._slots = trainer_slots.trainers_at_once(len(self.families), memory, self.host_gib(),
+            self._slots = trainer_slots.trainers_at_once(len(self.families), memory, self.host_gib,
                                                          self.thorough)
         return self._slots
 
+    @functools.cached_property
     def host_gib(self) -> float | None:
-        """This host's available memory (GiB), read at the first call; None where the host cannot say."""
-        if not self._host_gib:
-            self._host_gib.append(jit_jobs.host_available_gib())
-        return self._host_gib[0]
+        """This host's available memory (GiB), read once per run, so the trainers' slots and the JIT compiles' jobs
+        are decided from one figure; None where the host cannot say."""
+        return jit_jobs.host_available_gib()
 
     def trained_families(self, rows: backends.Table) -> list[dict]:
         """The family rows with `actor_needs`: the actor's compiled modules each family's trainer imports, decided

@@ -11,7 +11,6 @@ the project's own, verlenv.native.toolchain.runtime_cuda_home, unless CUDA_HOME 
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -36,13 +35,9 @@ def get_jit_cache_dir() -> str:
 '''
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def setup_env(work: Path, archs: str, jobs: int | None) -> dict:
     """FlashInfer's environment, set before it is imported: its workspace, the archs, nvcc's CUDA_HOME, the jobs."""
-    from verlenv.native.parallelism import mem_available_gib, usable_gib
+    from verlenv.native.parallelism import mem_available_gib, parallelism_for
     from verlenv.native.toolchain import runtime_cuda_home
 
     os.environ["FLASHINFER_WORKSPACE_BASE"] = str(work)
@@ -54,13 +49,16 @@ def setup_env(work: Path, archs: str, jobs: int | None) -> dict:
                              "toolkit of torch's CUDA major")
         os.environ["CUDA_HOME"] = str(home)
     os.environ["PATH"] = f"{os.environ['CUDA_HOME']}/bin:{Path(sys.executable).parent}:{os.environ['PATH']}"
-    by_memory = int(usable_gib(mem_available_gib()) // GIB_PER_JOB)
-    os.environ["MAX_JOBS"] = str(jobs or max(1, min(os.cpu_count() or 1, by_memory)))
+    # The builder's own bound (cores, and memory less its safety margin); nvcc threads do not apply: one arch.
+    os.environ["MAX_JOBS"] = str(jobs or parallelism_for(GIB_PER_JOB, 0.0, 1, mem_available_gib(),
+                                                         os.cpu_count() or 1).jobs)
     return {k: os.environ[k] for k in ("CUDA_HOME", "FLASHINFER_CUDA_ARCH_LIST", "MAX_JOBS")}
 
 
 def build(name: str, jit_cache: Path) -> dict:
     """Compile one module (MOD:FUNC returns its JIT spec) and place its .so where FlashInfer looks for it."""
+    from verlenv.native.sources import sha256_file
+
     module, _, func = name.partition(":")
     spec = getattr(import_module(module), func)()
     started = time.time()
@@ -69,7 +67,7 @@ def build(name: str, jit_cache: Path) -> dict:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(spec.jit_library_path, dest)
     return {"spec": name, "name": spec.name, "wall_s": round(time.time() - started, 1), "bytes": dest.stat().st_size,
-            "sha256": sha256(dest)}
+            "sha256": sha256_file(dest)}
 
 
 def main(argv=None) -> int:

@@ -39,17 +39,10 @@ case $step in
 plan)     # on the node, by itself
   echo "A $(date +%s)"
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
-  AGREE="PYTHONPATH=src $ENV/bin/python benchmarks/gdn_algorithm_agreement.py --device cuda --seeds 2"
-  if [ "$AGREEMENT" = yes ]; then
-    run_named agreement "$AGREE $(families $GDN_MOE) --out $R/agreement.json"
-    run_named agreement-drawn "$AGREE $(families $GDN_MOE) --routed-influence none --out $R/agreement-drawn.json"
-  fi
+  [ "$AGREEMENT" = yes ] && agreement_runs "$GDN_MOE"
   echo "G $(date +%s) $(cat $R/agreement.done 2>/dev/null) drawn: $(cat $R/agreement-drawn.done 2>/dev/null)"
   if [ "$FIRST" = fsdp ]; then fsdp_moe; gdn_moe; else gdn_moe; fsdp_moe; fi
-  run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=DeepSeek-V3 configs))" &
-  run_named megatron-config "$(verify_cmd megatron-config --variant megatron --only verl $(CONFIGS=GLM-4.5 configs))" &
-  wait
-  echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
+  published_config_runs
   thorough_runs "$THOROUGH"
   echo "thorough end $(date +%s)" ;;
 *)

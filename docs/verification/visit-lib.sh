@@ -40,6 +40,17 @@ thorough_runs() {  # $1 = "variant:family ...", in that order; $2 = verify optio
     echo "T $v $f $(date +%s) $(cat $R/thorough-$v-$f.done)"
   done
 }
+agreement_runs() {  # $1 = families: benchmarks/gdn_algorithm_agreement.py on the GPU, calibrated and as drawn
+  local agree="PYTHONPATH=src $ENV/bin/python benchmarks/gdn_algorithm_agreement.py --device cuda --seeds 2"
+  run_named agreement "$agree $(families $1) --out $R/agreement.json"
+  run_named agreement-drawn "$agree $(families $1) --routed-influence none --out $R/agreement-drawn.json"
+}
+published_config_runs() {  # the published DeepSeek-V3 (fsdp) and GLM-4.5 (megatron) configs side by side; mark `end`
+  run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=DeepSeek-V3 configs))" &
+  run_named megatron-config "$(verify_cmd megatron-config --variant megatron --only verl $(CONFIGS=GLM-4.5 configs))" &
+  wait
+  echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
+}
 configs() { for c in $CONFIGS; do printf -- ' --model-config /root/published/%s/config.json' "$c"; done; }
 verify_cmd() {  # $1 = name, rest = verify options: `nox -s verify-<gpu>` offline from the bundle's tools, in the env
   local name=$1; shift

@@ -20,8 +20,8 @@ set -uo pipefail
 SELF=docs/verification/2026-12-08-visit-t-verl-0.9.sh
 GDN_MOE="qwen3.5-moe qwen3-next" OTHER_MOE="qwen3-moe glm4-moe deepseek-v3"
 THOROUGH="fsdp:qwen3.5 megatron:qwen3.5 fsdp:qwen3-next megatron:qwen3-next"  # in this order, while held
-FIRST=gdn  # or fsdp (see above)
-AGREEMENT=yes  # or no (see above)
+FIRST=${FIRST:-gdn}  # or fsdp (see above); from the install-base call's environment
+AGREEMENT=${AGREEMENT:-yes}  # or no (see above)
 gdn_moe() {
   run_named fsdp "$(verify_cmd fsdp --variant fsdp --only verl $(families $GDN_MOE))" &
   run_named megatron "$(verify_cmd megatron --variant megatron --only verl $(families $GDN_MOE))" &

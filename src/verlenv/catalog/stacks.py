@@ -6,6 +6,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from verlenv.catalog import backends
 from verlenv.errors import UserError
@@ -39,6 +40,13 @@ class SourceBuild:
     @property
     def url(self) -> str | None:
         return self.requirement.url
+
+    @property
+    def indexed(self) -> bool:
+        """Its version is one an index can serve, so the resolver takes its dependencies from the published metadata.
+        Not a git URL (uv would clone and build it) nor a version with a local label (`0.6.12+verlenv`: this project's
+        own build, which no public index may carry)."""
+        return self.url is None and Version(self.version).local is None
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,9 @@ def base_of(variant: stacks.Variant) -> stacks.Variant | None:
 
 def resolver_requirements(variant: stacks.Variant) -> list[str]:
     """The variant's pins plus its source builds, so their dependencies come from real metadata.
-    Source builds named only by a URL (git) stay out: uv would clone and build them."""
-    return [*variant.requirements, *(str(b.requirement) for b in variant.source_builds if b.url is None)]
+    Source builds no index serves (a git URL, this project's own build) stay out: uv would clone and build them,
+    or find none."""
+    return [*variant.requirements, *(str(b.requirement) for b in variant.source_builds if b.indexed)]
 
 
 def resolver_overrides(variant: stacks.Variant) -> list[str]:
@@ -62,7 +63,7 @@ def resolver_overrides(variant: stacks.Variant) -> list[str]:
     dropped = []
     for name in sorted(variant.not_taken):
         build = variant.source_build(name)
-        dropped.append(str(build.requirement) if build and build.url is None else f"{name} ; sys_platform == 'never'")
+        dropped.append(str(build.requirement) if build and build.indexed else f"{name} ; sys_platform == 'never'")
     return [*variant.overrides, *dropped]
 
 
@@ -83,7 +84,7 @@ def uv_flags(variant: stacks.Variant, platform: str = pins.LOCK_PLATFORM) -> lis
              "--generate-hashes", "--exclude-newer", stack.exclude_newer]
     for name, date in sorted(stack.exclude_newer_package.items()):
         flags += ["--exclude-newer-package", f"{name}={date}"]
-    for build in sorted(b.name for b in variant.source_builds if b.url is None):
+    for build in sorted(b.name for b in variant.source_builds if b.indexed):
         flags += ["--no-emit-package", build]
     return flags + ["--no-config", "--default-index", INDEX, "--custom-compile-command", COMPILE_COMMAND]
 

@@ -144,13 +144,14 @@ def plan_build(root: Path, variant: stacks.Variant, package: str, python: str, a
     if wanted is None:
         names = ", ".join(b.name for b in variant.source_builds)
         raise UserError(f"{variant.key} does not build {package} from source; it builds: {names}")
-    if recipe.gpu_code and (unsupported := cubins.uncompilable(recipe.package, archs)):
+    if recipe.gpu_code and not recipe.arch_subset and (unsupported := cubins.uncompilable(recipe.package, archs)):
         raise UserError(f"{recipe.package} compiles for {', '.join(cubins.compiles_for(recipe.package))} only "
                         f"(data/gpu_code.toml [compiles]), not {', '.join(unsupported)}; a later minor of the same "
                         f"major runs the build of its major's arch (10.3 runs 10.0, 12.1 runs 12.0)")
     built_archs = recipe.archs_built(archs) if recipe.gpu_code else []  # host-only code: one build serves all archs
     exact_minor_for = recipe.package if recipe.nvcc_match == "exact" else None  # its build refuses another minor
-    info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for, toolkit=toolkit)
+    info, tc = toolchain.resolve(python, work, exact_minor_for=exact_minor_for, toolkit=toolkit,
+                                 link_stub=recipe.libcuda_link_stub)
     fixed = f" (its setup.py compiles {';'.join(built_archs)})" if recipe.fixed_archs else ""
     print(f"verlenv build {recipe.package}: torch {info.torch} CUDA {info.cuda} {info.python_tag} "
           f"cxx11abi={info.cxx11_abi}; archs {';'.join(archs)}{fixed}", file=sys.stderr)
@@ -159,9 +160,20 @@ def plan_build(root: Path, variant: stacks.Variant, package: str, python: str, a
         print(f"  warning: {tc.warning}", file=sys.stderr)
     version = recipe.source.version_for(wanted.version)
     inputs = fingerprint_inputs(recipe, version, recipe.source.source_id(version), info, built_archs, tc.nvcc_version)
-    checked = [*archs, *(d for d in devices or [] if d not in archs)]
+    checked = subset_checked(recipe, [*archs, *(d for d in devices or [] if d not in archs)])
     return BuildPlan(recipe, python, version, archs, built_archs, checked, info, tc, inputs,
                      wheelcache.fingerprint(inputs))
+
+
+def subset_checked(recipe: recipes.Recipe, archs: list[str]) -> list[str]:
+    """The archs whose cubins the build must carry: all asked for, or, for a recipe with kernels for some archs only,
+    those of them it has kernels for (it carries none for the others, and says so)."""
+    if not recipe.arch_subset:
+        return archs
+    if none := cubins.uncompilable(recipe.package, archs):
+        print(f"  {recipe.package} has kernels for {', '.join(cubins.compiles_for(recipe.package))} only: none for "
+              f"{', '.join(none)}", file=sys.stderr)
+    return [a for a in archs if a not in none]
 
 
 def _cache_hit(plan: BuildPlan, wheelhouse: Path) -> BuildResult | None:

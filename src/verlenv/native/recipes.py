@@ -46,6 +46,11 @@ class Recipe:
     # (PyPI's compiler wheels lack cuda_profiler_api.h): checked before anything compiles, so such a build fails in
     # one line, not after an hour.
     toolkit_headers: dict[str, str] = field(default_factory=dict)
+    # Kernels for some archs only (data/gpu_code.toml [compiles]): a build for others carries none for them, instead
+    # of being refused (FlashInfer's ahead-of-time modules; FlashInfer compiles at first use where none is carried).
+    arch_subset: bool = False
+    # Its compiler links -lcuda (FlashInfer's JIT): a CUDA_HOME assembled from PyPI's wheels gets the link stub.
+    libcuda_link_stub: bool = False
 
     @property
     def digest(self) -> str:
@@ -106,6 +111,8 @@ def load(root: Path, package: str) -> Recipe:
             nvcc_match=build.get("nvcc_match", "major"),
             fixed_archs=tuple(str(a) for a in build.get("fixed_archs", [])),
             toolkit_headers={str(h): str(w) for h, w in build.get("toolkit_headers", {}).items()},
+            arch_subset=_flag(build, "arch_subset", path),
+            libcuda_link_stub=_flag(build, "libcuda_link_stub", path),
         )
     except KeyError as e:
         raise UserError(f"{path}: missing key {e.args[0]}") from None
@@ -119,8 +126,17 @@ def load(root: Path, package: str) -> Recipe:
     if recipe.arch_variable and recipe.fixed_archs:
         raise UserError(f"{path}: build.arch_variable and build.fixed_archs exclude each other; keep the one setup.py "
                         "reads")
+    if recipe.arch_subset and not recipe.arch_variable:
+        raise UserError(f"{path}: build.arch_subset needs build.arch_variable (the knob its build reads archs from)")
     if recipe.arch_format not in ARCH_FORMATS:
         raise UserError(f"{path}: build.arch_format is {recipe.arch_format!r}; valid: {', '.join(ARCH_FORMATS)}")
     if recipe.nvcc_match not in NVCC_MATCHES:
         raise UserError(f"{path}: build.nvcc_match is {recipe.nvcc_match!r}; valid: {', '.join(NVCC_MATCHES)}")
     return recipe
+
+
+def _flag(table: dict, key: str, path: Path) -> bool:
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise UserError(f"{path}: build.{key} is {value!r}; valid: true, false")
+    return value

@@ -321,11 +321,11 @@ def _candidates(env: dict[str, str], info: TorchInfo) -> list[tuple[str, Path, s
 
 
 def _toolchain(source: str, root: Path, reason: str, found: tuple[str, str | None], info: TorchInfo,
-               cache_dir: Path, env: dict[str, str], warning: str | None) -> Toolchain:
+               cache_dir: Path, env: dict[str, str], warning: str | None, link_stub: bool = False) -> Toolchain:
     extra: dict[str, str] = {}
     cuda_home = root
     if source == "pypi":
-        cuda_home = assemble_pypi_cuda_home(root, cache_dir)
+        cuda_home = assemble_pypi_cuda_home(root, cache_dir, link_stub)
     elif source == "conda":
         extra = _conda_env_additions(root)
     cxx, cxx_version = host_compiler(env)
@@ -346,12 +346,14 @@ GIVEN = {
 
 
 def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None,
-            exact_minor_for: str | None = None, toolkit: Path | None = None) -> tuple[TorchInfo, Toolchain]:
+            exact_minor_for: str | None = None, toolkit: Path | None = None,
+            link_stub: bool = False) -> tuple[TorchInfo, Toolchain]:
     """Find or make a CUDA_HOME for the env of `python`; refuse with one line when nothing fits.
 
     `exact_minor_for` names a package that refuses an nvcc of another minor than torch's (apex): then only the
     exact major.minor is taken. `toolkit`: the CUDA_HOME a bundle carries, taken as an explicit one when no
-    CUDA_HOME is set.
+    CUDA_HOME is set. `link_stub`: a CUDA_HOME assembled from PyPI's wheels gets lib64/stubs/libcuda.so, for a build
+    that links -lcuda (a toolkit's own has NVIDIA's stub).
     """
     env = dict(os.environ if env is None else env)
     check_explicit_cuda_home(env)
@@ -370,14 +372,14 @@ def resolve(python: str, cache_dir: Path, env: dict[str, str] | None = None,
         found = nvcc_release(nvcc) if nvcc.exists() else None
         seen.append(f"{root}: {'nvcc ' + found[0] if found else 'no nvcc'}")
         if found and found[0] == want:
-            return info, _toolchain(source, root, reason, found, info, cache_dir, env, None)
+            return info, _toolchain(source, root, reason, found, info, cache_dir, env, None, link_stub)
         if found and _major(found[0]) == _major(want):
             same_major.append((found, source, root, reason))
     if same_major and not exact_minor_for:
         # The newest of the major; at equal versions the first in the order of preference.
         found, source, root, reason = max(same_major, key=lambda c: _version_key(c[0][0]))
         warning = minor_mismatch_warning(found[0], info.torch, want, f"no nvcc {want} found")
-        return info, _toolchain(source, root, reason, found, info, cache_dir, env, warning)
+        return info, _toolchain(source, root, reason, found, info, cache_dir, env, warning, link_stub)
     looked = "; ".join(seen) or "nothing"
     if exact_minor_for:
         raise UserError(f"no CUDA {want} toolkit for torch {info.torch}: {exact_minor_for} needs nvcc {want} exactly "

@@ -32,6 +32,10 @@ def test_every_source_build_of_the_catalog_has_a_recipe_and_a_pin(cat):
             source = recipes.load(REPO, build.name).source
             if isinstance(source, sources.PypiSdist):
                 assert HEX64.match(source.sha256_for(build.version)), (variant.key, build.name)
+            elif isinstance(source, sources.LocalDir):
+                # This project's own source: the catalog pins the version the recipe's folder builds.
+                assert build.version == source.version and not build.indexed, (variant.key, build.name)
+                assert sources.tree_digest(REPO / "recipes" / build.name / source.path) == source.tree_sha256
             else:
                 # A git pin: the catalog's URL names the very commit the recipe verifies.
                 assert isinstance(source, sources.GitCommit), (variant.key, build.name)
@@ -180,8 +184,8 @@ def test_a_package_the_variant_does_not_build_is_refused(tmp_path):
     r = verlenv_build(REPO, "apex", "--variant", "fsdp", "--python", sys.executable, "--archs", "9.0",
                       "--wheelhouse", str(wheelhouse))
     line = refused(r)
-    assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn, causal-conv1d",
-                        line), line
+    assert re.fullmatch(r"verl-[\d.]+-fsdp does not build apex from source; it builds: flash-attn, causal-conv1d, "
+                        r"flashinfer-jit-cache", line), line
     assert not wheelhouse.exists()
 
 

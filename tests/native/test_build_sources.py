@@ -341,3 +341,22 @@ def test_a_build_tree_matches_its_sdist_until_a_source_file_changes(tmp_path):
     assert sources.sdist_tree_matches(archive, dest) is None
     (root / "setup.py").unlink()
     assert sources.sdist_tree_matches(archive, dest) is None
+
+
+def test_a_local_folders_bytecode_is_no_part_of_its_source(tmp_path):
+    """Importing a file of a local folder (a test, a user) leaves __pycache__ beside it: placed and carried trees skip
+    it, so the recipe's tree digest still holds and the bundle's tar is the same."""
+    folder = tmp_path / "recipes" / "probe" / "src"
+    folder.mkdir(parents=True)
+    (folder / "setup.py").write_text("print('probe')\n")
+    digest = sources.tree_digest(folder)
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "setup.cpython-312.pyc").write_bytes(b"\x00bytecode")
+    assert sources.tree_digest(folder) != digest  # the folder as it stands now
+    local = sources.LocalDir("probe", folder.parent / "recipe.toml", "src", "1.0", digest)
+    placed = local.place(local.fetch("1.0", tmp_path / "work"), tmp_path / "placed")
+    assert sorted(p.name for p in placed.rglob("*")) == ["setup.py"]
+    carried = local.carry("1.0", folder, tmp_path)
+    with tarfile.open(carried) as tar:
+        assert tar.getnames() == ["setup.py"]
+    assert sources.tree_digest(local.place(carried, tmp_path / "from-tar")) == digest

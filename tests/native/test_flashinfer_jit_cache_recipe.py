@@ -6,11 +6,11 @@ modules table and data/gpu_code.toml agree; a build covers the requested archs i
 the wheel the builder makes is what the env's real FlashInfer reads as its AOT folder, at a version its own check
 accepts."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 import tomllib
+import types
 import zipfile
 from pathlib import Path
 
@@ -28,10 +28,11 @@ SRC = RECIPE_DIR / "src"
 
 
 def setup_module_of_recipe():
-    """The recipe's setup.py as a module (its setup() runs only as a script)."""
-    spec = importlib.util.spec_from_file_location("flashinfer_jit_cache_setup", SRC / "setup.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The recipe's setup.py as a module (its setup() runs only as a script); compiled here, so no bytecode is left
+    in the source folder."""
+    module = types.ModuleType("flashinfer_jit_cache_setup")
+    module.__file__ = str(SRC / "setup.py")
+    exec(compile((SRC / "setup.py").read_text(), module.__file__, "exec"), module.__dict__)
     return module
 
 

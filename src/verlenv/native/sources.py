@@ -129,9 +129,11 @@ def reproducible(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def pack_tree(root: Path, dest: Path) -> Path:
-    """Every file and link under `root` (what tree_digest reads) into the tar `dest`, reproducibly."""
+    """Every file and link under `root` (what tree_digest reads) into the tar `dest`, reproducibly; bytecode Python
+    (__pycache__) stays out, as a placed local folder's does."""
     with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+        for path in sorted(p for p in root.rglob("*") if (p.is_file() or p.is_symlink())
+                           and "__pycache__" not in p.relative_to(root).parts):
             tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False, filter=reproducible)
     return dest
 
@@ -391,8 +393,8 @@ class LocalDir(_Pinned):
         out = dest / f"{self.package}-{self.version}"
         if origin.is_file():
             _unpack_tree(origin, out)
-        else:
-            shutil.copytree(origin, out, symlinks=True)
+        else:  # bytecode Python left beside the sources (importing a file of it) is no part of them
+            shutil.copytree(origin, out, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         got = tree_digest(out)
         if got != self.tree_sha256:
             raise UserError(f"{self.package}: tree digest of {origin} is {got}, not the recipe's {self.tree_sha256}; "

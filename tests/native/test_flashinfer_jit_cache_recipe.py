@@ -18,6 +18,7 @@ import pytest
 
 from verlenv import cubins
 from verlenv.catalog import stacks
+from verlenv.doctor import diagnose_text
 from verlenv.errors import UserError
 from verlenv.lock import locks
 from verlenv.native import build as builder, recipes
@@ -133,3 +134,17 @@ def test_the_builders_wheel_is_flashinfers_aot_folder(env_python, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.splitlines()[-1]) == [str(tmp_path / "site" / "flashinfer_jit_cache" / "jit_cache"),
                                                        False]
+
+
+def test_a_jit_cache_of_another_flashinfer_is_diagnosed(env_python, tmp_path):
+    """The env's real FlashInfer refuses a jit-cache package of another release at import (a test double package
+    stands for one left behind by a FlashInfer upgrade); the doctor names the cause and the rebuild."""
+    stale = tmp_path / "flashinfer_jit_cache"
+    stale.mkdir()
+    (stale / "__init__.py").write_text('__version__ = "0.6.11+verlenv"\ndef get_jit_cache_dir():\n    return "."\n')
+    out = subprocess.run([env_python, "-c", "import flashinfer.jit.env"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert out.returncode != 0 and "flashinfer-jit-cache version (0.6.11+verlenv) does not match" in out.stderr
+    found = diagnose_text(out.stderr)
+    assert found[0].id == "F29" and found[0].details == {"cubin": "0.6.11+verlenv", "flashinfer": "0.6.12"}
+    assert any("verlenv build flashinfer-jit-cache" in fix for fix in found[0].failure.fix)

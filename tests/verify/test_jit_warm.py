@@ -6,15 +6,19 @@ import json
 import os
 import select
 import textwrap
+import tomllib
 import types
+from pathlib import Path
 
 import pytest
 
 from test_kernel_scripts import load
 from test_verify_runner import settings
-from verlenv.catalog import families
+from verlenv.catalog import families, stacks
 from verlenv.errors import UserError
 from verlenv.verify import kernel_paths, runner
+
+REPO = Path(__file__).resolve().parents[2]
 
 TABLE = families.table()
 
@@ -37,7 +41,7 @@ def test_the_hybrid_families_warm_flashinfers_gdn_prefill_with_vllm_only():
 
 @pytest.mark.parametrize("change, words", [
     ({"archs": ["sm90"]}, "archs like"), ({"timeout_s": 0}, "timeout_s > 0"), ({"module": 3}, "module (str)"),
-    ({"extra": "x"}, "needs exactly"),
+    ({"extra": "x"}, "needs exactly"), ({"prebuilt_by": 3}, "may name prebuilt_by (str)"),
 ])
 def test_a_bad_warm_row_is_one_line(tmp_path, change, words):
     row = {**kernel_paths.table()["jit_warm"]["flashinfer-gdn-prefill"], **change}
@@ -108,6 +112,22 @@ def test_a_prebuilt_module_is_reported_as_loaded_not_compiled(fake, monkeypatch)
     monkeypatch.setenv("FAKE_AOT", "no")
     numbers, note = fake.trainer.warm(fake.row, 13)
     assert numbers["prebuilt"] is False and note.startswith("compiled once before the trainers")
+    assert "verlenv build" not in note  # a row no source build carries names none
+    note = fake.trainer.warm({**fake.row, "prebuilt_by": "flashinfer-jit-cache"}, 13)[1]
+    assert "every node compiles it again unless the env has flashinfer-jit-cache, which carries it prebuilt " \
+           "(`verlenv build flashinfer-jit-cache`)" in note
+
+
+def test_the_prebuilt_by_of_a_row_is_a_source_build_whose_recipe_carries_that_module():
+    """A jit_warm row's prebuilt_by names a recipe whose modules table has the row's spec, for the row's archs."""
+    rows = tomllib.loads((REPO / "src" / "verlenv" / "data" / "kernel_paths.toml").read_text())["jit_warm"]
+    builds = {b.name for v in stacks.load(REPO / "stacks.toml").all_variants() for b in v.source_builds}
+    named = {key: row for key, row in rows.items() if row.get("prebuilt_by")}
+    assert named
+    for key, row in named.items():
+        assert row["prebuilt_by"] in builds, key
+        table = tomllib.loads((REPO / "recipes" / row["prebuilt_by"] / "src" / "modules.toml").read_text())["module"]
+        assert any(m["spec"] == f"{row['module']}:{row['spec']}" and m["arch"] in row["archs"] for m in table), key
 
 
 def test_a_failed_compile_says_its_error_in_one_line(fake, monkeypatch):

@@ -16,6 +16,8 @@ FALLBACK_KEYS = ("component", "signature", "says", "source")
 BACKEND_KEYS = ("backend", "archs", "head_sizes", "why")
 WARM_KEYS = {"needs": str, "rollout": str, "archs": list, "module": str, "spec": str, "jit_cache": str,
              "timeout_s": int, "why": str}
+# Keys a row may leave out: the source build that carries its module compiled ahead of time.
+WARM_OPTIONAL = {"prebuilt_by": str}
 
 
 def parse(path: Path, data: dict) -> dict:
@@ -57,12 +59,14 @@ def _jit_warm(path: Path, rows) -> dict:
     if not isinstance(rows, dict):
         raise UserError(f"{path}: jit_warm must be a table of [jit_warm.<id>] rows")
     for key, row in rows.items():
-        ok = isinstance(row, dict) and set(row) == set(WARM_KEYS) and all(
-            isinstance(row[k], t) and not isinstance(row[k], bool) for k, t in WARM_KEYS.items())
+        ok = isinstance(row, dict) and set(row) - set(WARM_OPTIONAL) == set(WARM_KEYS) and all(
+            isinstance(row[k], t) and not isinstance(row[k], bool)
+            for k, t in (WARM_KEYS | WARM_OPTIONAL).items() if k in row)
         if not ok or not all(isinstance(a, str) and re.fullmatch(r"\d+\.\d+", a) for a in row["archs"]) \
                 or row["timeout_s"] <= 0:
             raise UserError(f"{path}: jit_warm.{key} needs exactly " + ", ".join(
-                f"{k} ({t.__name__})" for k, t in WARM_KEYS.items()) + "; archs like \"9.0\", timeout_s > 0")
+                f"{k} ({t.__name__})" for k, t in WARM_KEYS.items()) + ", and may name prebuilt_by (str); archs like "
+                "\"9.0\", timeout_s > 0")
     return {key: dict(row) for key, row in rows.items()}
 
 

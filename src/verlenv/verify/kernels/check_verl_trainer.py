@@ -738,7 +738,9 @@ def warm(row: dict, max_jobs: int | None, environ=os.environ, python: str = sys.
                "prebuilt": found.get("prebuilt")}
     if found.get("prebuilt"):
         return numbers, f"loaded prebuilt from {found.get('library')}, nothing compiled: {row['why']}"
-    return numbers, f"compiled once before the trainers, {what}: {row['why']}"
+    ahead = (f"; every node compiles it again unless the env has {row['prebuilt_by']}, which carries it prebuilt "
+             f"(`verlenv build {row['prebuilt_by']}`)") if row.get("prebuilt_by") else ""
+    return numbers, f"compiled once before the trainers, {what}{ahead}: {row['why']}"
 
 
 def warm_found(out: str) -> dict:

@@ -16,6 +16,7 @@
 # carried with the install-base call: carry .verlenv/wheelhouse/flashinfer-jit-cache): the plan first installs it with
 # `verlenv build`, a cache hit, as a cluster sharing one wheelhouse would; step 2 then loads the module instead of
 # compiling it (about 400 s instead of 900 s). Without the entry, or on a cache miss, the trainers compile it as before.
+# Once installed, benchmarks/flashinfer_gdn_aot.py checks the installed module against the float64 rule (mark K).
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] (G, R-gdn, R-fsdp, end) until the
 #   plan ends, partial if cut. A wait call must end before the device time does, or what it gathered is lost.
@@ -41,6 +42,10 @@ aot_install() {  # the carried wheelhouse's flashinfer-jit-cache into the env: a
   (cd $REPO && PATH=$P/bundle/.tool/bin:$PATH PYTHONPATH=src:$P/bundle/.tool/site timeout 60 python3 -m verlenv build \
      flashinfer-jit-cache --python $ENV/bin/python --archs 9.0 --wheelhouse .verlenv/wheelhouse) > $R/aot.out 2>&1
   echo "aot exit $? $(date +%s) $(grep -o 'cache hit[^(]*' $R/aot.out | head -1)"
+  grep -q "installed and imported" $R/aot.out || return 0
+  # The installed module on the GPU, against the float64 gated delta rule (as visit S checked the script's build).
+  run_named aot-check "timeout 180 $ENV/bin/python benchmarks/flashinfer_gdn_aot.py --out $R/aot-check.json"
+  echo "K $(date +%s) aot-check: $(cat $R/aot-check.done)"
 }
 step=$1; shift
 . docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers, the common steps

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from verlenv import cubins
-from verlenv.catalog import stacks
+from verlenv.catalog import pins, stacks
 from verlenv.doctor import diagnose_text
 from verlenv.errors import UserError
 from verlenv.lock import locks
@@ -53,9 +53,7 @@ def test_versions_agree_and_follow_the_locked_flashinfer(recipe):
         assert build.version == recipe.source.version == project["version"]
         assert f'__version__ = "{build.version}"' in init
     # FlashInfer loads a jit-cache only at a version that starts with its own: the lock's flashinfer-python.
-    lock = (REPO / "locks" / "verl-0.9-fsdp.linux-64.txt").read_text()
-    locked = next(line.split("==")[1].split()[0] for line in lock.splitlines()
-                  if line.startswith("flashinfer-python=="))
+    locked = pins.read_lock(pins.lock_path(REPO, cat.variant("verl-0.9", "fsdp")))["flashinfer-python"].version
     own.check_flashinfer(recipe.source.version, locked)
     assert project["dependencies"] == [f"flashinfer-python=={locked}"]
     with pytest.raises(SystemExit, match="is for FlashInfer 0.6.12, but this env has flashinfer-python 0.6.11"):

@@ -45,11 +45,14 @@ agreement_runs() {  # $1 = families: benchmarks/gdn_algorithm_agreement.py on th
   run_named agreement "$agree $(families $1) --out $R/agreement.json"
   run_named agreement-drawn "$agree $(families $1) --routed-influence none --out $R/agreement-drawn.json"
 }
-published_config_runs() {  # the published DeepSeek-V3 (fsdp) and GLM-4.5 (megatron) configs side by side; mark `end`
-  run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=DeepSeek-V3 configs))" &
+published_config_runs() {  # the published DeepSeek-V3 (fsdp, unless FSDP=no) and GLM-4.5 (megatron) configs side
+  # by side; mark `end`
+  [ "${FSDP:-yes}" = yes ] &&
+    run_named fsdp-config "$(verify_cmd fsdp-config --variant fsdp --only verl $(CONFIGS=DeepSeek-V3 configs))" &
   run_named megatron-config "$(verify_cmd megatron-config --variant megatron --only verl $(CONFIGS=GLM-4.5 configs))" &
   wait
-  echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done) megatron-config: $(cat $R/megatron-config.done)"
+  echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done 2> /dev/null || echo skipped)" \
+       "megatron-config: $(cat $R/megatron-config.done)"
 }
 configs() { for c in $CONFIGS; do printf -- ' --model-config /root/published/%s/config.json' "$c"; done; }
 verify_cmd() {  # $1 = name, rest = verify options: `nox -s verify-<gpu>` offline from the bundle's tools, in the env

@@ -161,6 +161,23 @@ def test_held_out_configs_keep_their_features(tmp_path):
     assert (mixtral["num_local_experts"], mixtral["num_experts_per_tok"], mixtral["intermediate_size"]) == (8, 2, 128)
 
 
+def test_a_published_zero_that_says_a_part_is_absent_is_kept_not_refused(tmp_path):
+    """Qwen3-Coder-480B publishes shared_expert_intermediate_size = 0 (no shared expert; families.toml [shrink]
+    absent_at_zero): the shrink keeps the 0 rather than refusing the config or giving the tiny model a shared expert
+    of the check's size. A 0 where a size must be whole and above 0 is still refused, and so is a negative one."""
+    f = shrunk(tmp_path, "Qwen3-Coder-480B-A35B-Instruct")
+    assert f.config["shared_expert_intermediate_size"] == 0 and "shared_expert_intermediate_size" not in f.shrunk
+    assert (f.config["num_experts"], f.config["moe_intermediate_size"]) == (8, 128)  # the rest shrunk as ever
+    next_ = published.as_published("Qwen3-Next-80B-A3B-Instruct")
+    assert families.shrink(write(tmp_path, next_)).config["shared_expert_intermediate_size"] == 128  # a real one
+    for key, value, valid in (("shared_expert_intermediate_size", -1, "of 0 or more"),
+                              ("moe_intermediate_size", 0, "above 0")):
+        config = published.as_published("Qwen3-Coder-480B-A35B-Instruct")
+        config[key] = value
+        with pytest.raises(UserError, match=f"{key} is {value}; a size is a whole number {valid}$"):
+            families.shrink(write(tmp_path, config))
+
+
 def test_minimax_m2_keeps_routed_experts_partial_rotary_and_qk_norm_and_drops_mtp(tmp_path):
     """MiniMax-M2: every MLP a routed expert picked top-k by sigmoid scores plus a routing bias, 64 of each 128-wide
     head rotated, QK-norm; its MTP modules (built by neither transformers nor vLLM) set to none."""

@@ -258,14 +258,16 @@ def _size_keys(rules: dict) -> set[str]:
 
 
 def _check_sizes(config: dict, keys, rules: dict, where: str, path: Path) -> None:
-    """Each size key the config has is a whole number above zero (at_most keys: zero too), a kept one within its
-    bound; null is a key the model does without (a sliding_window of None, DeepSeek-V2-Lite's q_lora_rank)."""
+    """Each size key the config has is a whole number above zero (at_most and absent_at_zero keys: zero too), a kept
+    one within its bound; null is a key the model does without (a sliding_window of None, DeepSeek-V2-Lite's
+    q_lora_rank)."""
     at_most, keep = rules.get("at_most", {}), rules.get("keep", {})
+    zero_ok = set(at_most) | set(rules.get("absent_at_zero", []))
     for key in sorted(keys):
         value = config.get(key)
         if value is None:
             continue
-        config_checks.require_size(value, f"{where}{key}", path, 0 if key in at_most else 1)
+        config_checks.require_size(value, f"{where}{key}", path, 0 if key in zero_ok else 1)
         if key in keep and value > keep[key]:
             raise UserError(f"--model-config {path}: {where}{key}={value} is above {keep[key]}, the largest the shrink "
                             f"keeps as published ({DATA.name} [shrink] keep): the model would not be tiny")
@@ -327,7 +329,10 @@ def _agree_intervals(config: dict, rules: dict, changed: dict, where: str) -> No
 def _set_sizes(config: dict, original: dict, rules: dict, changed: dict, where: str) -> None:
     """The text rules' sizes, the kept length of a scaled rope, the bounds and the ratios."""
     old_heads = original.get("num_attention_heads")
+    absent = set(rules.get("absent_at_zero", []))
     for key, value in rules["text"].items():
+        if key in absent and config.get(key) == 0:
+            continue  # the part is absent from the user's model: the tiny one goes without it too
         if key in config and config[key] is not None and config[key] != value:
             if key == "num_key_value_heads" and old_heads and config[key] == old_heads:
                 value = rules["text"]["num_attention_heads"]  # no GQA in the original: none in the shrunk one

@@ -224,6 +224,21 @@ PUBLISHED = {
         "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-5,
         "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
         "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 32064}},
+    # Qwen3-Coder-480B-A35B-Instruct: checked against the verbatim copy of its config.json in ai-dynamo/aiconfigurator
+    # (aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json at 0b077da5).
+    # A qwen3_moe that says shared_expert_intermediate_size = 0 (no shared expert); held out: added after the rules.
+    "Qwen3-Coder-480B-A35B-Instruct": {"repo": "Qwen/Qwen3-Coder-480B-A35B-Instruct", "class": "Qwen3MoeConfig",
+                                       "values": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_dropout": 0.0,
+        "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 6144,
+        "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 262144,
+        "max_window_layers": 62, "mlp_only_layers": [], "moe_intermediate_size": 2560, "norm_topk_prob": True,
+        "num_attention_heads": 96, "num_experts": 160, "num_experts_per_tok": 8, "num_hidden_layers": 62,
+        "num_key_value_heads": 8, "output_router_logits": False, "qkv_bias": False, "rms_norm_eps": 1e-6,
+        "rope_scaling": None, "rope_theta": 10000000, "router_aux_loss_coef": 0.0,
+        "shared_expert_intermediate_size": 0, "sliding_window": None, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True, "use_qk_norm": True,
+        "use_sliding_window": False, "vocab_size": 151936}},
 }
 # gpt-oss-120b is the 20b's architecture at 36 layers and 128 experts.
 PUBLISHED["gpt-oss-120b"]["values"] = {**PUBLISHED["gpt-oss-20b"]["values"], "num_hidden_layers": 36,

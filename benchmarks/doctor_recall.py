@@ -8,7 +8,8 @@ other threads than their development excerpts, and kept out of the tests' expect
 "seen" when the development set has an excerpt of it, "unseen" when its signatures were written from the
 failure's description alone. tests/data/logs/heldout-2026/ (issue 52) is a fresh set split by thread before its
 signatures were written (its README): it is scored by when each failure shows, install / load time or run time, and
-its `benign-` and `healthy-` excerpts are negatives (nothing may be named).
+its `benign-` and `healthy-` excerpts are negatives (nothing may be named). tests/data/logs/heldout-2026-12/ holds
+excerpts of the failures added last (F63-F72), collected after their signatures by someone who had not read them.
   recall    = held-out excerpts whose family the doctor ranks first / excerpts with a family
   precision = excerpts whose first-ranked diagnosis is right / excerpts where the doctor named anything
 Usage: python benchmarks/doctor_recall.py [--out docs/benchmarks/doctor-recall.json] [--src <a verlenv src tree>]
@@ -100,7 +101,8 @@ def main() -> int:
     report = {"development": score_known(development, seen), "heldout": score_known(heldout, seen),
               "heldout-runtime": score_known(runtime, seen),
               "2026-dev": score_fresh(sorted((FRESH / "dev").glob("*.log"))),
-              "2026-heldout": score_fresh(sorted((FRESH / "heldout").glob("*.log")))}
+              "2026-heldout": score_fresh(sorted((FRESH / "heldout").glob("*.log"))),
+              "heldout-2026-12": score_known(sorted((LOGS / "heldout-2026-12").glob("*.log")), seen)}
     for name, r in report.items():
         print(f"{name}:")
         for group in ("seen", "unseen", "install", "run", "all"):
@@ -111,7 +113,7 @@ def main() -> int:
                 print(f"  {group:7s} {g['excerpts']:3d} excerpts, {g['families']:2d} families: "
                       f"recall {g['recall']:.3f}, precision {g['precision']}, missed {g['missed']}")
         print(f"  negatives {r['negatives']['logs']}: false alarms {r['negatives']['false_alarms']}")
-    for name in ("heldout", "heldout-runtime", "2026-heldout"):
+    for name in ("heldout", "heldout-runtime", "2026-heldout", "heldout-2026-12"):
         for row in report[name]["rows"]:
             if not row["right"]:
                 print(f"  {name} miss: {row['file']}: found {row['found']}")

@@ -19,7 +19,11 @@
 # Once installed, benchmarks/flashinfer_gdn_aot.py checks the installed module against the float64 rule (mark K).
 # A bundle made `--without flash-attn` (a CPU machine that starts bare cannot rebuild its 3.8 h sm_90 build in one
 # session) leaves the fsdp actor without its attention kernel: the plan then runs the megatron trainers alone and says
-# so on each mark, instead of spending the visit on fsdp runs that must fail.
+# so on each mark, instead of spending the visit on fsdp runs that must fail. On such a machine, first (about 2.3 h on 2
+# cores, measured one by one in docs/builds): `nox -s env -- --variant megatron`, then for each NAME of
+#   megatron-bridge transformer-engine-torch apex causal-conv1d flashinfer-jit-cache
+# `verlenv build NAME --variant megatron --python .venv-verl-0.9-megatron/bin/python --archs 9.0 --no-install` (with
+# `--source` of its git mirror where it has one); then the bundle command of visit R's script, `--without flash-attn`.
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] (G, R-gdn, R-fsdp, end) until the
 #   plan ends, partial if cut. A wait call must end before the device time does, or what it gathered is lost.

@@ -43,14 +43,24 @@ def shrink_all(configs: list[Path]) -> tuple[dict, dict]:
     return results, shrunk
 
 
+def probe(env_python: str, results: dict, rows: dict, max_params: int) -> None:
+    """Each row's parameter count, or the probe's refusal: one env process for all of them; one per row only when
+    the probe refuses one, to say which."""
+    try:
+        counts = model_probe.check(env_python, list(rows.values()), max_params)
+    except UserError:
+        counts = None
+    for name, row in rows.items():
+        try:
+            results[name]["params"] = (counts or model_probe.check(env_python, [row], max_params))[row["name"]]
+        except UserError as e:
+            results[name].update(verdict="refused by the probe", line=str(e))
+
+
 def probe_and_train(env_python: str, results: dict, shrunk: dict) -> None:
     table = families.table()
     rows = dict(zip(shrunk, table.rows(list(shrunk.values()))))
-    for name, row in rows.items():
-        try:
-            results[name]["params"] = model_probe.check(env_python, [row], table.shrink["max_params"])[row["name"]]
-        except UserError as e:
-            results[name].update(verdict="refused by the probe", line=str(e))
+    probe(env_python, results, rows, table.shrink["max_params"])
     trainable = {n: r for n, r in rows.items() if "verdict" not in results[n]}
     if not trainable:
         return

@@ -1,9 +1,11 @@
-# GPU visit U (one H100 or H200), prepared 2026-12-07 on a CPU machine that started bare: the megatron variant's
+# GPU visit U (one H100 or H200), prepared 2026-12-07 on a CPU machine that started bare. Run 2026-12-07, 10:08-10:36
+# UTC, on an H100 (PHASE=all, then PHASE=gdn once --family all could not finish in the device time left); what
+# happened: 2026-12-07-visit-u-verl-0.9.md. The bundle: the megatron variant's
 # bundle without flash-attn and without flashinfer-jit-cache (their builds, 3.8 h and 67 min on 2 cores, did not fit
 # the session beside the others), made with visit R's bundle command plus `--without flash-attn --without
-# flashinfer-jit-cache` (44 parts). With flash-attn absent the plan runs the megatron actor only, and says so; without
+# flashinfer-jit-cache --split 48MiB` (45 parts). With flash-attn absent the plan runs the megatron actor only, and says so; without
 # the prebuilt GDN prefill, verify compiles it once before its trainers (510 s on visit R).
-# A one-GPU machine counts half its held time, so 1,800 s of device time is two machines of 30 min at most:
+# Planned for a one-GPU machine counted at half its held time (two machines of 30 min); it was counted 1:1:
 #   PHASE=all (the first machine), by itself on the node:
 #     1. `verify --family all` for the megatron actor, as a user runs it: the twelve families side by side, as many at
 #        once as the GPU's and the host's memory hold; qwen3.5-moe and qwen3-next with the calibrated models (their
@@ -13,8 +15,9 @@
 #        killed by the host's memory), Qwen3.5-35B-A3B and Qwen3-30B-A3B;
 #     3. --thorough per 2026 family (megatron), in THOROUGH's order, as long as the machine is held.
 #   PHASE=more (a second machine): steps 2 and 3 only, THOROUGH set to what the first machine did not reach.
+#   PHASE=gdn: qwen3.5-moe, qwen3-next and the published Qwen3-Next-80B-A3B config alone (three trainers at once).
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
-#   part 1 … part 43 (carry .carry/nNNNN), install-base 44, then wait 560 [mark] (M, end, T…) until the plan ends,
+#   part 1 … part 44 (carry .carry/nNNNN), install-base 45, then wait 560 [mark] (M, end, T…) until the plan ends,
 #   partial if cut. A wait call must end before the machine's 30 min do, or what it gathered is lost.
 # bash docs/verification/2026-12-07-visit-u-verl-0.9.sh STEP [ARG]
 set -uo pipefail
@@ -44,6 +47,12 @@ plan)     # on the node, by itself
   $ENV/bin/python -c "import torch, flash_attn_2_cuda" 2> /dev/null || { FSDP=no; SKIP="--skip-package flash-attn"; }
   echo "A $(date +%s) phase $PHASE fsdp: $FSDP"
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  if [ "$PHASE" = gdn ]; then  # what the machine's time still held once --family all was stopped (see the report)
+    run_named megatron-gdn "$(verify_cmd megatron-gdn --variant megatron --only verl $SKIP $(families $GDN_MOE) \
+      $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))"
+    echo "M gdn $(date +%s) $(cat $R/megatron-gdn.done)"
+    exit 0
+  fi
   if [ "$PHASE" = all ]; then
     agreement_runs "$GDN_MOE" &
     all_families

@@ -14,7 +14,7 @@ import pytest
 
 from test_kernel_scripts import load
 from test_verify_runner import settings
-from verlenv.catalog import families, stacks
+from verlenv.catalog import families, gpus, stacks
 from verlenv.errors import UserError
 from verlenv.verify import kernel_paths, runner
 
@@ -59,6 +59,23 @@ def test_the_runner_hands_the_rows_and_a_bound_for_one_compile_and_gives_it_time
     # 1500 s of compile over the trainer script's 600 s floor: three rounds more than the families' own
     assert runner.trainer_rounds(hybrid) == runner.trainer_rounds(plain) + 3
     json.dumps(trainer)  # it travels to the check as JSON
+
+
+def test_the_trainer_check_says_how_many_trainers_at_once_and_what_compiles_first_before_it_goes_quiet(tmp_path):
+    def plan(names, **kw):
+        return runner.trainer_plan(settings(tmp_path, families=rows(*names), **kw))
+
+    hybrid = settings(tmp_path, families=rows("qwen3.5", "qwen3-next", "llama"))
+    at_once = hybrid.trainer()["parallel"]
+    rounds = -(-3 // at_once)
+    line = plan(["qwen3.5", "qwen3-next", "llama"])
+    assert line.startswith(f"verl's trainer: 3 families, {at_once} at once, {rounds} round")
+    assert "flashinfer-gdn-prefill compiled once (up to 1500 s, none where flashinfer-jit-cache is installed)" in line
+    assert "compiled" not in plan(["llama", "deepseek-v3"])  # no hybrid family: nothing compiles first
+    # an A100 has no sm_90 GDN prefill to compile (the row's archs), so its line names none
+    assert "compiled" not in plan(["qwen3.5"], profile=gpus.profile("a100"))
+    assert plan(["qwen3"], thorough=True).startswith("verl's trainer: 1 family, 1 at once, 1 round")
+    assert runner.trainer_plan(settings(tmp_path, families=[])) is None
 
 
 # A test double of the engine's JIT module: its spec's build_and_load() records MAX_JOBS, fails, or blocks forever

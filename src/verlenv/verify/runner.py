@@ -403,9 +403,29 @@ def trainer_rounds(s: Settings) -> int:
     return -(-len(s.families) // trainer["parallel"]) + warm
 
 
+def trainer_plan(s: Settings) -> str | None:
+    """The line printed as verl's trainer check starts: it says nothing more until it ends, which for `--family all`
+    on one GPU is many minutes (visit U: a 708 s compile, then 5 of 12 trainers at once); None without families."""
+    if not s.families:
+        return None
+    trainer = s.trainer()
+    n, at_once = len(s.families), trainer["parallel"]
+    rounds = -(-n // at_once)
+    line = (f"verl's trainer: {n} {'family' if n == 1 else 'families'}, {at_once} at once, "
+            f"{rounds} {'round' if rounds == 1 else 'rounds'}")
+    for key, row in trainer["jit_warm"].items():
+        if s.profile is not None and s.profile.arch not in row["archs"]:
+            continue  # the check compiles only the rows of its GPU
+        line += f"; before them, {key} compiled once (up to {row['timeout_s']} s"
+        line += f", none where {row['prebuilt_by']} is installed)" if row.get("prebuilt_by") else ")"
+    return line
+
+
 def _run_one(s: Settings, script: Path, beside: list[str], progress) -> list[CheckResult]:
     start = time.monotonic()
     rounds = trainer_rounds(s) if script_key(script) == TRAINER_SCRIPT else 1
+    if script_key(script) == TRAINER_SCRIPT and (plan := trainer_plan(s)):
+        progress(plan)
     results = run_script(s.python, script, script_profile(s, beside), timeout_for(script, s.timeout, rounds), s.scope)
     failed = sum(r.status == "fail" for r in results)
     alongside = f" (beside {', '.join(beside)})" if beside else ""

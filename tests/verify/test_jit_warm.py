@@ -65,10 +65,11 @@ def test_the_trainer_check_says_how_many_trainers_at_once_and_what_compiles_firs
     def plan(names, **kw):
         return runner.trainer_plan(settings(tmp_path, families=rows(*names), **kw))
 
+    # one Settings for both: it reads the host's available memory once, and the count of trainers comes from it
     hybrid = settings(tmp_path, families=rows("qwen3.5", "qwen3-next", "llama"))
     at_once = hybrid.trainer()["parallel"]
     rounds = -(-3 // at_once)
-    line = plan(["qwen3.5", "qwen3-next", "llama"])
+    line = runner.trainer_plan(hybrid)
     assert line.startswith(f"verl's trainer: 3 families, {at_once} at once, {rounds} round")
     assert "flashinfer-gdn-prefill compiled once (up to 1500 s, none where flashinfer-jit-cache is installed)" in line
     assert "compiled" not in plan(["llama", "deepseek-v3"])  # no hybrid family: nothing compiles first

@@ -46,18 +46,8 @@ fsdp_moe() {
   run_named fsdp-moe "$(verify_cmd fsdp-moe --variant fsdp --only verl $(families $OTHER_MOE))"
   echo "R-fsdp $(date +%s) fsdp-moe: $(cat $R/fsdp-moe.done)"
 }
-aot_install() {  # the carried wheelhouse's flashinfer-jit-cache into the env: a cache hit, or nothing (60 s at most)
-  [ -d $REPO/.verlenv/wheelhouse/flashinfer-jit-cache ] || { echo "aot: no wheelhouse entry carried"; return; }
-  (cd $REPO && PATH=$P/bundle/.tool/bin:$PATH PYTHONPATH=src:$P/bundle/.tool/site timeout 60 python3 -m verlenv build \
-     flashinfer-jit-cache --python $ENV/bin/python --archs 9.0 --wheelhouse .verlenv/wheelhouse) > $R/aot.out 2>&1
-  echo "aot exit $? $(date +%s) $(grep -o 'cache hit[^(]*' $R/aot.out | head -1)"
-  grep -q "installed and imported" $R/aot.out || return 0
-  # The installed module on the GPU, against the float64 gated delta rule (as visit S checked the script's build).
-  run_named aot-check "timeout 180 $ENV/bin/python benchmarks/flashinfer_gdn_aot.py --out $R/aot-check.json"
-  echo "K $(date +%s) aot-check: $(cat $R/aot-check.done)"
-}
 step=$1; shift
-. docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers, the common steps
+. docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers (aot_install), the common steps
 
 case $step in
 plan)     # on the node, by itself

@@ -54,6 +54,16 @@ published_config_runs() {  # the published DeepSeek-V3 (fsdp, unless FSDP=no) an
   echo "end $(date +%s) fsdp-config: $(cat $R/fsdp-config.done 2> /dev/null || echo skipped)" \
        "megatron-config: $(cat $R/megatron-config.done)"
 }
+aot_install() {  # the carried wheelhouse's flashinfer-jit-cache into the env: a cache hit, or nothing (60 s at most)
+  [ -d $REPO/.verlenv/wheelhouse/flashinfer-jit-cache ] || { echo "aot: no wheelhouse entry carried"; return; }
+  (cd $REPO && PATH=$P/bundle/.tool/bin:$PATH PYTHONPATH=src:$P/bundle/.tool/site timeout 60 python3 -m verlenv build \
+     flashinfer-jit-cache --python $ENV/bin/python --archs 9.0 --wheelhouse .verlenv/wheelhouse) > $R/aot.out 2>&1
+  echo "aot exit $? $(date +%s) $(grep -o 'cache hit[^(]*' $R/aot.out | head -1)"
+  grep -q "installed and imported" $R/aot.out || return 0
+  # The installed module on the GPU, against the float64 gated delta rule (as visit S checked the script's build).
+  run_named aot-check "timeout 180 $ENV/bin/python benchmarks/flashinfer_gdn_aot.py --out $R/aot-check.json"
+  echo "K $(date +%s) aot-check: $(cat $R/aot-check.done)"
+}
 configs() { for c in $CONFIGS; do printf -- ' --model-config /root/published/%s/config.json' "$c"; done; }
 verify_cmd() {  # $1 = name, rest = verify options: `nox -s verify-<gpu>` offline from the bundle's tools, in the env
   local name=$1; shift

@@ -1,4 +1,4 @@
-# GPU visit U (one H100 or H200), prepared 2026-12-07 on a CPU machine that started bare. Run 2026-12-07, 10:08-10:36
+# GPU visit U (one H100 or H200), prepared 2026-12-07 on the last session's CPU machine. Run 2026-12-07, 10:08-10:36
 # UTC, on an H100 (PHASE=all, then PHASE=gdn once --family all could not finish in the device time left); what
 # happened: 2026-12-07-visit-u-verl-0.9.md. The bundle: the megatron variant's
 # bundle without flash-attn and without flashinfer-jit-cache (their builds, 3.8 h and 67 min on 2 cores, did not fit

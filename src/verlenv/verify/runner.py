@@ -392,6 +392,11 @@ def script_profile(s: Settings, beside: list[str]) -> dict:
     return out
 
 
+def family_rounds(s: Settings, trainer: dict) -> int:
+    """How many groups of families the trainer check runs, one group at a time (`trainer` is s.trainer())."""
+    return -(-len(s.families) // trainer["parallel"])
+
+
 def trainer_rounds(s: Settings) -> int:
     """How many times over verl's trainer check may take its time limit: one round per group of families run at
     once."""
@@ -400,7 +405,7 @@ def trainer_rounds(s: Settings) -> int:
     trainer = s.trainer()
     floor = packages.table().script(TRAINER_SCRIPT).timeout_s
     warm = sum(-(-row["timeout_s"] // floor) for row in trainer["jit_warm"].values())
-    return -(-len(s.families) // trainer["parallel"]) + warm
+    return family_rounds(s, trainer) + warm
 
 
 def trainer_plan(s: Settings) -> str | None:
@@ -409,8 +414,7 @@ def trainer_plan(s: Settings) -> str | None:
     if not s.families:
         return None
     trainer = s.trainer()
-    n, at_once = len(s.families), trainer["parallel"]
-    rounds = -(-n // at_once)
+    n, at_once, rounds = len(s.families), trainer["parallel"], family_rounds(s, trainer)
     line = (f"verl's trainer: {n} {'family' if n == 1 else 'families'}, {at_once} at once, "
             f"{rounds} {'round' if rounds == 1 else 'rounds'}")
     for key, row in trainer["jit_warm"].items():

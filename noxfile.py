@@ -60,7 +60,7 @@ def tests(session: nox.Session) -> None:
         _bundle_tests(session, args)
         return
     _tool(session)
-    session.install(*nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install(*nox.project.dependency_groups(PYPROJECT, "test", "resolver"))
     session.run("pytest", *args)
 
 

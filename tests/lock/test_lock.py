@@ -3,7 +3,9 @@
 import json
 import re
 import shutil
+import subprocess
 import sys
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -321,9 +323,30 @@ def test_cuda_runtime_pins_are_the_ones_torch_declares(stack):
         assert locked[name].version == version, f"{name}: torch declares =={version}, lock has {locked[name].version}"
 
 
+def _committed_resolvers() -> set[str]:
+    return {json.loads(p.read_text())["resolver"] for p in (ROOT / "locks").glob("*.inputs.json")}
+
+
+def test_the_resolver_group_pins_the_uv_every_committed_lock_was_resolved_with():
+    group = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["resolver"]
+    pinned = [r.removeprefix("uv==") for r in group if r.startswith("uv==")]
+    assert len(pinned) == 1, f"the resolver group pins uv once, exactly: {group}"
+    assert _committed_resolvers() == {f"uv {pinned[0]}"}
+
+
+def _resolving_with_the_committed_uv() -> None:
+    """A clear line, not a diff of whole files, where the uv running here is not the one the locks record."""
+    running = " ".join(subprocess.run([locks.uv_bin(), "--version"], capture_output=True, text=True,
+                                      check=True).stdout.split()[:2])
+    recorded = sorted(_committed_resolvers())
+    assert [running] == recorded, (f"resolving with {running}; the committed locks record {recorded} (pyproject's "
+                                   "resolver group pins it; nox -s tests installs it)")
+
+
 @pytest.mark.network
 @pytest.mark.slow
 def test_real_resolution_reproduces_the_committed_lock(tmp_path, capsys):
+    _resolving_with_the_committed_uv()
     path = copy_tree(tmp_path)
     fsdp = CATALOG.variant("verl-0.9", "fsdp")
     lock_file = pins.lock_path(tmp_path, fsdp)
@@ -346,6 +369,7 @@ def test_real_resolution_reproduces_the_committed_lock(tmp_path, capsys):
 def test_sglang_resolution_reproduces_its_lock_and_its_own_conda_lock(tmp_path, capsys):
     """The sglang variant (manylinux_2_34, its own group): a real uv resolution gives the committed lock again, only it
     is resolved, and the offline conda solve writes conda-lock.sglang.yml as committed, conda-lock.yml untouched."""
+    _resolving_with_the_committed_uv()
     path = copy_tree(tmp_path)
     shutil.copy(ROOT / locks.CONDA_LOCK_FILE, tmp_path / locks.CONDA_LOCK_FILE)
     sglang = CATALOG.variant("verl-0.9", "sglang")

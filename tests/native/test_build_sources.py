@@ -360,3 +360,57 @@ def test_a_local_folders_bytecode_is_no_part_of_its_source(tmp_path):
     with tarfile.open(carried) as tar:
         assert tar.getnames() == ["setup.py"]
     assert sources.tree_digest(local.place(carried, tmp_path / "from-tar")) == digest
+
+
+def test_a_placed_git_tree_stays_resumable_while_its_placed_files_digest_to_the_pin(git_repo, tmp_path):
+    """A stopped build's tree is taken up again while the files placed still digest to tree_sha256 (the build's own
+    files beside them are not counted); an edited, removed or re-moded source makes a fresh tree."""
+    repo, commit, digest = git_repo
+    recipe = git_recipe(tmp_path, commit, digest)
+    dest = tmp_path / "build-upstream" / "src"
+    out = export(recipe, repo, dest)
+    assert recipe.source.resumable and recipe.source.intact(repo, dest) == out
+    (out / "build" / "temp").mkdir(parents=True)
+    (out / "build" / "temp" / "k.o").write_bytes(b"\x7fELF")
+    (out / "upstream.egg-info").mkdir()
+    assert recipe.source.intact(repo, dest) == out
+    (out / "build.sh").chmod(0o644)
+    assert recipe.source.intact(repo, dest) is None
+    (out / "build.sh").chmod(0o755)
+    assert recipe.source.intact(repo, dest) == out
+    (out / "csrc" / "k.cu").write_text("__global__ void k() { /* edited */ }\n")
+    assert recipe.source.intact(repo, dest) is None
+    (out / "csrc" / "k.cu").unlink()
+    assert recipe.source.intact(repo, dest) is None
+
+
+def test_a_local_folder_tree_without_its_list_of_placed_files_is_never_resumed(tmp_path):
+    """The list is written only once the placed tree digests to the pin: a tree a refused or older build left, or one
+    whose list is gone, starts over."""
+    folder = tmp_path / "recipes" / "probe" / "src"
+    folder.mkdir(parents=True)
+    (folder / "setup.py").write_text("print('probe')\n")
+    local = sources.LocalDir("probe", folder.parent / "recipe.toml", "src", "1.0", sources.tree_digest(folder))
+    dest = tmp_path / "build-probe" / "src"
+    out = local.place(local.fetch("1.0", tmp_path / "work"), dest)
+    assert (dest / sources.PLACED_FILES).read_text() == "setup.py\n"
+    assert local.intact(folder, dest) == out
+    (dest / sources.PLACED_FILES).unlink()
+    assert local.intact(folder, dest) is None
+    wrong = sources.LocalDir("probe", folder.parent / "recipe.toml", "src", "1.0", "0" * 64)
+    with pytest.raises(UserError, match="refusing to build"):
+        wrong.place(local.fetch("1.0", tmp_path / "work"), tmp_path / "refused" / "src")
+    assert not (tmp_path / "refused" / "src" / sources.PLACED_FILES).exists()
+
+
+def test_files_digest_is_tree_digest_over_the_files_named(tmp_path):
+    """Sorted as tree_digest always sorted (by path parts: "a/x" before "a-b/x"), so the pins of every committed
+    recipe hold."""
+    for rel in ("a/x", "a-b/x", "a.b", "z"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    files = sources.tree_files(tmp_path)
+    assert sources.files_digest(tmp_path, list(reversed(files))) == sources.tree_digest(tmp_path)
+    (tmp_path / "new").write_text("added")
+    assert sources.files_digest(tmp_path, files) != sources.tree_digest(tmp_path)
+    assert sources.files_digest(tmp_path, [*files, "gone"]) is None

@@ -19,6 +19,7 @@ from test_build_env import DATA, clean_build_env, kill_session, torch_python
 from verlenv.catalog import stacks
 from verlenv.errors import UserError
 from verlenv.native import build, ninja_stats, recipes, toolchain, wheelcache
+from verlenv.native.sources import tree_digest
 from waiting import exited, until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -291,9 +292,10 @@ def test_an_edited_recipe_is_a_new_fingerprint_and_a_rebuild(probe_root, tmp_pat
     assert wheelcache.lookup(wheelhouse, "sleepy-probe", before.fingerprint) is not None  # the old entry stays
 
 
-def resume_probe(root: Path, tmp_path: Path) -> Path:
-    """A real sdist (resume-probe 0.1) whose setup.py fails while VERLENV_TEST_FAIL is set, and its recipe with the
-    sdist's sha256, added to the test catalog's source builds. Returns the sdist."""
+def resume_probe(root: Path, tmp_path: Path, kind: str) -> tuple[Path | None, str]:
+    """A real package (resume-probe 0.1) whose setup.py fails while VERLENV_TEST_FAIL is set, as an sdist with its
+    sha256 pinned or as a folder beside its recipe pinned by tree digest, added to the test catalog's source builds.
+    Returns (the --source to give, the name of the tree the builder places)."""
     tree = tmp_path / "resume_probe-0.1"
     tree.mkdir()
     (tree / "setup.py").write_text(textwrap.dedent("""\
@@ -304,34 +306,35 @@ def resume_probe(root: Path, tmp_path: Path) -> Path:
         setup(name="resume-probe", version="0.1", py_modules=["resume_probe"])
         """))
     (tree / "resume_probe.py").write_text("VALUE = 1\n")
-    sdist = tmp_path / "resume_probe-0.1.tar.gz"
-    with tarfile.open(sdist, "w:gz") as t:
-        t.add(tree, arcname=tree.name)
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    (root / "recipes" / "resume-probe").mkdir()
-    (root / "recipes" / "resume-probe" / "recipe.toml").write_text(textwrap.dedent(f"""\
-        package = "resume-probe"
-        import_name = "resume_probe"
-        [source]
-        kind = "pypi-sdist"
-        [source.sha256]
-        "0.1" = "{digest}"
-        [build]
-        gpu_code = false
-        mem_per_job_gib = 0.5
-        """))
+    recipe = root / "recipes" / "resume-probe"
+    recipe.mkdir()
+    if kind == "pypi-sdist":
+        sdist = tmp_path / "resume_probe-0.1.tar.gz"
+        with tarfile.open(sdist, "w:gz") as t:
+            t.add(tree, arcname=tree.name)
+        source = f'kind = "pypi-sdist"\n[source.sha256]\n"0.1" = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"'
+        given, placed = sdist, tree.name
+    else:
+        shutil.copytree(tree, recipe / "src")
+        source = f'kind = "local-dir"\npath = "src"\nversion = "0.1"\ntree_sha256 = "{tree_digest(tree)}"'
+        given, placed = None, "resume-probe-0.1"
+    (recipe / "recipe.toml").write_text(
+        f'package = "resume-probe"\nimport_name = "resume_probe"\n[source]\n{source}\n'
+        "[build]\ngpu_code = false\nmem_per_job_gib = 0.5\n")
     catalog_file = root / "stacks.toml"
     catalog_file.write_text(catalog_file.read_text().replace('"sleepy-probe==0.1",',
                                                              '"sleepy-probe==0.1", "resume-probe==0.1",'))
-    return sdist
+    return given, placed
 
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_a_stopped_sdist_build_is_resumed_only_while_its_sources_are_intact(probe_root, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("kind", ["pypi-sdist", "local-dir"])
+def test_a_stopped_build_is_resumed_only_while_its_sources_are_intact(probe_root, tmp_path, monkeypatch, capsys,
+                                                                      kind):
     clean_build_env(monkeypatch)
     python = torch_python()
-    sdist = resume_probe(probe_root, tmp_path)
+    given, placed = resume_probe(probe_root, tmp_path, kind)
     variant = stacks.load(probe_root / "stacks.toml").variant(None, "fsdp")
     wheelhouse, work = tmp_path / "wh", tmp_path / "work"
 
@@ -342,7 +345,7 @@ def test_a_stopped_sdist_build_is_resumed_only_while_its_sources_are_intact(prob
             monkeypatch.delenv("VERLENV_TEST_FAIL", raising=False)
         capsys.readouterr()
         try:
-            return build.build_one(probe_root, variant, "resume-probe", python, ["9.0"], wheelhouse, work, source=sdist)
+            return build.build_one(probe_root, variant, "resume-probe", python, ["9.0"], wheelhouse, work, source=given)
         finally:
             monkeypatch.delenv("VERLENV_TEST_FAIL", raising=False)
 
@@ -351,7 +354,7 @@ def test_a_stopped_sdist_build_is_resumed_only_while_its_sources_are_intact(prob
     [stopped] = list(work.glob("build-resume-probe-*"))
     assert "(the next run resumes it)" in capsys.readouterr().err
     # A tree whose sources were edited is never resumed: a fresh tree is made.
-    source_file = stopped / "src" / "resume_probe-0.1" / "resume_probe.py"
+    source_file = stopped / "src" / placed / "resume_probe.py"
     source_file.write_text("VALUE = 2\n")
     with pytest.raises(UserError):
         run(fail=True)

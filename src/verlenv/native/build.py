@@ -218,12 +218,12 @@ def run_build(plan: BuildPlan, wheelhouse: Path, work: Path, jobs: Jobs, source:
         tmp = Path(tempfile.mkdtemp(dir=work, prefix=f"build-{recipe.package}-{fp[:8]}-"))
         lock = _hold(tmp)
     else:
-        print(f"  resuming the stopped build in {tmp}: its sources match the verified sdist, so ninja compiles only "
-              "the units not yet done", file=sys.stderr)
+        print(f"  resuming the stopped build in {tmp}: its sources still match {recipe.source.describe(plan.version)}"
+              ", so ninja compiles only the units not yet done", file=sys.stderr)
     log_path = tmp / "build.log"
     resumed = src is not None
     try:
-        if not resumed:  # a resumed tree was checked against the verified sdist above
+        if not resumed:  # a resumed tree was checked against the verified source above
             src = recipe.source.place(origin, tmp / "src")
         env, split = _build_env(plan, jobs)
         wheel, wall, peak = _compile(plan, env, src, tmp, log_path, resumed)
@@ -359,7 +359,8 @@ def _hold(tree: Path, wait: bool = True):
 
 def _resumable_tree(work: Path, recipe: recipes.Recipe, fp: str, origin: Path):
     """(tree, its sources, the lock held on it) of a stopped build of the same fingerprint (folder name) whose
-    sources still equal the verified sdist and that no other builder holds, else (None, None, None). ninja then
+    sources still equal the verified source (the sdist, or the files placed under the recipe's tree digest) and that
+    no other builder holds, else (None, None, None). ninja then
     compiles only the missing or stale units (it reruns any unit whose command line or headers changed, and any
     unit a kill cut short, which never reached its log). The lock is kept from the check on, so two builders
     never resume the same tree."""

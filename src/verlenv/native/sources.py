@@ -31,16 +31,33 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def tree_digest(root: Path) -> str:
-    """A digest of an extracted tree: every file's relative path, mode bit and sha256, sorted."""
+# Beside a tree placed from a source pinned by tree digest: its files, a relative path a line. A stopped build's tree
+# is resumed while these still digest to the recipe's tree_sha256; the files a build adds are not among them.
+PLACED_FILES = "placed-files.txt"
+
+
+def tree_files(root: Path) -> list[str]:
+    """Every file and link under `root`, as relative paths (what tree_digest reads)."""
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink()]
+
+
+def files_digest(root: Path, files: list[str]) -> str | None:
+    """tree_digest over these relative paths of `root` only; None when one of them is gone."""
     h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+    for path in sorted(root / rel for rel in files):  # sorted as Paths (by parts), as tree_digest always was
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():
             h.update(f"L {rel} {os.readlink(path)}\n".encode())
-        else:
+        elif path.is_file():
             h.update(f"F {rel} {int(os.access(path, os.X_OK))} {sha256_file(path)}\n".encode())
+        else:
+            return None
     return h.hexdigest()
+
+
+def tree_digest(root: Path) -> str:
+    """A digest of an extracted tree: every file's relative path, mode bit and sha256, sorted."""
+    return files_digest(root, tree_files(root))
 
 
 def _sdist_url(package: str, version: str) -> tuple[str, str]:
@@ -246,8 +263,36 @@ class PypiSdist(_Pinned):
         return dest
 
 
+class _DigestedTree:
+    """What the kinds pinned by tree digest share: the placed tree's files are listed beside it once they digest to
+    the recipe's tree_sha256, and a stopped build's tree is resumed while exactly those files still do (a build adds
+    files, which are not counted; a source file it or anyone edited is, and then a fresh tree is made)."""
+
+    resumable: ClassVar[bool] = True
+    tree_sha256: str
+
+    def placed_name(self) -> str:
+        """The folder `place` makes under its destination."""
+        raise NotImplementedError
+
+    def _seal(self, out: Path) -> str:
+        """out's digest; where it is the recipe's, its files are listed beside it (what `intact` digests again)."""
+        files = tree_files(out)
+        got = files_digest(out, files)
+        if got == self.tree_sha256:
+            (out.parent / PLACED_FILES).write_text("".join(f"{rel}\n" for rel in files))
+        return got
+
+    def intact(self, origin: Path, tree: Path) -> Path | None:
+        out, listing = tree / self.placed_name(), tree / PLACED_FILES
+        if not out.is_dir() or not listing.is_file():
+            return None
+        files = listing.read_text().splitlines()
+        return out if files and files_digest(out, files) == self.tree_sha256 else None
+
+
 @dataclass(frozen=True)
-class GitCommit(_Pinned):
+class GitCommit(_DigestedTree, _Pinned):
     """A pinned commit, exported with `git archive` from a clone or mirror the user gives, checked by tree digest."""
 
     kind: ClassVar[str] = "git"
@@ -326,8 +371,11 @@ class GitCommit(_Pinned):
             self._archive(origin, "-o", str(dest))
         return dest
 
+    def placed_name(self) -> str:
+        return f"{self.package}-{self.commit[:12]}"
+
     def place(self, origin: Path, dest: Path) -> Path:
-        out = dest / f"{self.package}-{self.commit[:12]}"
+        out = dest / self.placed_name()
         if origin.is_file():
             _unpack_tree(origin, out)
         else:
@@ -335,7 +383,7 @@ class GitCommit(_Pinned):
             out.mkdir(parents=True)
             with tarfile.open(fileobj=io.BytesIO(tar)) as t:
                 t.extractall(out, filter="fully_trusted")
-        got = tree_digest(out)
+        got = self._seal(out)
         if got != self.tree_sha256:
             raise UserError(f"{self.package} at {self.commit[:12]}: tree digest {got} does not match the recipe's "
                             f"{self.tree_sha256}; refusing to build")
@@ -350,7 +398,7 @@ def _git(repo: Path, *args: str, check: bool = False) -> subprocess.CompletedPro
 
 
 @dataclass(frozen=True)
-class LocalDir(_Pinned):
+class LocalDir(_DigestedTree, _Pinned):
     """A folder beside the recipe (its path relative to the recipe), copied and checked by tree digest."""
 
     kind: ClassVar[str] = "local-dir"
@@ -389,13 +437,16 @@ class LocalDir(_Pinned):
             return dest
         return pack_tree(origin, dest)
 
+    def placed_name(self) -> str:
+        return f"{self.package}-{self.version}"
+
     def place(self, origin: Path, dest: Path) -> Path:
-        out = dest / f"{self.package}-{self.version}"
+        out = dest / self.placed_name()
         if origin.is_file():
             _unpack_tree(origin, out)
         else:  # bytecode Python left beside the sources (importing a file of it) is no part of them
             shutil.copytree(origin, out, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-        got = tree_digest(out)
+        got = self._seal(out)
         if got != self.tree_sha256:
             raise UserError(f"{self.package}: tree digest of {origin} is {got}, not the recipe's {self.tree_sha256}; "
                             "refusing to build")

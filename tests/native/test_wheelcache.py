@@ -294,7 +294,8 @@ def test_an_edited_recipe_is_a_new_fingerprint_and_a_rebuild(probe_root, tmp_pat
 
 def resume_probe(root: Path, tmp_path: Path, kind: str) -> tuple[Path | None, str]:
     """A real package (resume-probe 0.1) whose setup.py fails while VERLENV_TEST_FAIL is set, as an sdist with its
-    sha256 pinned or as a folder beside its recipe pinned by tree digest, added to the test catalog's source builds.
+    sha256 pinned, or pinned by tree digest as a folder beside its recipe or a commit of a clone, added to the test
+    catalog's source builds.
     Returns (the --source to give, the name of the tree the builder places)."""
     tree = tmp_path / "resume_probe-0.1"
     tree.mkdir()
@@ -314,10 +315,22 @@ def resume_probe(root: Path, tmp_path: Path, kind: str) -> tuple[Path | None, st
             t.add(tree, arcname=tree.name)
         source = f'kind = "pypi-sdist"\n[source.sha256]\n"0.1" = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"'
         given, placed = sdist, tree.name
-    else:
+    elif kind == "local-dir":
         shutil.copytree(tree, recipe / "src")
         source = f'kind = "local-dir"\npath = "src"\nversion = "0.1"\ntree_sha256 = "{tree_digest(tree)}"'
         given, placed = None, "resume-probe-0.1"
+    else:  # a clone holding the pinned commit
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@t"}
+        for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
+            subprocess.run(["git", "-C", str(tree), *cmd], check=True, env=env)
+        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        checkout = shutil.copytree(tree, tmp_path / "checkout", ignore=shutil.ignore_patterns(".git"))
+        digest = tree_digest(checkout)
+        source = (f'kind = "git"\nurl = "https://example.invalid/resume-probe"\ncommit = "{commit}"\n'
+                  f'version = "0.1"\ntree_sha256 = "{digest}"')
+        given, placed = tree, f"resume-probe-{commit[:12]}"
     (recipe / "recipe.toml").write_text(
         f'package = "resume-probe"\nimport_name = "resume_probe"\n[source]\n{source}\n'
         "[build]\ngpu_code = false\nmem_per_job_gib = 0.5\n")
@@ -329,7 +342,7 @@ def resume_probe(root: Path, tmp_path: Path, kind: str) -> tuple[Path | None, st
 
 @pytest.mark.slow
 @pytest.mark.network
-@pytest.mark.parametrize("kind", ["pypi-sdist", "local-dir"])
+@pytest.mark.parametrize("kind", ["pypi-sdist", "local-dir", "git"])
 def test_a_stopped_build_is_resumed_only_while_its_sources_are_intact(probe_root, tmp_path, monkeypatch, capsys,
                                                                       kind):
     clean_build_env(monkeypatch)

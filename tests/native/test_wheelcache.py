@@ -379,7 +379,7 @@ def test_a_stopped_build_is_resumed_only_while_its_sources_are_intact(probe_root
     before = (intact / "build.log").read_text()
     result = run(fail=False)
     err = capsys.readouterr().err
-    assert f"resuming the stopped build in {intact}" in err
+    assert f"resuming the stopped build in {intact}" in err and "(0 done)" in err  # setuptools alone: no ninja
     assert not intact.exists() and not result.cached and result.record["resumed"] is True
     assert "resume-probe: failing on request" in before
     assert wheelcache.lookup(wheelhouse, "resume-probe",
@@ -397,6 +397,11 @@ def test_ninja_stats_add_up_the_runs_of_a_resumed_build(tmp_path):
     assert stats["runs"] == 2 and stats["units"] == 5
     assert stats["sum_unit_s"] == 655.0 and stats["compile_wall_s"] == 385.0
     assert stats["ideal_wall_s"] == 327.5 and stats["efficiency"] == round(327.5 / 385, 3)
+    # A unit compiled again (its header changed) is one unit done; another extension's log counts its own.
+    with open(tmp_path / "build" / ".ninja_log", "a") as log:
+        log.write("0\t90000\t1\td.o\th\n")
+    write_ninja_log(tmp_path / "build" / "ext" / ".ninja_log", [(0, 10, 1, "a.o")])
+    assert ninja_stats.units_done(tmp_path) == 6
 
 
 def write_ninja_log(path: Path, lines: list[tuple[float, float, float, str]]) -> None:

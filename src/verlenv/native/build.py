@@ -18,7 +18,7 @@ from verlenv import cubins, validate
 from verlenv.catalog import stacks
 from verlenv.errors import UserError
 from verlenv.native import recipes, toolchain, wheelcache
-from verlenv.native.ninja_stats import ninja_logs, ninja_stats
+from verlenv.native.ninja_stats import ninja_logs, ninja_stats, units_done
 from verlenv.native.parallelism import mem_available_gib, parallelism_for, split_jobs
 from verlenv.native.proctree import run_logged
 
@@ -219,7 +219,7 @@ def run_build(plan: BuildPlan, wheelhouse: Path, work: Path, jobs: Jobs, source:
         lock = _hold(tmp)
     else:
         print(f"  resuming the stopped build in {tmp}: its sources still match {recipe.source.describe(plan.version)}"
-              ", so ninja compiles only the units not yet done", file=sys.stderr)
+              f", so ninja compiles only the units not yet done ({units_done(src)} done)", file=sys.stderr)
     log_path = tmp / "build.log"
     resumed = src is not None
     try:

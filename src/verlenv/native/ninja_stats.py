@@ -18,6 +18,11 @@ def _ninja_spans(log: Path) -> list[tuple[int, int, int, str]]:
     return spans
 
 
+def units_done(build_tree: Path) -> int:
+    """How many units the tree's ninja logs record as finished, each output once (a unit rebuilt is one unit)."""
+    return len({(log, span[3]) for log in ninja_logs(build_tree) for span in _ninja_spans(log)})
+
+
 def _union_s(intervals: list[tuple[float, float]]) -> float:
     """Seconds during which at least one interval is open."""
     total, reach = 0.0, None

@@ -360,10 +360,9 @@ def _hold(tree: Path, wait: bool = True):
 def _resumable_tree(work: Path, recipe: recipes.Recipe, fp: str, origin: Path):
     """(tree, its sources, the lock held on it) of a stopped build of the same fingerprint (folder name) whose
     sources still equal the verified source (the sdist, or the files placed under the recipe's tree digest) and that
-    no other builder holds, else (None, None, None). ninja then
-    compiles only the missing or stale units (it reruns any unit whose command line or headers changed, and any
-    unit a kill cut short, which never reached its log). The lock is kept from the check on, so two builders
-    never resume the same tree."""
+    no other builder holds, else (None, None, None). ninja then compiles only the missing or stale units (it reruns
+    any unit whose command line or headers changed, and any unit a kill cut short, which never reached its log). The
+    lock is kept from the check on, so two builders never resume the same tree."""
     for tree in sorted(work.glob(f"build-{recipe.package}-{fp[:8]}-*"), key=lambda p: p.stat().st_mtime, reverse=True):
         if not (tree / "build.log").is_file() or not (tree / "src").is_dir():
             continue

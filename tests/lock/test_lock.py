@@ -3,7 +3,6 @@
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tomllib
 import urllib.request
@@ -336,8 +335,7 @@ def test_the_resolver_group_pins_the_uv_every_committed_lock_was_resolved_with()
 
 def _resolving_with_the_committed_uv() -> None:
     """A clear line, not a diff of whole files, where the uv running here is not the one the locks record."""
-    running = " ".join(subprocess.run([locks.uv_bin(), "--version"], capture_output=True, text=True,
-                                      check=True).stdout.split()[:2])
+    running = locks.uv_version(locks.uv_bin())
     recorded = sorted(_committed_resolvers())
     assert [running] == recorded, (f"resolving with {running}; the committed locks record {recorded} (pyproject's "
                                    "resolver group pins it; nox -s tests installs it)")

@@ -83,15 +83,20 @@ def git_repo(tmp_path) -> tuple[Path, str, str]:
     (repo / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
     (repo / "build.sh").write_text("#!/bin/sh\n")
     (repo / "build.sh").chmod(0o755)
+    return repo, *commit_all(repo, tmp_path / "checkout")
+
+
+def commit_all(repo: Path, checkout: Path) -> tuple[str, str]:
+    """Make `repo` a git repository whose one commit holds all its files; (that commit, its tree digest, taken of a
+    copy without .git at `checkout`)."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
     for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
         subprocess.run(["git", "-C", str(repo), *cmd], check=True, env=env)
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
-    digest_of = tmp_path / "checkout"
-    shutil.copytree(repo, digest_of, ignore=shutil.ignore_patterns(".git"))
-    return repo, commit, sources.tree_digest(digest_of)
+    shutil.copytree(repo, checkout, ignore=shutil.ignore_patterns(".git"))
+    return commit, sources.tree_digest(checkout)
 
 
 def git_recipe(root: Path, commit: str, digest: str, paths: str = "") -> recipes.Recipe:

@@ -16,6 +16,7 @@ import pytest
 
 from project_files import ROOT
 from test_build_env import DATA, clean_build_env, kill_session, torch_python
+from test_build_sources import commit_all
 from verlenv.catalog import stacks
 from verlenv.errors import UserError
 from verlenv.native import build, ninja_stats, recipes, toolchain, wheelcache
@@ -320,14 +321,7 @@ def resume_probe(root: Path, tmp_path: Path, kind: str) -> tuple[Path | None, st
         source = f'kind = "local-dir"\npath = "src"\nversion = "0.1"\ntree_sha256 = "{tree_digest(tree)}"'
         given, placed = None, "resume-probe-0.1"
     else:  # a clone holding the pinned commit
-        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-               "GIT_COMMITTER_EMAIL": "t@t"}
-        for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
-            subprocess.run(["git", "-C", str(tree), *cmd], check=True, env=env)
-        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        checkout = shutil.copytree(tree, tmp_path / "checkout", ignore=shutil.ignore_patterns(".git"))
-        digest = tree_digest(checkout)
+        commit, digest = commit_all(tree, tmp_path / "checkout")
         source = (f'kind = "git"\nurl = "https://example.invalid/resume-probe"\ncommit = "{commit}"\n'
                   f'version = "0.1"\ntree_sha256 = "{digest}"')
         given, placed = tree, f"resume-probe-{commit[:12]}"

@@ -122,6 +122,12 @@ def uv_bin() -> str:
         return found
 
 
+def uv_version(uv: str) -> str:
+    """The resolver as a lock's inputs record names it, e.g. "uv 0.13.9": the build triple `uv --version` prints
+    after it would differ between machines for the same lock."""
+    return " ".join(subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout.split()[:2])
+
+
 def uv_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
 
@@ -279,9 +285,7 @@ def relock(cat: stacks.Catalog, wanted: list[stacks.Variant]) -> list[stacks.Var
     platform pins the linux-64 versions) replace the committed locks."""
     plan = _plan(cat, wanted)
     uv = uv_bin()
-    # "uv 0.13.9": the build triple after it would differ between machines for the same lock.
-    uv_version = " ".join(subprocess.run([uv, "--version"], capture_output=True, text=True,
-                                         check=True).stdout.split()[:2])
+    resolver = uv_version(uv)
     texts: dict[tuple[str, str], str] = {}
 
     def base_text(v: stacks.Variant, platform: str) -> str | None:
@@ -310,7 +314,7 @@ def relock(cat: stacks.Catalog, wanted: list[stacks.Variant]) -> list[stacks.Var
                                 f"({'; '.join(diffs[:5])}); no lock was written", exit_code=1)
     for v in plan:
         for platform in v.platforms:
-            write_lock(cat.root, v, platform, texts[v.key, platform], base_text(v, platform), uv_version)
+            write_lock(cat.root, v, platform, texts[v.key, platform], base_text(v, platform), resolver)
     return plan
 
 

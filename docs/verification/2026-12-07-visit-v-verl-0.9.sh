@@ -1,6 +1,7 @@
-# GPU visit V (one H100 or H200), prepared 2026-12-07 after visit U; not run yet. What visit U taught: with the device
-# time counted 1:1 one machine is all there is (about 1,800 s held), the GDN prefill compile (510-708 s) must not be
-# paid on the node, and nothing may run beside it. So the bundle carries FlashInfer's GDN prefill prebuilt:
+# GPU visit V (one H100 or H200), prepared 2026-12-07 after visit U, ran the same day on an H100 (its report: the .md of
+# the same name). What visit U taught: with the device time counted 1:1 one machine is all there is (about 1,800 s
+# held), the GDN prefill compile (510-708 s) must not be paid on the node, and nothing may run beside it. So the
+# bundle carries FlashInfer's GDN prefill prebuilt:
 #   verlenv build flashinfer-jit-cache --python .venv-verl-0.9-megatron/bin/python --archs 9.0 --no-install
 #   (67 min on 2 cores; a stopped build resumes), then visit U's bundle command without `--without
 #   flashinfer-jit-cache`, and `--without flash-attn` unless its sm_90 wheel is in the wheelhouse (3.8 h on 2 cores).
@@ -15,9 +16,9 @@
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part N-1 (carry .carry/nNNNN), install-base N, then wait 560 [mark] (K, M…, T…) until the plan ends,
 #   partial if cut. A wait call must end before the device time does, or what it gathered is lost.
-# bash docs/verification/2026-12-08-visit-v-verl-0.9.sh STEP [ARG]
+# bash docs/verification/2026-12-07-visit-v-verl-0.9.sh STEP [ARG]
 set -uo pipefail
-SELF=docs/verification/2026-12-08-visit-v-verl-0.9.sh
+SELF=docs/verification/2026-12-07-visit-v-verl-0.9.sh
 GDN_MOE="qwen3.5-moe qwen3-next"
 THOROUGH=${THOROUGH:-"megatron:qwen3.5 megatron:qwen3-next megatron:qwen3.5-moe megatron:deepseek-v3 megatron:glm4-moe megatron:qwen3-vl"}
 FSDP=yes  # set by the plan: no when the env has no flash-attn

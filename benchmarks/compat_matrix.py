@@ -4,7 +4,8 @@ from the committed GPU reports (docs/verification/*.json, verify reports and ver
 A cell is the newest report's verdict for that stack x variant x family x mode: pass, fail, known (a known upstream
 failure, with its link), or "not run" when no committed report ran it. A report whose env left out, by request
 (--skip-package), a package its actor needs for a family (data/backends.toml needs, after that family's overrides)
-is no verdict on the stack for that family and is passed over. A failure the report counted whose output the family
+is no verdict on the stack for that family and is passed over, as is a report whose trainer had its user's own
+overrides of verl's config (--trainer-override). A failure the report counted whose output the family
 table's known issues recognise now is "known*" (the report itself is left as it was written). Reports written before
 the families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
 Writes a markdown table (each cell linking its report) and the same as JSON.
@@ -61,6 +62,12 @@ def skipped_needs(report: dict, actors: backends.Table, env, family) -> set[str]
     return skipped & actors.actor(actor).needed_packages(overrides)
 
 
+def user_overrides(report: dict) -> list[str]:
+    """The overrides of verl's config a report's trainer was given by its user (--trainer-override)."""
+    trainer = report.get("trainer")
+    return list(trainer.get("user_overrides") or []) if isinstance(trainer, dict) else []
+
+
 def env_overrides(cat: stacks.Catalog, stack: str, variant: str) -> list[str]:
     """The variant's trainer_overrides (stacks.toml), none for a stack or variant the catalog no longer has."""
     found = cat.stacks.get(stack)
@@ -77,6 +84,8 @@ def cells(reports: Path, table: families.Table, cat: stacks.Catalog) -> dict[tup
         except ValueError:
             continue
         if not isinstance(report, dict) or "stack" not in report or "variant" not in report:
+            continue
+        if user_overrides(report):  # trained with the user's own settings (--trainer-override): not verl's defaults
             continue
         mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
         for variant, family, status, known in trainer_results(report, table):

@@ -278,7 +278,7 @@ def _run_of(results: list, profile=None) -> SimpleNamespace:
                                                                                    rollout="vllm")
     settings = SimpleNamespace(profile=profile, forced=False, gpus=[], stack=stack, variant=variant, no_lock=True,
                                lock=None, skipped=set(), only=None, scope=SimpleNamespace(required={"torch"}),
-                               mode="fast", families=[])
+                               mode="fast", families=[], trainer_override=())
     facts = SimpleNamespace(torch=None, executable=sys.executable, version="3.12.0", prefix=sys.prefix,
                             distributions=[])
     return SimpleNamespace(settings=settings, facts=facts, driver=None, results=results, seconds=1.0,

@@ -291,6 +291,18 @@ def test_verls_own_config_takes_every_size_in_both_modes(composed):
     assert composed["vllm"] == {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
 
 
+@pytest.mark.slow
+def test_verls_own_config_takes_a_users_overrides_last(composed):
+    """--trainer-override: verl's own Hydra composes the check's overrides with a user's, each user's override winning
+    over the env's (a plain key) and the family's (a key gpt-oss adds with ++, which Hydra would not take a second +
+    of), and the check's own settings untouched."""
+    assert composed["user"] == {
+        "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend": "flash",
+        "actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        "actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_bias_update_rate": 0,
+        "trainer.total_training_steps": 2}
+
+
 def test_the_hf_checkpoint_is_found_in_either_layout(tmp_path):
     t = trainer()
     assert t.hf_checkpoint(tmp_path) is None

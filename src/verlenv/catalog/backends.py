@@ -129,13 +129,13 @@ class Table:
             raise UserError(f"unknown rollout {name!r}; valid: {', '.join(self.rollouts)} ({self.path.name})")
         return self.rollouts[name]
 
-    def override_order(self, actor: str, rollout: str, env, family, thorough: bool) -> list[str]:
+    def override_order(self, actor: str, rollout: str, env, family, thorough: bool, user=()) -> list[str]:
         """Every Hydra override verl's trainer check gives one family's trainer, in its order (the actor's, the
-        rollout's, the env's, the family's; the fast proof's last), fields unfilled: what decides which of the
-        actor's needs hold (their keys are literal)."""
+        rollout's, the env's, the family's, the fast proof's, the user's last), fields unfilled: what decides which
+        of the actor's needs hold (their keys are literal; the last to set a key wins)."""
         a, r = self.actor(actor), self.rollout(rollout)
         out = [*a.tp_overrides, *a.overrides, *r.overrides, *env, *family]
-        return out if thorough else out + [*r.fast_overrides, *a.fast_overrides]
+        return [*out, *([] if thorough else [*r.fast_overrides, *a.fast_overrides]), *user]
 
 
 def _strings(row: dict, key: str, where: str, path: Path) -> tuple[str, ...]:

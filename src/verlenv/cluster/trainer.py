@@ -15,7 +15,6 @@ Ray is imported where it is used: deciding what runs where, and the node tasks, 
 
 import contextlib
 import hashlib
-import importlib
 import os
 import shutil
 import socket
@@ -27,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from verlenv.catalog import backends
+from verlenv.verify import user_overrides
 from verlenv.verify.kernels import _phases
 
 TIMEOUT_S = 900  # verl's start-up over several nodes (Ray workers, FSDP, one vLLM engine per GPU) plus 2 steps
@@ -41,12 +41,8 @@ LOG_TAIL = 80  # lines of the trainer's output kept in the report when it fails
 
 
 def check_module():
-    """kernels/check_verl_trainer.py as a module: it and its siblings import `_common`, `_kernel_paths`,
-    `_routed_experts`, `_models` and `_phases` by those names (they run as scripts in verify), so those names are
-    given the packaged modules first, each before the module that imports it."""
-    for name in ("_common", "_kernel_paths", "_routed_experts", "_models", "_phases"):
-        sys.modules.setdefault(name, importlib.import_module(f"verlenv.verify.kernels.{name}"))
-    return importlib.import_module("verlenv.verify.kernels.check_verl_trainer")
+    """kernels/check_verl_trainer.py as a module (verify.user_overrides loads it)."""
+    return user_overrides.trainer_check_module()
 
 
 def trainer_nodes(answered: dict[str, dict], nodes: dict[str, dict]) -> dict[str, int]:
@@ -192,7 +188,7 @@ class TrainerRun:
     """One run of verl's trainer across a cluster: where its inputs go, what it trains, on which nodes."""
     base: str  # the inputs' folder, the same path on every node
     spec: dict  # the cluster run's spec (time limits, the trainer's log, the job's runtime_env)
-    options: object  # the verify options (thorough, rollout_tp, actor_tp, ray)
+    options: object  # the verify options (thorough, rollout_tp, actor_tp, ray, trainer_override)
     variant: object
     family: dict
     gpus: dict[str, int]  # node id: its GPUs, every GPU node alike
@@ -224,6 +220,8 @@ def run(answered: dict[str, dict], nodes: dict[str, dict], names: dict[str, str]
     family = spec["families"][0]
     out = {"nnodes": len(gpus), "n_gpus_per_node": next(iter(gpus.values())), "nodes": sorted(names[i] for i in gpus),
            "inputs": base, "family": family["name"]}
+    if getattr(options, "trainer_override", ()):
+        out["user_overrides"] = list(options.trainer_override)  # the compat matrix passes such a run over
     job = TrainerRun(base, spec, options, variant, family, gpus, everywhere, names, progress)
     try:
         out.update(_stage_and_train(job))
@@ -260,7 +258,7 @@ def _train(job: TrainerRun, paths: dict, layout: dict) -> dict:
     spec, options, names = job.spec, job.options, job.names
     env = worker_env((spec.get("runtime_env") or {}).get("env_vars"))
     proof = {"thorough": options.thorough, "rollout_tp": options.rollout_tp, "actor_tp": options.actor_tp}
-    trainer = trainer_spec(job.variant)
+    trainer = {**trainer_spec(job.variant), "user_overrides": list(getattr(options, "trainer_override", ()))}
     cmd = command(sys.executable, paths, trainer, job.family, len(job.gpus), job.gpus_per_node, env, **proof)
     log = spec["trainer_log"]
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)

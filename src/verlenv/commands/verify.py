@@ -53,7 +53,7 @@ def checked(options: VerifyOptions, cat: stacks.Catalog) -> tuple[stacks.Variant
     """Every option checked before anything runs, one line for the first one wrong: the variant, and the family
     rows the trainer check trains."""
     from verlenv.catalog import backends
-    from verlenv.verify import runner
+    from verlenv.verify import runner, user_overrides
 
     if options.gpu != "auto":
         gpus.profile(options.gpu)  # unknown names fail before anything runs
@@ -76,6 +76,7 @@ def checked(options: VerifyOptions, cat: stacks.Catalog) -> tuple[stacks.Variant
         raise UserError(f"--actor-tp {options.actor_tp}: verl's {actor.name} actor of the {variant.name} variant is "
                         "not tensor-parallel" + (f"; a variant whose actor is takes it (--variant "
                                                  f"{' or '.join(parallel)})" if parallel else ""))
+    user_overrides.checked(options.trainer_override)
     rows = runner.family_rows(options)
     shrunk = [row for row in rows if row["source"] != "families.toml"]  # the --model-config ones
     if shrunk:  # built in the env on the meta device: its class exists there and the model is tiny

@@ -57,6 +57,11 @@ class VerifyOptions:
     model_config: tuple[str, ...] = _opt((), "a model's config.json (or its folder), shrunk to the check's size with "
                                              "random weights, trained like a family (repeatable)", metavar="PATH",
                                          group="verl's trainer", repeat=True)
+    trainer_override: tuple[str, ...] = _opt((), "a Hydra override of verl's config for its trainer (KEY=VALUE, "
+                                                 "+KEY=VALUE, ++KEY=VALUE or ~KEY), after the check's own: verify "
+                                                 "with your own settings (repeatable); the report is then no verdict "
+                                                 "on verl's defaults", metavar="KEY=VALUE", group="verl's trainer",
+                                             repeat=True)
     ray: str | None = _opt(None, "verify every alive node of a Ray cluster (auto, HOST:PORT or ray://HOST:PORT) and "
                                  "compare them", metavar="ADDRESS", group="many nodes", nargs="?", const="auto")
     node_timeout: float = _opt(1800.0, "seconds a node may take before it is reported as hung (default 1800)",

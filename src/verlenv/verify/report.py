@@ -141,10 +141,12 @@ def build(run, command: list[str], started: datetime, launcher: str = "verlenv")
 
 
 def trainer_section(s) -> dict:
-    """What verl's trainer check trained: the variant's actor and rollout, each family (its source), and how many ran
-    at once, with the bound that set it."""
+    """What verl's trainer check trained: the variant's actor and rollout, each family (its source), how many ran at
+    once, with the bound that set it, and the user's own overrides (--trainer-override), where given."""
     out = {"actor": s.variant.actor, "rollout": s.variant.rollout,
            "families": [{"name": f["name"], "source": f.get("source")} for f in s.families]}
+    if s.trainer_override:
+        out["user_overrides"] = list(s.trainer_override)
     return {**out, "at_once": s.slots().why} if s.families else out
 
 
@@ -261,6 +263,9 @@ def markdown(report: dict) -> str:
         lines.append(f"- verl's trainer: {t['actor']} actor, {t['rollout']} rollout; families "
                      + (", ".join(f["name"] for f in t["families"]) or "none")
                      + (f"; {t['at_once']}" if t.get("at_once") else ""))
+        if t.get("user_overrides"):
+            lines.append("- your overrides of verl's config (--trainer-override; not verl's defaults): "
+                         + ", ".join(f"`{o}`" for o in t["user_overrides"]))
     if report["selection"]["skipped_packages"]:
         lines.append(f"- skipped by request: {', '.join(report['selection']['skipped_packages'])}")
     lines += ["", "| status | check | package | required | numbers | reason |", "|---|---|---|---|---|---|"]

@@ -100,6 +100,11 @@ class Settings:
         return self.options.actor_tp
 
     @property
+    def trainer_override(self) -> tuple[str, ...]:
+        """The user's own Hydra overrides of verl's config (--trainer-override), applied after the check's."""
+        return self.options.trainer_override
+
+    @property
     def mode(self) -> str:
         return "thorough" if self.thorough else "fast"
 
@@ -128,6 +133,8 @@ class Settings:
         alone = jit_jobs.for_host(caches, self.variant.rollout, 1, self.host_gib)
         return {"actor": rows.actor(self.variant.actor).row(), "rollout": rows.rollout(self.variant.rollout).row(),
                 "overrides": dict(self.variant.trainer_overrides), "families": self.trained_families(rows),
+                # The user's own (--trainer-override), after all of the check's.
+                "user_overrides": list(self.trainer_override),
                 "parallel": parallel,
                 # MAX_JOBS for the trainers' run-time JIT compiles (their environment's own MAX_JOBS wins).
                 "jit_max_jobs": jit.max_jobs if jit else None, "jit_why": jit.why if jit else None,
@@ -155,7 +162,8 @@ class Settings:
         here from every override it is given, so the check imports them and parses no overrides."""
         v = self.variant
         return [{**family, "actor_needs": rows.actor(v.actor).trainer_needs(rows.override_order(
-                    v.actor, v.rollout, v.trainer_overrides, family.get("overrides") or [], self.thorough))}
+                    v.actor, v.rollout, v.trainer_overrides, family.get("overrides") or [], self.thorough,
+                    self.trainer_override))}
                 for family in self.families]
 
 

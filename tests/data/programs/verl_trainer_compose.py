@@ -16,7 +16,12 @@ from verlenv.cluster.trainer import trainer_spec
 
 CATALOG = stacks.load(os.path.join(os.path.dirname(SRC), "stacks.toml"))
 SPECS = {v: trainer_spec(CATALOG.variant("verl-0.9", v)) for v in ("fsdp", "megatron")}
-LLAMA = families.table().rows(families.table().select(["llama"], False))[0]
+LLAMA, GPT_OSS = families.table().rows(families.table().select(["llama", "gpt-oss"], False))
+# A user's own overrides (--trainer-override): one of a key the env sets (megatron's TE attention backend), one of a
+# key the family adds with ++ (gpt-oss's eager attention; Hydra refuses a second + of one key), one new.
+USER = ["actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=flash",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_bias_update_rate=0"]
 
 import verl
 from hydra import compose, initialize_config_dir
@@ -61,6 +66,13 @@ with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__
                 out.append({"variant": variant, "sizes": sizes, "thorough": thorough,
                             "values": {k: pick(cfg, k) for k in keys},
                             "vllm_engine_kwargs": dict(rollout.engine_kwargs.get("vllm") or {})})
+    cfg = compose(config_name=SPECS["megatron"]["actor"]["config_name"],
+                  overrides=t.overrides(paths, {**SPECS["megatron"], "user_overrides": USER}, GPT_OSS))
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    user = {k: pick(cfg, k) for k in ("actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend",
+                                      "actor_rollout_ref.model.override_config.attn_implementation",
+                                      "actor_rollout_ref.actor.megatron.override_transformer_config."
+                                      "moe_router_bias_update_rate", "trainer.total_training_steps")}
 
 # The fast proof's vLLM settings, as verl's vLLM server hands them to vLLM (vllm_async_server.py: its args dict
 # with engine_kwargs spread in, build_cli_args_from_config, vLLM's own parser).
@@ -78,5 +90,5 @@ fast = next(c for c in out if c["variant"] == "fsdp" and not c["thorough"])
 args = {"enforce_eager": fast["values"]["actor_rollout_ref.rollout.enforce_eager"], **fast["vllm_engine_kwargs"]}
 parsed = AsyncEngineArgs.from_cli_args(AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(
     ["--model", "/m", *build_cli_args_from_config(args)]))
-json.dump({"cases": out, "vllm": {"enforce_eager": parsed.enforce_eager,
-                                  "kv_cache_memory_bytes": parsed.kv_cache_memory_bytes}}, open(OUT, "w"))
+json.dump({"cases": out, "user": user, "vllm": {"enforce_eager": parsed.enforce_eager,
+                                                "kv_cache_memory_bytes": parsed.kv_cache_memory_bytes}}, open(OUT, "w"))

@@ -150,16 +150,30 @@ def overrides(paths: dict, trainer: dict, family: dict, *, nnodes: int = 1, n_gp
               rollout_tp: int = 1, actor_tp: int = 1, thorough: bool = False) -> list[str]:
     """Hydra overrides of verl's own config: sizes, paths and what a check must not do (download, log to wandb,
     validate); the actor's, the rollout's, the env's (stacks.toml trainer_overrides) and the family's own; unless
-    thorough, the fast proof's. Attention, trainer (V1) and engines stay verl's defaults. The batch grows with the
+    thorough, the fast proof's; last, the user's own (the trainer's `user_overrides`, from --trainer-override).
+    Attention, trainer (V1) and engines stay verl's defaults unless a user's override says. The batch grows with the
     GPUs of all nodes; raises ValueError (one line) for sizes the check's model or GPUs cannot take."""
     problem = parallel_problem(trainer, family, nnodes, n_gpus_per_node, rollout_tp, actor_tp)
     if problem:
         raise ValueError(problem)
-    prompts = PROMPTS_PER_GPU * nnodes * n_gpus_per_node
-    actor_key = "actor_rollout_ref.actor"
     actor, rollout = trainer["actor"], trainer["rollout"]
     fields = {"actor_tp": actor_tp, "rollout_tp": rollout_tp, "kv_cache_bytes": KV_CACHE_BYTES}
-    out = [
+    out = own_overrides(paths, family, rollout["name"], PROMPTS_PER_GPU * nnodes * n_gpus_per_node, nnodes,
+                        n_gpus_per_node, rollout_tp)
+    out += filled(actor["tp_overrides"], **fields) + filled(actor["overrides"], **fields)
+    out += filled(rollout["overrides"], **fields)
+    out += list(trainer.get("overrides", {})) + list(family.get("overrides", []))
+    if not thorough:
+        out += filled(rollout["fast_overrides"], **fields) + filled(actor["fast_overrides"], **fields)
+    return with_user_overrides(out, trainer.get("user_overrides") or [])
+
+
+def own_overrides(paths: dict, family: dict, rollout_name: str, prompts: int, nnodes: int, n_gpus_per_node: int,
+                  rollout_tp: int) -> list[str]:
+    """What the check itself sets, whatever the actor, rollout, env or family: its data, model, sizes, learning
+    rate, steps, reward, logging and checkpoints (what its judge reads). --trainer-override may not change these."""
+    actor_key = "actor_rollout_ref.actor"
+    return [
         "algorithm.adv_estimator=grpo",
         f"data.train_files=['{paths['data']}']",
         f"data.val_files=['{paths['data']}']",
@@ -174,7 +188,7 @@ def overrides(paths: dict, trainer: dict, family: dict, *, nnodes: int = 1, n_gp
         f"{actor_key}.ppo_mini_batch_size={prompts // 2}",
         f"{actor_key}.ppo_micro_batch_size_per_gpu={RESPONSES_PER_PROMPT * 2}",
         f"{actor_key}.checkpoint.save_contents=['model','hf_model']",
-        f"actor_rollout_ref.rollout.name={rollout['name']}",
+        f"actor_rollout_ref.rollout.name={rollout_name}",
         f"actor_rollout_ref.rollout.n={RESPONSES_PER_PROMPT}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}",
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
@@ -199,12 +213,24 @@ def overrides(paths: dict, trainer: dict, family: dict, *, nnodes: int = 1, n_gp
         "trainer.resume_mode=disable",
         f"trainer.default_local_dir={paths['checkpoints']}",
     ]
-    out += filled(actor["tp_overrides"], **fields) + filled(actor["overrides"], **fields)
-    out += filled(rollout["overrides"], **fields)
-    out += list(trainer.get("overrides", {})) + list(family.get("overrides", []))
-    if not thorough:
-        out += filled(rollout["fast_overrides"], **fields) + filled(actor["fast_overrides"], **fields)
-    return out
+
+
+def override_key(text: str) -> str:
+    """The config key a Hydra override sets or deletes (`key=v`, `+key=v`, `++key=v`, `~key`)."""
+    return text.partition("=")[0].lstrip("+~")
+
+
+def own_keys() -> frozenset[str]:
+    """The keys own_overrides sets (placeholder paths and sizes: the keys do not depend on them)."""
+    paths = dict.fromkeys(("data", "model", "reward", "checkpoints"), "-")
+    return frozenset(override_key(o) for o in own_overrides(paths, {"name": "-"}, "-", 1, 1, 1, 1))
+
+
+def with_user_overrides(out: list[str], user: list[str]) -> list[str]:
+    """The user's overrides (--trainer-override) last, each replacing what the actor, rollout, env or family set for
+    its key: Hydra takes `key=v` twice, but not `+key=v` twice, and a user's override must win either way."""
+    keys = {override_key(u) for u in user}
+    return [o for o in out if override_key(o) not in keys] + list(user)
 
 
 def command(python: str, paths: dict, trainer: dict, family: dict, **sizes) -> list[str]:

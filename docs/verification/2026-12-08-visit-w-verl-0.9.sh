@@ -1,0 +1,63 @@
+# GPU visit W (one H100 or H200), prepared 2026-12-07 after visit V; not run yet. Visit V left three things: why
+# deepseek-v3 failed step 2's agreement bound on the megatron actor (pearson 0.9808; visit S passed it at 0.9979), the
+# megatron --thorough runs of the 2026 families but qwen3.5, and every fsdp run of the calibrated MoE families (they
+# need flash-attn's sm_90 wheel: its CPU build is resumable, 3.8 h on 2 cores in all).
+# The bundle: visit V's command (docs/verification/2026-12-07-visit-v-verl-0.9.md), without `--without flash-attn`
+# once the wheelhouse holds its sm_90 wheel; 45 parts without it. Made from 63c994c or later: the bundle's own verlenv
+# must know `--trainer-override`. The install call carries the wheelhouse's
+# flashinfer-jit-cache entry (carry .verlenv/wheelhouse/flashinfer-jit-cache), as visit V's did.
+# By itself on the node, in this order:
+#   1. deepseek-v3, megatron, four verify runs side by side (about 250 s; visit V: 5 trainers at once, one round 180 s):
+#      twice as it is (does the failure repeat?), once with megatron-core's router-bias update off (Megatron-Bridge
+#      0.5.2's DeepSeek-V3 bridge keeps megatron-core's 1e-3 a step; its GLM-4.5 bridge sets 0, and glm4-moe agrees
+#      at 0.9998), once with the TE cross-entropy fusion off (the one warning only deepseek-v3's log has). The last two
+#      go through `--trainer-override`, so their reports are no verdict in the compat matrix; the two plain runs are.
+#   2. fsdp, where the env has flash-attn: the calibrated qwen3.5-moe and qwen3-next with the published Qwen3-Next
+#      config, then `--family all`.
+#   3. --thorough, megatron, per 2026 family, while held.
+# One `run` call per step, back to back (a machine is given back 30 s after a call ends):
+#   part 1 … part N-1 (carry .carry/nNNNN), install-base N, then wait 560 [mark] (K, D, M…, T…) until the plan ends,
+#   partial if cut. A wait call must end before the device time does, or what it gathered is lost.
+# bash docs/verification/2026-12-08-visit-w-verl-0.9.sh STEP [ARG]
+set -uo pipefail
+SELF=docs/verification/2026-12-08-visit-w-verl-0.9.sh
+GDN_MOE="qwen3.5-moe qwen3-next"
+THOROUGH=${THOROUGH:-"megatron:qwen3-next megatron:qwen3.5-moe megatron:deepseek-v3 megatron:glm4-moe megatron:qwen3-vl"}
+FSDP=yes  # set by the plan: no when the env has no flash-attn
+SKIP=""   # set by the plan: verify's --skip-package for what the bundle left out
+MCORE=actor_rollout_ref.actor.megatron.override_transformer_config
+deepseek_runs() {  # the four deepseek-v3 runs side by side; mark D
+  local base="--variant megatron --only verl $SKIP --family deepseek-v3"
+  run_named ds-a "$(verify_cmd ds-a $base)" &
+  run_named ds-b "$(verify_cmd ds-b $base)" &
+  run_named ds-bias0 "$(verify_cmd ds-bias0 $base --trainer-override +$MCORE.moe_router_bias_update_rate=0)" &
+  run_named ds-ce "$(verify_cmd ds-ce $base --trainer-override +$MCORE.cross_entropy_loss_fusion=False)" &
+  wait
+  echo "D $(date +%s) a: $(cat $R/ds-a.done); b: $(cat $R/ds-b.done); bias0: $(cat $R/ds-bias0.done);" \
+       "ce: $(cat $R/ds-ce.done)"
+}
+cells() {  # $1 = variant: the GDN MoE families and the published Qwen3-Next config, side by side
+  run_named $1-gdn "$(verify_cmd $1-gdn --variant $1 --only verl $SKIP $(families $GDN_MOE) \
+    $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))"
+  echo "M $1 gdn $(date +%s) $(cat $R/$1-gdn.done)"
+}
+all_families() {  # $1 = variant
+  run_named $1-all "$(verify_cmd $1-all --variant $1 --only verl $SKIP --family all)"
+  echo "M $1 all $(date +%s) $(cat $R/$1-all.done)"
+}
+step=$1; shift
+. docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers (aot_install), the common steps
+
+case $step in
+plan)     # on the node, by itself
+  $ENV/bin/python -c "import torch, flash_attn_2_cuda" 2> /dev/null || { FSDP=no; SKIP="--skip-package flash-attn"; }
+  echo "A $(date +%s) fsdp: $FSDP"
+  aot_install
+  $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  deepseek_runs
+  if [ "$FSDP" = yes ]; then cells fsdp; all_families fsdp; fi
+  thorough_runs "$THOROUGH" "$SKIP"
+  echo "thorough end $(date +%s)" ;;
+*)
+  visit_step "$step" "$@" ;;
+esac

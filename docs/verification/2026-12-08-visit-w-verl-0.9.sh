@@ -13,7 +13,8 @@
 #      at 0.9998), once with the TE cross-entropy fusion off (the one warning only deepseek-v3's log has). The last two
 #      go through `--trainer-override`, so their reports are no verdict in the compat matrix; the two plain runs are.
 #   2. fsdp, where the env has flash-attn: the calibrated qwen3.5-moe and qwen3-next with the published Qwen3-Next
-#      config, then `--family all`.
+#      config, then `--family all`. Without it, the same three on sdpa attention (`--trainer-override`; the DeltaNet
+#      layers never use flash-attn): evidence of the calibrated models' agreement on the fsdp actor, not a verdict.
 #   3. --thorough, megatron, per 2026 family, while held.
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part N-1 (carry .carry/nNNNN), install-base N, then wait 560 [mark] (K, D, M…, T…) until the plan ends,
@@ -41,6 +42,12 @@ cells() {  # $1 = variant: the GDN MoE families and the published Qwen3-Next con
     $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))"
   echo "M $1 gdn $(date +%s) $(cat $R/$1-gdn.done)"
 }
+cells_sdpa() {  # the fsdp cells without flash-attn: the full-attention layers on torch's sdpa, by the user's override
+  run_named fsdp-gdn-sdpa "$(verify_cmd fsdp-gdn-sdpa --variant fsdp --only verl $SKIP $(families $GDN_MOE) \
+    $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs) \
+    --trainer-override ++actor_rollout_ref.model.override_config.attn_implementation=sdpa)"
+  echo "M fsdp gdn-sdpa $(date +%s) $(cat $R/fsdp-gdn-sdpa.done)"
+}
 all_families() {  # $1 = variant
   run_named $1-all "$(verify_cmd $1-all --variant $1 --only verl $SKIP --family all)"
   echo "M $1 all $(date +%s) $(cat $R/$1-all.done)"
@@ -55,7 +62,7 @@ plan)     # on the node, by itself
   aot_install
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
   deepseek_runs
-  if [ "$FSDP" = yes ]; then cells fsdp; all_families fsdp; fi
+  if [ "$FSDP" = yes ]; then cells fsdp; all_families fsdp; else cells_sdpa; fi
   thorough_runs "$THOROUGH" "$SKIP"
   echo "thorough end $(date +%s)" ;;
 *)

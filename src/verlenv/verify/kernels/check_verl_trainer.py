@@ -665,7 +665,8 @@ class TrainerCheck:
             numbers["known_issue"] = known["url"]
         note = (f"{self.family['name']}: {STEPS} GRPO steps, {self.gpus} GPU(s), {actor['name']} actor, "
                 f"{rollout['name']} rollout{tp}, {mode}"
-                + (f", beside {beside} other trainer(s)" if beside else "")
+                # Over its whole run, not at one time: the profile's trainer.parallel caps how many run at once.
+                + (f", {beside} other trainer(s) ran during it" if beside else "")
                 + f"; step times {times} s; {run.wall_s:.0f} s in all")
         return _common.verdict(numbers, problems, note, known)
 

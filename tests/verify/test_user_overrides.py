@@ -124,3 +124,12 @@ def test_the_report_records_them_and_the_matrix_passes_it_over(tmp_path):
     real["trainer"]["user_overrides"] = section["user_overrides"]
     assert f"- your overrides of verl's config (--trainer-override; not verl's defaults): `{ENV_KEY}=flash`" in \
         report.markdown(real).splitlines()
+
+
+def test_every_node_of_a_cluster_gets_them_and_the_report_command_names_them():
+    from verlenv.verify.options import VerifyOptions
+
+    given = VerifyOptions(trainer_override=(f"{ENV_KEY}=flash", "+a.b=1"), ray="auto")
+    assert given.for_node().trainer_override == given.trainer_override  # verify --ray: each node trains so
+    assert VerifyOptions.from_json(json.loads(json.dumps(given.to_json()))) == given
+    assert given.to_argv()[-5:] == ["--trainer-override", f"{ENV_KEY}=flash", "--trainer-override", "+a.b=1", "--ray"]

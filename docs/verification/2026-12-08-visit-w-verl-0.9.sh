@@ -7,11 +7,13 @@
 # must know `--trainer-override`. The install call carries the wheelhouse's
 # flashinfer-jit-cache entry (carry .verlenv/wheelhouse/flashinfer-jit-cache), as visit V's did.
 # By itself on the node, in this order:
-#   1. deepseek-v3, megatron, four verify runs side by side (about 250 s; visit V: 5 trainers at once, one round 180 s):
+#   1. deepseek-v3, megatron, five verify runs side by side (about 250 s; visit V: 5 trainers at once, one round 180 s):
 #      twice as it is (does the failure repeat?), once with megatron-core's router-bias update off (Megatron-Bridge
 #      0.5.2's DeepSeek-V3 bridge keeps megatron-core's 1e-3 a step; its GLM-4.5 bridge sets 0, and glm4-moe agrees
-#      at 0.9998), once with the TE cross-entropy fusion off (the one warning only deepseek-v3's log has). The last two
-#      go through `--trainer-override`, so their reports are no verdict in the compat matrix; the two plain runs are.
+#      at 0.9998), once with the TE cross-entropy fusion off (the one warning only deepseek-v3's log has), once with
+#      vLLM's TRITON_MLA backend instead of FLASH_ATTN_MLA (step 1, before any update, already agrees least of the MoE
+#      families: 0.9908 and 0.9937, so MLA's two implementations are a suspect too). The last three go through
+#      `--trainer-override`, so their reports are no verdict in the compat matrix; the two plain runs are.
 #   2. fsdp, where the env has flash-attn: the calibrated qwen3.5-moe and qwen3-next with the published Qwen3-Next
 #      config, then `--family all`. Without it, the same three on sdpa attention (`--trainer-override`; the DeltaNet
 #      layers never use flash-attn): evidence of the calibrated models' agreement on the fsdp actor, not a verdict.
@@ -27,15 +29,17 @@ THOROUGH=${THOROUGH:-"megatron:qwen3-next megatron:qwen3.5-moe megatron:deepseek
 FSDP=yes  # set by the plan: no when the env has no flash-attn
 SKIP=""   # set by the plan: verify's --skip-package for what the bundle left out
 MCORE=actor_rollout_ref.actor.megatron.override_transformer_config
-deepseek_runs() {  # the four deepseek-v3 runs side by side; mark D
+deepseek_runs() {  # the five deepseek-v3 runs side by side; mark D
   local base="--variant megatron --only verl $SKIP --family deepseek-v3"
   run_named ds-a "$(verify_cmd ds-a $base)" &
   run_named ds-b "$(verify_cmd ds-b $base)" &
   run_named ds-bias0 "$(verify_cmd ds-bias0 $base --trainer-override +$MCORE.moe_router_bias_update_rate=0)" &
   run_named ds-ce "$(verify_cmd ds-ce $base --trainer-override +$MCORE.cross_entropy_loss_fusion=False)" &
+  run_named ds-triton "$(verify_cmd ds-triton $base \
+    --trainer-override +actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend=TRITON_MLA)" &
   wait
   echo "D $(date +%s) a: $(cat $R/ds-a.done); b: $(cat $R/ds-b.done); bias0: $(cat $R/ds-bias0.done);" \
-       "ce: $(cat $R/ds-ce.done)"
+       "ce: $(cat $R/ds-ce.done); triton: $(cat $R/ds-triton.done)"
 }
 cells() {  # $1 = variant: the GDN MoE families and the published Qwen3-Next config, side by side
   run_named $1-gdn "$(verify_cmd $1-gdn --variant $1 --only verl $SKIP $(families $GDN_MOE) \

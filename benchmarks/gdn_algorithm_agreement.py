@@ -52,16 +52,19 @@ def positive(text: str) -> int:
     return value
 
 
-def share_arg(text: str) -> float | None:
-    if text == "none":
-        return None
+def positive_number(text: str, also: str = "") -> float:
+    """A positive float from the command line; `also` names what else the option takes, in its refusal."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: give a positive number, or none (the random init's share)")
+        raise argparse.ArgumentTypeError(f"{text}: give a positive number{also}")
     return value
+
+
+def share_arg(text: str) -> float | None:
+    return None if text == "none" else positive_number(text, ", or none (the random init's share)")
 
 
 def deltanet_layers(model) -> list:

@@ -30,16 +30,6 @@ FAMILIES = ("deepseek-v3", "glm4-moe", "qwen3-moe")
 CHECK_LR = 1e-4  # the trainer check's actor learning rate (check_verl_trainer.own_overrides)
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: give a positive number")
-    return value
-
-
 def state(model, torch, prompts, length: int, seed: int) -> dict:
     """The model's entropy on its own samples, its routed share, and its bf16 probabilities against its float32 ones;
     with the samples (the update trains on them)."""
@@ -84,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", action="append", help=f"a families.toml row (repeatable; default {', '.join(FAMILIES)})")
     p.add_argument("--steps", type=agreement_tool.positive, default=2, help="Adam steps (default 2: the check's two "
                                                                             "mini-batches of step 1)")
-    p.add_argument("--lr", type=positive_float, default=CHECK_LR, help=f"learning rate (default {CHECK_LR:g})")
+    p.add_argument("--lr", type=agreement_tool.positive_number, default=CHECK_LR,
+                   help=f"learning rate (default {CHECK_LR:g})")
     p.add_argument("--length", type=agreement_tool.positive, default=48, help="response tokens after each prompt")
     p.add_argument("--seeds", type=agreement_tool.positive, default=2, help="seeds first-seed..first-seed+N-1")
     p.add_argument("--first-seed", type=int, default=0)

@@ -121,6 +121,15 @@ def test_megatron_api_gaps_are_per_variant_and_validated(tmp_path):
         stacks.load(path)
 
 
+@pytest.mark.parametrize("text", ["override_transformer_config.attention_backend", "a..b=1", "+=1", "~"])
+def test_a_trainer_override_of_the_catalog_must_be_a_hydra_override(tmp_path, text):
+    path = copy_tree(tmp_path)
+    edit(path, '"actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=auto" =', f'"{text}" =')
+    with pytest.raises(UserError, match=rf"megatron.trainer_overrides: '{re.escape(text)}' is not a Hydra override; "
+                                        r"give KEY=VALUE, \+KEY=VALUE"):
+        stacks.load(path)
+
+
 def test_verl_07_exempts_only_flash_attn_from_its_date_cap():
     flags = locks.uv_flags(CATALOG.variant("verl-0.7", "fsdp"))
     exempt = [flags[i + 1] for i, f in enumerate(flags) if f == "--exclude-newer-package"]

@@ -89,7 +89,8 @@ WHEN = backends.Need("m", "p", "w", backends.When("a.attn", "flash_attention_2",
 
 @pytest.mark.parametrize("overrides, value", [
     ([], "flash_attention_2"), (["++a.attn=eager"], "eager"), (["a.attn=sdpa", "+a.attn=eager"], "eager"),
-    (["a.attn_x=eager", "b.a.attn=eager"], "flash_attention_2"),
+    (["a.attn_x=eager", "b.a.attn=eager"], "flash_attention_2"), (["++a.attn=sdpa", "~a.attn"], "flash_attention_2"),
+    (["~a.attn", "a.attn=eager"], "eager"),
 ])
 def test_a_setting_is_its_last_override_or_the_default(overrides, value):
     assert WHEN.setting(overrides) == value

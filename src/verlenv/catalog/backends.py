@@ -6,6 +6,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from verlenv.catalog import hydra
 from verlenv.errors import UserError
 from verlenv.fsutil import load_table, packaged_table
 
@@ -44,16 +45,11 @@ class Need:
     when: When | None = None
 
     def setting(self, overrides) -> str | None:
-        """The value of `when`'s key after these Hydra overrides, in order (the last that sets it wins, with or
-        without + or ++; `default` where none does); None for a need without `when`."""
+        """The value of `when`'s key after these Hydra overrides (hydra.value_after: `default` where none sets it or
+        the last deletes it); None for a need without `when`."""
         if self.when is None:
             return None
-        value = self.when.default
-        for override in overrides:
-            name, sep, given = override.partition("=")
-            if sep and name.lstrip("+") == self.when.key:
-                value = given
-        return value
+        return hydra.value_after(overrides, self.when.key, self.when.default)
 
     def holds(self, overrides) -> bool:
         """Whether a trainer given these Hydra overrides imports it."""

@@ -8,7 +8,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from verlenv.catalog import backends
+from verlenv.catalog import backends, hydra
 from verlenv.errors import UserError
 from verlenv.fsutil import read_toml
 
@@ -240,8 +240,8 @@ def _api_gaps(table: dict, where: str, path: Path) -> dict[str, str]:
 def _trainer_overrides(table: dict, where: str, path: Path) -> dict[str, str]:
     overrides = _get(table, "trainer_overrides", dict, where, path, default={})
     for text, reason in overrides.items():
-        if "=" not in text:
-            raise UserError(f"{path}: {where}.trainer_overrides: {text!r} must be a Hydra override (key=value)")
+        if not hydra.OVERRIDE.fullmatch(text):
+            raise UserError(f"{path}: {where}.trainer_overrides: {text!r} is not a Hydra override; give {hydra.FORMS}")
         if not isinstance(reason, str) or not reason.strip():
             raise UserError(f"{path}: {where}.trainer_overrides.{text!r} must be a reason (a non-empty string)")
     return dict(overrides)

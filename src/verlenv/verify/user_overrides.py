@@ -6,15 +6,10 @@ reward, logging and checkpoints: what its judge reads). A report trained so is n
 compatibility matrix passes it over."""
 
 import importlib
-import re
 import sys
 
+from verlenv.catalog.hydra import FORMS, OVERRIDE
 from verlenv.errors import UserError
-
-_KEY = r"[A-Za-z_][\w-]*(?:\.[\w-]+)*"
-# Hydra's forms for a config value: set (key=v), add (+key=v), add or set (++key=v), delete (~key, ~key=v).
-OVERRIDE = re.compile(rf"(?:\+\+|\+)?{_KEY}=.*|~{_KEY}(?:=.*)?", re.S)
-FORMS = "KEY=VALUE, +KEY=VALUE (add), ++KEY=VALUE (add or set) or ~KEY (delete), KEY dotted as in verl's config"
 
 
 def trainer_check_module():

@@ -23,15 +23,6 @@ GDN_MOE="qwen3.5-moe qwen3-next"
 THOROUGH=${THOROUGH:-"megatron:qwen3.5 megatron:qwen3-next megatron:qwen3.5-moe megatron:deepseek-v3 megatron:glm4-moe megatron:qwen3-vl"}
 FSDP=yes  # set by the plan: no when the env has no flash-attn
 SKIP=""   # set by the plan: verify's --skip-package for what the bundle left out
-cells() {  # $1 = variant: the GDN MoE families and the published Qwen3-Next config, side by side
-  run_named $1-gdn "$(verify_cmd $1-gdn --variant $1 --only verl $SKIP $(families $GDN_MOE) \
-    $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))"
-  echo "M $1 gdn $(date +%s) $(cat $R/$1-gdn.done)"
-}
-all_families() {  # $1 = variant
-  run_named $1-all "$(verify_cmd $1-all --variant $1 --only verl $SKIP --family all)"
-  echo "M $1 all $(date +%s) $(cat $R/$1-all.done)"
-}
 step=$1; shift
 . docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers (aot_install), the common steps
 

@@ -41,20 +41,11 @@ deepseek_runs() {  # the five deepseek-v3 runs side by side; mark D
   echo "D $(date +%s) a: $(cat $R/ds-a.done); b: $(cat $R/ds-b.done); bias0: $(cat $R/ds-bias0.done);" \
        "ce: $(cat $R/ds-ce.done); triton: $(cat $R/ds-triton.done)"
 }
-cells() {  # $1 = variant: the GDN MoE families and the published Qwen3-Next config, side by side
-  run_named $1-gdn "$(verify_cmd $1-gdn --variant $1 --only verl $SKIP $(families $GDN_MOE) \
-    $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))"
-  echo "M $1 gdn $(date +%s) $(cat $R/$1-gdn.done)"
-}
 cells_sdpa() {  # the fsdp cells without flash-attn: the full-attention layers on torch's sdpa, by the user's override
   run_named fsdp-gdn-sdpa "$(verify_cmd fsdp-gdn-sdpa --variant fsdp --only verl $SKIP $(families $GDN_MOE) \
     $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs) \
     --trainer-override ++actor_rollout_ref.model.override_config.attn_implementation=sdpa)"
   echo "M fsdp gdn-sdpa $(date +%s) $(cat $R/fsdp-gdn-sdpa.done)"
-}
-all_families() {  # $1 = variant
-  run_named $1-all "$(verify_cmd $1-all --variant $1 --only verl $SKIP --family all)"
-  echo "M $1 all $(date +%s) $(cat $R/$1-all.done)"
 }
 step=$1; shift
 . docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers (aot_install), the common steps

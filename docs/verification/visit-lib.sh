@@ -40,6 +40,16 @@ thorough_runs() {  # $1 = "variant:family ...", in that order; $2 = verify optio
     echo "T $v $f $(date +%s) $(cat $R/thorough-$v-$f.done)"
   done
 }
+cells() {  # $1 = variant: the GDN MoE families ($GDN_MOE) and the published Qwen3-Next config, side by side;
+  # $SKIP: verify options for what the bundle left out
+  run_named $1-gdn "$(verify_cmd $1-gdn --variant $1 --only verl $SKIP $(families $GDN_MOE) \
+    $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs))"
+  echo "M $1 gdn $(date +%s) $(cat $R/$1-gdn.done)"
+}
+all_families() {  # $1 = variant: --family all; $SKIP as for cells
+  run_named $1-all "$(verify_cmd $1-all --variant $1 --only verl $SKIP --family all)"
+  echo "M $1 all $(date +%s) $(cat $R/$1-all.done)"
+}
 agreement_runs() {  # $1 = families: benchmarks/gdn_algorithm_agreement.py on the GPU, calibrated and as drawn
   local agree="PYTHONPATH=src $ENV/bin/python benchmarks/gdn_algorithm_agreement.py --device cuda --seeds 2"
   run_named agreement "$agree $(families $1) --out $R/agreement.json"

@@ -14,18 +14,19 @@
 #      vLLM's TRITON_MLA backend instead of FLASH_ATTN_MLA (step 1, before any update, already agrees least of the MoE
 #      families: 0.9908 and 0.9937, so MLA's two implementations are a suspect too). The last three go through
 #      `--trainer-override`, so their reports are no verdict in the compat matrix; the two plain runs are.
-#   2. fsdp, where the env has flash-attn: the calibrated qwen3.5-moe and qwen3-next with the published Qwen3-Next
-#      config, then `--family all`. Without it, the same three on sdpa attention (`--trainer-override`; the DeltaNet
-#      layers never use flash-attn): evidence of the calibrated models' agreement on the fsdp actor, not a verdict.
-#   3. --thorough, megatron, per 2026 family, while held.
+#   2. fsdp, where the env has flash-attn: `--family all` (the calibrated MoE families' first fsdp verdicts) with the
+#      published Qwen3-Next-80B, DeepSeek-V3 and GLM-4.5 configs, one run (15 trainers, 5 at once: 3 rounds, as visit
+#      V's 12 families took). Without flash-attn, the same on sdpa attention (`--trainer-override`; the DeltaNet layers
+#      never use flash-attn): evidence of the calibrated models' agreement on the fsdp actor, not a verdict.
+#   3. --thorough, one family at a time, while held: megatron's 2026 families not yet run so, then fsdp's.
 # One `run` call per step, back to back (a machine is given back 30 s after a call ends):
 #   part 1 … part N-1 (carry .carry/nNNNN), install-base N, then wait 560 [mark] (K, D, M…, T…) until the plan ends,
 #   partial if cut. A wait call must end before the device time does, or what it gathered is lost.
-# bash docs/verification/2026-12-08-visit-w-verl-0.9.sh STEP [ARG]
+# bash docs/verification/2026-12-07-visit-w-verl-0.9.sh STEP [ARG]
 set -uo pipefail
-SELF=docs/verification/2026-12-08-visit-w-verl-0.9.sh
-GDN_MOE="qwen3.5-moe qwen3-next"
-THOROUGH=${THOROUGH:-"megatron:qwen3-next megatron:qwen3.5-moe megatron:deepseek-v3 megatron:glm4-moe megatron:qwen3-vl"}
+SELF=docs/verification/2026-12-07-visit-w-verl-0.9.sh
+THOROUGH=${THOROUGH:-"megatron:qwen3-next megatron:qwen3.5-moe megatron:glm4-moe megatron:deepseek-v3 megatron:qwen3-vl
+  fsdp:qwen3.5-moe fsdp:qwen3-next fsdp:glm4-moe fsdp:qwen3.5"}
 FSDP=yes  # set by the plan: no when the env has no flash-attn
 SKIP=""   # set by the plan: verify's --skip-package for what the bundle left out
 MCORE=actor_rollout_ref.actor.megatron.override_transformer_config
@@ -41,11 +42,11 @@ deepseek_runs() {  # the five deepseek-v3 runs side by side; mark D
   echo "D $(date +%s) a: $(cat $R/ds-a.done); b: $(cat $R/ds-b.done); bias0: $(cat $R/ds-bias0.done);" \
        "ce: $(cat $R/ds-ce.done); triton: $(cat $R/ds-triton.done)"
 }
-cells_sdpa() {  # the fsdp cells without flash-attn: the full-attention layers on torch's sdpa, by the user's override
-  run_named fsdp-gdn-sdpa "$(verify_cmd fsdp-gdn-sdpa --variant fsdp --only verl $SKIP $(families $GDN_MOE) \
-    $(CONFIGS=Qwen3-Next-80B-A3B-Instruct configs) \
-    --trainer-override ++actor_rollout_ref.model.override_config.attn_implementation=sdpa)"
-  echo "M fsdp gdn-sdpa $(date +%s) $(cat $R/fsdp-gdn-sdpa.done)"
+fsdp_all() {  # --family all and three published configs on the fsdp actor, one run; $1: the verify options for an env
+  # without flash-attn (sdpa attention), none with it
+  CONFIGS="Qwen3-Next-80B-A3B-Instruct DeepSeek-V3 GLM-4.5"
+  run_named fsdp-all "$(verify_cmd fsdp-all --variant fsdp --only verl $SKIP --family all $(configs) ${1:-})"
+  echo "M fsdp all $(date +%s) $(cat $R/fsdp-all.done)"
 }
 step=$1; shift
 . docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers (aot_install), the common steps
@@ -57,7 +58,9 @@ plan)     # on the node, by itself
   aot_install
   $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
   deepseek_runs
-  if [ "$FSDP" = yes ]; then cells fsdp; all_families fsdp; else cells_sdpa; fi
+  if [ "$FSDP" = yes ]; then fsdp_all
+  else fsdp_all "--trainer-override ++actor_rollout_ref.model.override_config.attn_implementation=sdpa"; fi
+  [ "$FSDP" = yes ] || THOROUGH=$(printf '%s\n' $THOROUGH | grep -v '^fsdp:' | tr '\n' ' ')
   thorough_runs "$THOROUGH" "$SKIP"
   echo "thorough end $(date +%s)" ;;
 *)

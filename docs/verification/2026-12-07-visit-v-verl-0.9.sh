@@ -28,10 +28,7 @@ step=$1; shift
 
 case $step in
 plan)     # on the node, by itself
-  $ENV/bin/python -c "import torch, flash_attn_2_cuda" 2> /dev/null || { FSDP=no; SKIP="--skip-package flash-attn"; }
-  echo "A $(date +%s) fsdp: $FSDP"
-  aot_install
-  $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  plan_start
   cells megatron
   all_families megatron
   if [ "$FSDP" = yes ]; then cells fsdp; all_families fsdp; fi

@@ -53,10 +53,7 @@ step=$1; shift
 
 case $step in
 plan)     # on the node, by itself
-  $ENV/bin/python -c "import torch, flash_attn_2_cuda" 2> /dev/null || { FSDP=no; SKIP="--skip-package flash-attn"; }
-  echo "A $(date +%s) fsdp: $FSDP"
-  aot_install
-  $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+  plan_start
   deepseek_runs
   if [ "$FSDP" = yes ]; then fsdp_all
   else fsdp_all "--trainer-override ++actor_rollout_ref.model.override_config.attn_implementation=sdpa"; fi

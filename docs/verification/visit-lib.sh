@@ -74,6 +74,13 @@ aot_install() {  # the carried wheelhouse's flashinfer-jit-cache into the env: a
   run_named aot-check "timeout 180 $ENV/bin/python benchmarks/flashinfer_gdn_aot.py --out $R/aot-check.json"
   echo "K $(date +%s) aot-check: $(cat $R/aot-check.done)"
 }
+plan_start() {  # a plan's first steps: FSDP and SKIP from whether the env has flash-attn (a bundle without its wheel),
+  # the carried kernel cache, the published configs under /root/published
+  $ENV/bin/python -c "import torch, flash_attn_2_cuda" 2> /dev/null || { FSDP=no; SKIP="--skip-package flash-attn"; }
+  echo "A $(date +%s) fsdp: $FSDP"
+  aot_install
+  $ENV/bin/python tests/data/model-configs/published.py /root/published > /dev/null
+}
 configs() { for c in $CONFIGS; do printf -- ' --model-config /root/published/%s/config.json' "$c"; done; }
 verify_cmd() {  # $1 = name, rest = verify options: `nox -s verify-<gpu>` offline from the bundle's tools, in the env
   local name=$1; shift

@@ -526,6 +526,8 @@ def test_the_probe_counts_the_parameters_the_built_models_hold(env_python, train
     with pytest.raises(UserError) as e:
         model_probe.check(env_python, rows[:1], 1_000_000)
     assert "holds 3,272,652 parameters, above the check's 1,000,000" in str(e.value) and "\n" not in str(e.value)
+    # It names where most of them are: a parameter group (layer numbers as *), one member's shape, the group's total.
+    assert re.search(r"too large \(most in [\w.*]+ \[\d+(, \d+)*\]: [\d,]+\)$", str(e.value)), str(e.value)
 
 
 def verify_cli(tmp_path, env_python, config: dict) -> subprocess.CompletedProcess:

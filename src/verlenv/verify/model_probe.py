@@ -38,5 +38,6 @@ def check(python: str, rows: list[dict], max_params: int, registry: str | None =
             raise UserError(f"{where}: {result['error']}")
         if result["params"] > max_params:
             raise UserError(f"{where}: the shrunk model holds {result['params']:,} parameters, above the check's "
-                            f"{max_params:,} (families.toml [shrink] max_params): a size it keeps is too large")
+                            f"{max_params:,} (families.toml [shrink] max_params): a size it keeps is too large (most "
+                            f"in {result['heaviest']})")
     return {r["name"]: r["params"] for r in results}

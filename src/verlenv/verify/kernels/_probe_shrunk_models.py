@@ -1,13 +1,15 @@
 """Run by the env's own python before `verify --model-config` runs anything: each shrunk config (a family row, read as
 JSON from stdin) built as the trainer check builds it (_models.build_config: AutoConfig.for_model of its model_type),
 its model class looked up in the env's transformers, and the model made on the meta device (no memory, no weights) to
-count its parameters. Prints one JSON list: per row, its name and either its parameter count or the error, one line.
+count its parameters. Prints one JSON list: per row, its name and either its parameter count (and where most of them
+are) or the error, one line.
 """
 
 import importlib
 import importlib.metadata
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,6 +33,18 @@ def said(e: Exception) -> str:
     return f"{type(e).__name__}: {' '.join(lines[:2])}"[:400]
 
 
+def heaviest(model) -> str:
+    """Where most of the model's parameters are: its parameter names with the layer numbers made `*`, the group
+    holding the most, with one member's shape (what a too-large shrunk size grew)."""
+    groups: dict[str, tuple[int, list[int]]] = {}
+    for name, p in model.named_parameters():
+        key = re.sub(r"\.\d+(?=\.)", ".*", name)
+        total, _ = groups.get(key, (0, []))
+        groups[key] = (total + p.numel(), list(p.shape))
+    key, (total, shape) = max(groups.items(), key=lambda kv: kv[1][0])
+    return f"{key} {shape}: {total:,}"
+
+
 def probe(row: dict, torch, transformers) -> dict:
     name, version = row["model_class"], transformers.__version__
     out = {"name": row["name"]}
@@ -51,7 +65,7 @@ def probe(row: dict, torch, transformers) -> dict:
             model = cls(config)
     except Exception as e:
         return {**out, "error": f"transformers {version} cannot build {name} from the shrunk config: {said(e)}"}
-    return {**out, "params": sum(p.numel() for p in model.parameters())}
+    return {**out, "params": sum(p.numel() for p in model.parameters()), "heaviest": heaviest(model)}
 
 
 def engine_archs(spec: str | None) -> tuple[str, set[str]] | None:

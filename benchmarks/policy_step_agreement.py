@@ -30,6 +30,11 @@ FAMILIES = ("deepseek-v3", "glm4-moe", "qwen3-moe")
 CHECK_LR = 1e-4  # the trainer check's actor learning rate (check_verl_trainer.own_overrides)
 
 
+def response_logp(model, ids, start: int):
+    """The model's float32 log-probabilities over the vocabulary at each response position, teacher-forced."""
+    return model(input_ids=ids).logits[:, start - 1:-1].float().log_softmax(-1)
+
+
 def state(model, torch, prompts, length: int, seed: int) -> dict:
     """The model's entropy on its own samples, its routed share, and its bf16 probabilities against its float32 ones;
     with the samples (the update trains on them)."""
@@ -38,7 +43,7 @@ def state(model, torch, prompts, length: int, seed: int) -> dict:
     reference = agreement_tool.token_probs(model, torch, ids, start)
     bf16 = agreement_tool.token_probs(copy.deepcopy(model).to(torch.bfloat16), torch, ids, start)
     with torch.no_grad():
-        logp = model(input_ids=ids).logits[:, start - 1:-1].float().log_softmax(-1)
+        logp = response_logp(model, ids, start)
     share = _routed_experts.share(model, torch, _models.logits)
     return {"entropy": round(-(logp.exp() * logp).sum(-1).mean().item(), 4),
             "routed_influence": None if share is None else round(share, 4),
@@ -50,8 +55,7 @@ def update(model, torch, ids, start: int, steps: int, lr: float, seed: int) -> N
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     signs = torch.randint(0, 2, (ids.shape[0],), generator=torch.Generator().manual_seed(seed)).float() * 2 - 1
     for _ in range(steps):
-        logp = model(input_ids=ids).logits[:, start - 1:-1].float().log_softmax(-1)
-        taken = logp.gather(-1, ids[:, start:, None]).squeeze(-1)
+        taken = response_logp(model, ids, start).gather(-1, ids[:, start:, None]).squeeze(-1)
         loss = -(signs[:, None] * taken).mean()
         optimizer.zero_grad()
         loss.backward()

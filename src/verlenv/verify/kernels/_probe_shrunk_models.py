@@ -33,16 +33,16 @@ def said(e: Exception) -> str:
     return f"{type(e).__name__}: {' '.join(lines[:2])}"[:400]
 
 
-def heaviest(model) -> str:
-    """Where most of the model's parameters are: its parameter names with the layer numbers made `*`, the group
-    holding the most, with one member's shape (what a too-large shrunk size grew)."""
+def counted(model) -> dict:
+    """The model's parameter count, and where most of them are (what a too-large shrunk size grew), in one pass: the
+    parameters grouped by name with the layer numbers made `*`, the heaviest group with one member's shape."""
     groups: dict[str, tuple[int, list[int]]] = {}
     for name, p in model.named_parameters():
         key = re.sub(r"\.\d+(?=\.)", ".*", name)
         total, _ = groups.get(key, (0, []))
         groups[key] = (total + p.numel(), list(p.shape))
     key, (total, shape) = max(groups.items(), key=lambda kv: kv[1][0])
-    return f"{key} {shape}: {total:,}"
+    return {"params": sum(t for t, _ in groups.values()), "heaviest": f"{key} {shape}: {total:,}"}
 
 
 def probe(row: dict, torch, transformers) -> dict:
@@ -65,7 +65,7 @@ def probe(row: dict, torch, transformers) -> dict:
             model = cls(config)
     except Exception as e:
         return {**out, "error": f"transformers {version} cannot build {name} from the shrunk config: {said(e)}"}
-    return {**out, "params": sum(p.numel() for p in model.parameters()), "heaviest": heaviest(model)}
+    return {**out, **counted(model)}
 
 
 def engine_archs(spec: str | None) -> tuple[str, set[str]] | None:

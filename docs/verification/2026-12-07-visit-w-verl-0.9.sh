@@ -1,8 +1,9 @@
-# GPU visit W (one H100 or H200), prepared 2026-12-07 after visit V; not run: on 2026-12-07 no device machine was lent
-# (two starts failed, then none was offered). Visit V left three things: why deepseek-v3 failed step 2's agreement
-# bound on the megatron actor (pearson 0.9808; visit S passed it at 0.9979), the megatron --thorough runs of the 2026
-# families but qwen3.5, and every fsdp run of the calibrated MoE families (they need flash-attn's sm_90 wheel: built on
-# the CPU machine on 2026-12-07, docs/builds/2026-12-07-cpu-flash-attn-resumed.json).
+# GPU visit W (one H100 or H200), prepared 2026-12-07 after visit V; run on 2026-12-07 (H100) as far as its five
+# deepseek-v3 runs (2026-12-07-visit-w-verl-0.9.md: two of them made no step before the machine went). Visit V left
+# three things: why deepseek-v3 failed step 2's agreement bound on the megatron actor (pearson 0.9808; visit S passed it
+# at 0.9979), the megatron --thorough runs of the 2026 families but qwen3.5, and every fsdp run of the calibrated MoE
+# families (they need flash-attn's sm_90 wheel: built on the CPU machine on 2026-12-07,
+# docs/builds/2026-12-07-cpu-flash-attn-resumed.json).
 # The bundle: visit V's command (docs/verification/2026-12-07-visit-v-verl-0.9.md) without `--without flash-attn`, now
 # that the wheelhouse holds its sm_90 wheel: 46 parts of 48 MiB, 2.2 GiB. Made from 63c994c or later: the bundle's own
 # verlenv must know `--trainer-override`. The install call carries the wheelhouse's flashinfer-jit-cache entry

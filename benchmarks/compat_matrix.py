@@ -2,12 +2,16 @@
 from the committed GPU reports (docs/verification/*.json, verify reports and verify --ray reports).
 
 A cell is the newest report's verdict for that stack x variant x family x mode: pass, fail, known (a known upstream
-failure, with its link), or "not run" when no committed report ran it. A report whose env left out, by request
-(--skip-package), a package its actor needs for a family (data/backends.toml needs, after that family's overrides)
-is no verdict on the stack for that family and is passed over, as is a report whose trainer had its user's own
-overrides of verl's config (--trainer-override). A failure the report counted whose output the family
-table's known issues recognise now is "known*" (the report itself is left as it was written). Reports written before
-the families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
+failure, with its link), or "not run" when no committed report ran it. Where other reports ran the same model (the same
+initial entropy and logit spread of the check's model, to the last digit, with the same versions of every package both
+have) and its rollout and actor agreed within verify's bound in some runs and not in others, the cell says in how many
+of them they did not: such a verdict is no stable one (GPU visits S, V, W: deepseek-v3 on megatron passed, failed step
+2's bound, passed). Other failures are not counted: the reports do not say whether the env was fixed since. A report
+whose env left out, by request (--skip-package), a package its actor needs for a family (data/backends.toml needs, after
+that family's overrides) is no verdict on the stack for that family and is passed over, as is a report whose trainer had
+its user's own overrides of verl's config (--trainer-override). A failure the report counted whose output the family
+table's known issues recognise now is "known*" (the report itself is left as it was written). Reports written before the
+families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
 Writes a markdown table (each cell linking its report) and the same as JSON.
 Usage: python benchmarks/compat_matrix.py [--reports docs/verification] [--out docs/benchmarks/compat-matrix]
 """
@@ -26,26 +30,37 @@ from verlenv.fsutil import write_atomic  # noqa: E402
 # verl/trainer/<variant>/<family>/grpo-N-steps, or the older verl/trainer/<variant>/grpo-N-steps (Llama then).
 CHECK = re.compile(r"^verl/trainer/(?P<variant>[\w.-]+)/(?:(?P<family>[\w.-]+)/)?grpo-\d+-steps$")
 OLD_FAMILY = "llama"
+# The trainer check's words for a rollout/actor disagreement (verify/kernels/check_verl_trainer.py judge()).
+DISAGREED = re.compile(r"rollout/actor probability correlation|mean \|p_rollout - p_actor\|")
 MODES = ("fast", "thorough")
 
 
-def trainer_results(report: dict, table: families.Table) -> list[tuple[str, str, str, str]]:
-    """(variant, family, status, known-issue url or "") of every trainer check in a verify report, and of the cluster
-    trainer in a verify --ray report."""
+def model_of(numbers: dict) -> tuple | None:
+    """What tells one check's model from another's in a report: its initial entropy and logit spread (measured on the
+    model as built, the same on every GPU: visits K and N); None for a report that has not both."""
+    mark = (numbers.get("init_entropy_mean"), numbers.get("init_logit_std"))
+    return None if None in mark else mark
+
+
+def trainer_results(report: dict, table: families.Table) -> list[tuple[str, str, str, str, tuple | None, bool]]:
+    """(variant, family, status, known-issue url or "", model_of, whether it failed on the rollout/actor agreement)
+    of every trainer check in a verify report, and of the cluster trainer in a verify --ray report."""
     out = []
     for check in report.get("checks", []):
         m = CHECK.match(check["name"])
         if m:
             variant, family = m["variant"], m["family"] or OLD_FAMILY
-            known = (check.get("numbers") or {}).get("known_issue") or ""
+            numbers = check.get("numbers") or {}
+            known = numbers.get("known_issue") or ""
             status = "known" if check["status"] == "fail" and not check["required"] and known else check["status"]
             if status == "fail" and family in table.families:
                 issue = table.families[family].known_failure([check.get("log", ""), check.get("reason", "")], variant)
                 status, known = ("known*", issue["url"]) if issue else (status, known)
-            out.append((variant, family, status, known))
+            disagreed = status == "fail" and bool(DISAGREED.search(check.get("reason", "")))
+            out.append((variant, family, status, known, model_of(numbers), disagreed))
     trainer = report.get("trainer")
     if isinstance(trainer, dict) and trainer.get("status") in ("pass", "fail"):
-        out.append((report["variant"], trainer.get("family") or OLD_FAMILY, trainer["status"], ""))
+        out.append((report["variant"], trainer.get("family") or OLD_FAMILY, trainer["status"], "", None, False))
     return out
 
 
@@ -75,8 +90,9 @@ def env_overrides(cat: stacks.Catalog, stack: str, variant: str) -> list[str]:
 
 
 def cells(reports: Path, table: families.Table, cat: stacks.Catalog) -> dict[tuple[str, str, str, str], dict]:
-    """(stack, variant, family, mode) -> the newest report's cell."""
-    found: dict[tuple[str, str, str, str], dict] = {}
+    """(stack, variant, family, mode) -> the newest report's cell, with the runs of its model (same_model) where
+    other reports ran it too and their verdicts differ."""
+    found: dict[tuple[str, str, str, str], list[dict]] = {}
     actors = backends.table()
     for path in sorted(reports.glob("*.json")):
         try:
@@ -88,16 +104,31 @@ def cells(reports: Path, table: families.Table, cat: stacks.Catalog) -> dict[tup
         if user_overrides(report):  # trained with the user's own settings (--trainer-override): not verl's defaults
             continue
         mode = report.get("mode", "thorough")  # reports before the fast proof ran what thorough runs
-        for variant, family, status, known in trainer_results(report, table):
+        for variant, family, status, known, model, disagreed in trainer_results(report, table):
             row = table.families.get(family)  # a config-<name> column: no family's overrides, every need holds
             env = env_overrides(cat, report["stack"], variant)
             if skipped_needs(report, actors, env, list(row.overrides) if row else []):
                 continue
-            key = (report["stack"], variant, family, mode)
-            stamp = report.get("timestamp", "")
-            if key not in found or stamp >= found[key]["timestamp"]:
-                found[key] = {"status": status, "report": path.name, "timestamp": stamp, "known_issue": known}
-    return found
+            found.setdefault((report["stack"], variant, family, mode), []).append(
+                {"status": status, "report": path.name, "timestamp": report.get("timestamp", ""), "known_issue": known,
+                 "model": model, "disagreed": disagreed, "versions": report.get("versions") or {}})
+    return {key: newest_with_history(runs) for key, runs in found.items()}
+
+
+def newest_with_history(runs: list[dict]) -> dict:
+    """The newest run's cell (the later file on a tie of timestamps); with `same_model` {runs, disagreed, reports}
+    where its model's runs passed and failed on the rollout/actor agreement."""
+    newest = max(enumerate(runs), key=lambda run: (run[1]["timestamp"], run[0]))[1]
+    cell = {k: newest[k] for k in ("status", "report", "timestamp", "known_issue")}
+    same = [run for run in runs if newest["model"] is not None and run["model"] == newest["model"]
+            and (run["status"] == "pass" or run["disagreed"])
+            and all(run["versions"][p] == v for p, v in newest["versions"].items()
+                    if v is not None and run["versions"].get(p) is not None)]  # None: not in that env
+    disagreed = sum(run["disagreed"] for run in same)
+    if 0 < disagreed < len(same):
+        cell["same_model"] = {"runs": len(same), "disagreed": disagreed,
+                              "reports": sorted(run["report"] for run in same)}
+    return cell
 
 
 def matrix(reports: Path, cat: stacks.Catalog, table: families.Table) -> dict:
@@ -120,7 +151,9 @@ def markdown(data: dict, link_base: str = "../verification/") -> str:
              "Made by `python benchmarks/compat_matrix.py` from the committed GPU reports (docs/verification): the "
              "newest report's verdict for each stack, variant, mode and family; `not run` where no committed report "
              "ran it; `known` is a known upstream failure (the link in the report), not the env's; `known*` a failure "
-             "the report counted, whose output a family's known issue recognises since (the link after it). Each "
+             "the report counted, whose output a family's known issue recognises since (the link after it); `(k of n "
+             "runs below the agreement bound)`: other reports ran the same model, and in k of the n runs its rollout "
+             "and actor did not agree within verify's bound, so the verdict is not a stable one. Each "
              "verdict links its report.", "",
              "| stack | variant | mode | " + " | ".join(data["families"]) + " |",
              "|---|---|---|" + "---|" * len(data["families"])]
@@ -131,6 +164,9 @@ def markdown(data: dict, link_base: str = "../verification/") -> str:
             text = cell["status"] if cell["status"] == "not run" else f"[{cell['status']}]({link_base}{cell['report']})"
             if cell["status"] == "known*":
                 text += f" ({cell['known_issue']})"
+            if "same_model" in cell:
+                same = cell["same_model"]
+                text += f" ({same['disagreed']} of {same['runs']} runs below the agreement bound)"
             cells_.append(text)
         lines.append(f"| {row['stack']} | {row['variant']} | {row['mode']} | " + " | ".join(cells_) + " |")
     return "\n".join(lines) + "\n"

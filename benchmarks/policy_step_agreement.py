@@ -73,6 +73,26 @@ def family_result(row: dict, torch, steps: int, lr: float, length: int, seed: in
     return {"family": row["name"], "seed": seed, "steps": steps, "lr": lr, "before": before, "after": after}
 
 
+def rows_of(names: list[str]) -> list[dict] | None:
+    """The families.toml rows named, as the check gets them; None (after one line on stderr) for an unknown name."""
+    from verlenv.catalog import families
+    table = families.table()
+    if unknown := [n for n in names if n not in table.families]:
+        print(f"unknown family {', '.join(unknown)}; valid: {', '.join(table.names())}", file=sys.stderr)
+        return None
+    return table.rows([table.families[n] for n in names])
+
+
+def write_record(out: Path, doc: str, tool: str, argv: list[str] | None, torch, results: list[dict]) -> None:
+    """The results with what they answer (the tool's first paragraph), the versions and the command that made them."""
+    import transformers
+    command = f"PYTHONPATH=src python benchmarks/{tool} " + " ".join(argv or sys.argv[1:])
+    record = {"what": doc.split("\n\n")[0], "versions": {"torch": torch.__version__,
+                                                          "transformers": transformers.__version__},
+              "command": command, "results": results}
+    out.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--family", action="append", help=f"a families.toml row (repeatable; default {', '.join(FAMILIES)})")
@@ -87,14 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from verlenv.catalog import families
-    table = families.table()
-    names = args.family or list(FAMILIES)
-    if unknown := [n for n in names if n not in table.families]:
-        print(f"unknown family {', '.join(unknown)}; valid: {', '.join(table.names())}", file=sys.stderr)
+    rows = rows_of(args.family or list(FAMILIES))
+    if rows is None:
         return 2
     results = []
-    for row in table.rows([table.families[n] for n in names]):
+    for row in rows:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             r = family_result(row, torch, args.steps, args.lr, args.length, seed)
             results.append(r)
@@ -102,12 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['family']:12} seed {seed}: entropy {b['entropy']:.3f} -> {a['entropy']:.3f}; bf16 vs float32 "
                   f"pearson {b['bf16_vs_float32']['pearson']:.5f} -> {a['bf16_vs_float32']['pearson']:.5f}", flush=True)
     if args.out:
-        import transformers
-        command = "PYTHONPATH=src python benchmarks/policy_step_agreement.py " + " ".join(argv or sys.argv[1:])
-        record = {"what": __doc__.split("\n\n")[0], "versions": {"torch": torch.__version__,
-                                                                 "transformers": transformers.__version__},
-                  "command": command, "results": results}
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        write_record(args.out, __doc__, "policy_step_agreement.py", argv, torch, results)
     return 0
 
 

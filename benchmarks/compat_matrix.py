@@ -6,17 +6,19 @@ failure, with its link), or "not run" when no committed report ran it. Where oth
 initial entropy and logit spread of the check's model, to the last digit, with the same versions of every package both
 have) and its rollout and actor agreed within verify's bound in some runs and not in others, the cell says in how many
 of them they did not: such a verdict is no stable one (GPU visits S, V, W: deepseek-v3 on megatron passed, failed step
-2's bound, passed). Other failures are not counted: the reports do not say whether the env was fixed since. A report
-whose env left out, by request (--skip-package), a package its actor needs for a family (data/backends.toml needs, after
-that family's overrides) is no verdict on the stack for that family and is passed over, as is a report whose trainer had
-its user's own overrides of verl's config (--trainer-override). A failure the report counted whose output the family
-table's known issues recognise now is "known*" (the report itself is left as it was written). Reports written before the
+2's bound, passed). Other failures are not counted: the reports do not say whether the env was fixed since. A cell whose
+report is older than its family row's model_since (families.toml) says it ran the row's earlier model. A report whose
+env left out, by request (--skip-package), a package its actor needs for a family (data/backends.toml needs, after that
+family's overrides) is no verdict on the stack for that family and is passed over, as is a report whose trainer had its
+user's own overrides of verl's config (--trainer-override). A failure the report counted whose output the family table's
+known issues recognise now is "known*" (the report itself is left as it was written). Reports written before the
 families (2026-11-24/25) name their trainer check verl/trainer/<variant>/grpo-2-steps: that was Llama.
 Writes a markdown table (each cell linking its report) and the same as JSON.
 Usage: python benchmarks/compat_matrix.py [--reports docs/verification] [--out docs/benchmarks/compat-matrix]
 """
 
 import argparse
+import datetime
 import json
 import re
 import sys
@@ -109,10 +111,20 @@ def cells(reports: Path, table: families.Table, cat: stacks.Catalog) -> dict[tup
             env = env_overrides(cat, report["stack"], variant)
             if skipped_needs(report, actors, env, list(row.overrides) if row else []):
                 continue
+            stamp = report.get("timestamp", "")
             found.setdefault((report["stack"], variant, family, mode), []).append(
-                {"status": status, "report": path.name, "timestamp": report.get("timestamp", ""), "known_issue": known,
-                 "model": model, "disagreed": disagreed, "versions": report.get("versions") or {}})
+                {"status": status, "report": path.name, "timestamp": stamp, "known_issue": known, "model": model,
+                 "disagreed": disagreed, "versions": report.get("versions") or {},
+                 "earlier_model": bool(row and row.model_since and before(stamp, row.model_since))})
     return {key: newest_with_history(runs) for key, runs in found.items()}
+
+
+def before(stamp: str, since: str) -> bool:
+    """Whether a report's timestamp is earlier than a row's model_since (a report without one: yes)."""
+    try:
+        return datetime.datetime.fromisoformat(stamp) < datetime.datetime.fromisoformat(since)
+    except (TypeError, ValueError):
+        return True
 
 
 def newest_with_history(runs: list[dict]) -> dict:
@@ -120,6 +132,8 @@ def newest_with_history(runs: list[dict]) -> dict:
     where its model's runs passed and failed on the rollout/actor agreement."""
     newest = max(enumerate(runs), key=lambda run: (run[1]["timestamp"], run[0]))[1]
     cell = {k: newest[k] for k in ("status", "report", "timestamp", "known_issue")}
+    if newest["earlier_model"]:
+        cell["earlier_model"] = True
     same = [run for run in runs if newest["model"] is not None and run["model"] == newest["model"]
             and (run["status"] == "pass" or run["disagreed"])
             and all(run["versions"][p] == v for p, v in newest["versions"].items()
@@ -153,7 +167,9 @@ def markdown(data: dict, link_base: str = "../verification/") -> str:
              "ran it; `known` is a known upstream failure (the link in the report), not the env's; `known*` a failure "
              "the report counted, whose output a family's known issue recognises since (the link after it); `(k of n "
              "runs below the agreement bound)`: other reports ran the same model, and in k of the n runs its rollout "
-             "and actor did not agree within verify's bound, so the verdict is not a stable one. Each "
+             "and actor did not agree within verify's bound, so the verdict is not a stable one; `(the row's earlier "
+             "model)`: the report ran the family before its row's model changed (families.toml model_since), so it "
+             "is no verdict on the model the row builds now. Each "
              "verdict links its report.", "",
              "| stack | variant | mode | " + " | ".join(data["families"]) + " |",
              "|---|---|---|" + "---|" * len(data["families"])]
@@ -167,6 +183,8 @@ def markdown(data: dict, link_base: str = "../verification/") -> str:
             if "same_model" in cell:
                 same = cell["same_model"]
                 text += f" ({same['disagreed']} of {same['runs']} runs below the agreement bound)"
+            if cell.get("earlier_model"):
+                text += " (the row's earlier model)"
             cells_.append(text)
         lines.append(f"| {row['stack']} | {row['variant']} | {row['mode']} | " + " | ".join(cells_) + " |")
     return "\n".join(lines) + "\n"

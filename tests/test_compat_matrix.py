@@ -157,3 +157,23 @@ def test_a_cell_says_how_many_runs_of_its_model_fell_below_the_agreement_bound(t
     assert deepseek["same_model"] == {"runs": 3, "disagreed": 1, "reports": ["c.json", "d.json", "f.json"]}
     assert "[pass](../verification/f.json) (1 of 3 runs below the agreement bound)" in compat_matrix.markdown(data)
     assert "same_model" not in cell(data, "verl-0.9", "megatron", "fast", "glm4-moe")  # every run agreed
+
+
+def test_a_report_from_before_its_rows_model_changed_says_so(tmp_path):
+    row = families.table().families["deepseek-v3"]
+    assert row.model_since == "2026-12-07T23:00:00+00:00"  # 2 groups of 4 since (megatron-core's group score)
+    (tmp_path / "a.json").write_text(json.dumps(report("verl-0.9", "fsdp", "fast", "2026-12-07T22:59:59+00:00", [
+        trainer("fsdp", "deepseek-v3", "pass"), trainer("fsdp", "glm4-moe", "pass")])))
+    (tmp_path / "b.json").write_text(json.dumps(report("verl-0.9", "megatron", "fast", "2026-12-07T23:00:00+00:00", [
+        trainer("megatron", "deepseek-v3", "pass")])))
+    data = compat_matrix.matrix(tmp_path, stacks.load(REPO / "stacks.toml"), families.table())
+    assert cell(data, "verl-0.9", "fsdp", "fast", "deepseek-v3")["earlier_model"] is True
+    assert "earlier_model" not in cell(data, "verl-0.9", "fsdp", "fast", "glm4-moe")  # a row with no model_since
+    assert "earlier_model" not in cell(data, "verl-0.9", "megatron", "fast", "deepseek-v3")  # run on the row of now
+    assert "[pass](../verification/a.json) (the row's earlier model)" in compat_matrix.markdown(data)
+    # The committed reports: every deepseek-v3 verdict is the earlier row's until a GPU runs the row of now.
+    committed = compat_matrix.matrix(REPO / "docs" / "verification", stacks.load(REPO / "stacks.toml"),
+                                     families.table())
+    for row_ in committed["rows"]:
+        found = row_["families"]["deepseek-v3"]
+        assert found["status"] == "not run" or found.get("earlier_model") is True, row_

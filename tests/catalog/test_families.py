@@ -57,6 +57,10 @@ def test_an_unknown_family_is_one_line_naming_the_valid_ones():
      "families.qwen2.5-vl.known_issue: unknown key 'link'"),
     (lambda d: d["families"]["qwen2.5-vl"].update(known_issue="verl#7899"),
      "families.qwen2.5-vl.known_issue must be a table or an array of tables"),
+    (lambda d: d["families"]["llama"].update(model_since="2026-12-07"),
+     "families.llama.model_since is '2026-12-07'; give a TOML date-time with its offset"),
+    (lambda d: d["families"]["llama"].update(model_since=__import__("datetime").datetime(2026, 12, 7, 23)),
+     "families.llama.model_since is datetime.datetime(2026, 12, 7, 23, 0); give a TOML date-time with its offset"),
 ])
 def test_a_broken_table_is_one_line(change, complaint):
     import tomllib

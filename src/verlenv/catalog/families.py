@@ -5,6 +5,7 @@ A family reaches the check script as one dict (`Family.row()`): the config class
 config), the model class, the config's arguments, the inputs kind and what verl's config needs for it."""
 
 import copy
+import datetime
 import json
 import re
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ class Family:
     # The kind of attention vLLM runs it with (a kind of data/kernel_paths.toml: "mla", "sinks"): the trainer check
     # expects the backend vLLM picks for it on the GPU.
     attention: str | None = None
+    # When the row last changed its model (ISO 8601, UTC offset): GPU reports from before ran another model, which the
+    # compatibility matrix says (benchmarks/compat_matrix.py).
+    model_since: str | None = None
 
     def known_failure(self, texts, variant: str) -> dict | None:
         """The known issue of this family in `variant` whose signature one of `texts` shows, or None. The trainer
@@ -141,6 +145,17 @@ def _known_issues(row: dict, where: str, path: Path) -> tuple[dict, ...]:
     return tuple(dict(i) for i in issues)
 
 
+def _moment(row: dict, key: str, where: str, path: Path) -> str | None:
+    """A TOML date-time with its UTC offset (2026-12-07T23:00:00Z), as ISO 8601 text; None where the row has none."""
+    if key not in row:
+        return None
+    value = row[key]
+    if not isinstance(value, datetime.datetime) or value.tzinfo is None:
+        raise UserError(f"{path}: {where}.{key} is {value!r}; give a TOML date-time with its offset, "
+                        "e.g. 2026-12-07T23:00:00Z")
+    return value.isoformat()
+
+
 def parse(path: Path, data: dict) -> Table:
     defaults = data.get("defaults")
     if not isinstance(defaults, dict):
@@ -160,7 +175,7 @@ def parse(path: Path, data: dict) -> Table:
         if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", name) or name == ALL:
             raise UserError(f"{path}: {where}: a family's name is lowercase letters, digits, '.' and '-', not {ALL!r}")
         known = {"description", "exercises", "config_class", "model_class", "inputs", "config", "token_ids",
-                 "overrides", "known_issue", "needs", "attention"}
+                 "overrides", "known_issue", "needs", "attention", "model_since"}
         if unknown := sorted(set(row) - known):
             raise UserError(f"{path}: {where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(known))}")
         inputs = _text(row, "inputs", where, path, "text")
@@ -177,7 +192,8 @@ def parse(path: Path, data: dict) -> Table:
                                 overrides=_reasons(row, "overrides", where, path),
                                 known_issues=_known_issues(row, where, path),
                                 needs=_reasons(row, "needs", where, path, "package = what runs slowly without it"),
-                                attention=_text(row, "attention", where, path) if "attention" in row else None)
+                                attention=_text(row, "attention", where, path) if "attention" in row else None,
+                                model_since=_moment(row, "model_since", where, path))
     if not families:
         raise UserError(f"{path}: no [families.<name>] rows")
     fast = defaults.get("fast", [])

@@ -25,7 +25,7 @@ from verlenv.catalog import backends, families, gpus, packages, stacks
 from verlenv.doctor import facts as facts_mod
 from verlenv.env import base_record
 from verlenv.errors import UserError
-from verlenv.verify import jit_jobs, kernel_paths, static, trainer_slots
+from verlenv.verify import group_routing, jit_jobs, kernel_paths, static, trainer_slots
 from verlenv.verify.options import VerifyOptions
 from verlenv.verify.results import SKIPPED_BY_REQUEST, STATUSES, CheckResult
 from verlenv.verify.static import Scope
@@ -290,6 +290,8 @@ def run_static(s: Settings, facts: facts_mod.EnvFacts) -> tuple[list[CheckResult
         # A family this run trains whose fast kernels are missing would train on a slow path: say so, in words.
         provided = frozenset(pins) | frozenset(b.name for b in s.variant.source_builds)
         results += kernel_paths.check_family_kernels(s.families, installed, provided, unbuilt_ok, families.table())
+    if scope.wants("verl"):  # the families verl's trainer trains: routing megatron-core scores otherwise, said first
+        results += group_routing.check_group_routing(s.families, s.variant.actor, families.table())
     intact = packages.table().intact()
     protected = [n for n, pkg in intact.items() if scope.wants(pkg) and (n in installed or n in pins)]
     object_dists = [d for p in packages.table().packages.values() if scope.wants(p.name) for d, _ in p.objects]

@@ -156,20 +156,6 @@ def _moment(row: dict, key: str, where: str, path: Path) -> str | None:
     return value.isoformat()
 
 
-def _check_group_score_top(value, path: Path) -> None:
-    """defaults.group_score_top: by_method and by_type, each a table of names to positive whole numbers (how many of
-    a group's experts transformers and vLLM sum to score it)."""
-    where = f"{path}: defaults.group_score_top"
-    if not isinstance(value, dict) or set(value) != {"by_method", "by_type"}:
-        raise UserError(f"{where} must be a table of two tables, by_method and by_type")
-    for part, table_ in value.items():
-        bad = [k for k, v in (table_.items() if isinstance(table_, dict) else [])
-               if isinstance(v, bool) or not isinstance(v, int) or v < 1]
-        if not isinstance(table_, dict) or bad:
-            raise UserError(f"{where}.{part} must map names to whole numbers of at least 1"
-                            + (f" ({bad[0]!r} does not)" if bad else ""))
-
-
 def parse(path: Path, data: dict) -> Table:
     defaults = data.get("defaults")
     if not isinstance(defaults, dict):
@@ -178,7 +164,6 @@ def parse(path: Path, data: dict) -> Table:
         value = defaults.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise UserError(f"{path}: defaults.{key} must be a positive number")
-    _check_group_score_top(defaults.get("group_score_top"), path)
     as_loaded = defaults.get("saved_as_loaded", [])
     if not isinstance(as_loaded, list) or not all(isinstance(t, str) and t for t in as_loaded):
         raise UserError(f"{path}: defaults.saved_as_loaded must be a list of model types")

@@ -65,11 +65,12 @@ def route(moe, torch, router_logits, per_group: int):
 def group_scores_by(model, torch, rule: str):
     """While open, every grouped MoE layer scores its groups by `rule`: "transformers" (top 2, through this file's
     copy of its routing: a check of the copy) or "megatron" (top num_experts_per_tok // topk_group)."""
+    from verlenv.verify import group_routing  # the rule verify's family-routing check judges by
     patched = [m for m in model.modules() if type(m).__name__ in GROUPED]
     if not patched:
         raise SystemExit(f"no MoE layer of {', '.join(GROUPED)} in {type(model).__name__}")
     for moe in patched:
-        per_group = 2 if rule == "transformers" else max(1, moe.top_k // moe.topk_group)
+        per_group = 2 if rule == "transformers" else group_routing.megatron_group_top(moe.top_k, moe.topk_group)
         moe.route_tokens_to_experts = lambda logits, moe=moe, k=per_group: route(moe, torch, logits, k)
     try:
         yield

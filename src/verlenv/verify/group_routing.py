@@ -17,13 +17,18 @@ KEYS = ("n_group", "topk_group", "num_experts_per_tok", "topk_method", "model_ty
 UPSTREAM = "NVIDIA/Megatron-LM#4667 (open) would make megatron-core's number a setting"
 
 
+def megatron_group_top(num_experts_per_tok: int, topk_group: int) -> int:
+    """How many of a group's experts megatron-core 0.18.2 sums to score it (moe_utils.group_limited_topk)."""
+    return max(1, num_experts_per_tok // topk_group)
+
+
 def published(row: dict) -> dict:
     """The routing keys as the row's config had them before a shrink (`shrunk` records [published, shrunk])."""
     config = row["config"]
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    where = "text_config." if text is not config else ""
     out = {}
     for key in KEYS:
-        where = "text_config." if text is not config else ""
         changed = (row.get("shrunk") or {}).get(where + key)
         out[key] = changed[0] if isinstance(changed, list) and changed else text.get(key, config.get(key))
     return out
@@ -47,7 +52,7 @@ def check_group_routing(rows: list[dict], actor: str, table: families.Table) -> 
         rollout = rollout_top(r, table.defaults["group_score_top"])
         if rollout is None or not all(isinstance(v, int) and v > 0 for v in (groups, chosen, topk)) or groups < 2:
             continue
-        megatron = max(1, topk // chosen)
+        megatron = megatron_group_top(topk, chosen)
         name, shape = f"family-routing/{row['name']}", f"{topk} experts from {chosen} of {groups} groups"
         numbers = {"megatron_group_top": megatron, "rollout_group_top": rollout}
         if megatron == rollout:

@@ -44,12 +44,6 @@ deepseek_runs() {  # the five deepseek-v3 runs side by side; mark D
   echo "D $(date +%s) a: $(cat $R/ds-a.done); b: $(cat $R/ds-b.done); bias0: $(cat $R/ds-bias0.done);" \
        "ce: $(cat $R/ds-ce.done); triton: $(cat $R/ds-triton.done)"
 }
-fsdp_all() {  # --family all and three published configs on the fsdp actor, one run; $1: the verify options for an env
-  # without flash-attn (sdpa attention), none with it
-  CONFIGS="Qwen3-Next-80B-A3B-Instruct DeepSeek-V3 GLM-4.5"
-  run_named fsdp-all "$(verify_cmd fsdp-all --variant fsdp --only verl $SKIP --family all $(configs) ${1:-})"
-  echo "M fsdp all $(date +%s) $(cat $R/fsdp-all.done)"
-}
 step=$1; shift
 . docs/verification/visit-lib.sh  # the node's layout (R, P, ENV, NOX...), the helpers (aot_install), the common steps
 
@@ -59,7 +53,7 @@ plan)     # on the node, by itself
   deepseek_runs
   if [ "$FSDP" = yes ]; then fsdp_all
   else fsdp_all "--trainer-override ++actor_rollout_ref.model.override_config.attn_implementation=sdpa"; fi
-  [ "$FSDP" = yes ] || THOROUGH=$(printf '%s\n' $THOROUGH | grep -v '^fsdp:' | tr '\n' ' ')
+  [ "$FSDP" = yes ] || THOROUGH=$(without_fsdp "$THOROUGH")
   thorough_runs "$THOROUGH" "$SKIP"
   echo "thorough end $(date +%s)" ;;
 *)

@@ -26,13 +26,7 @@ plan)     # on the node, by itself
   [ "$FSDP" = yes ] && run_named ds-fsdp "$(verify_cmd ds-fsdp --variant fsdp --only verl --family deepseek-v3)" &
   wait
   echo "X $(date +%s) megatron: $(cat $R/ds-megatron.done); fsdp: $(cat $R/ds-fsdp.done 2>/dev/null || echo skipped)"
-  if [ "$FSDP" = yes ]; then
-    CONFIGS="Qwen3-Next-80B-A3B-Instruct DeepSeek-V3 GLM-4.5"
-    run_named fsdp-all "$(verify_cmd fsdp-all --variant fsdp --only verl --family all $(configs))"
-    echo "M fsdp all $(date +%s) $(cat $R/fsdp-all.done)"
-  else
-    THOROUGH=$(printf '%s\n' $THOROUGH | grep -v '^fsdp:' | tr '\n' ' ')
-  fi
+  if [ "$FSDP" = yes ]; then fsdp_all; else THOROUGH=$(without_fsdp "$THOROUGH"); fi
   thorough_runs "$THOROUGH" "$SKIP"
   echo "thorough end $(date +%s)" ;;
 *)

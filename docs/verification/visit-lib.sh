@@ -55,6 +55,13 @@ agreement_runs() {  # $1 = families: benchmarks/gdn_algorithm_agreement.py on th
   run_named agreement "$agree $(families $1) --out $R/agreement.json"
   run_named agreement-drawn "$agree $(families $1) --routed-influence none --out $R/agreement-drawn.json"
 }
+fsdp_all() {  # --family all and three published configs on the fsdp actor, one run (visits W, X); $1: the verify
+  # options for an env without flash-attn (sdpa attention), none with it; $SKIP as for cells
+  CONFIGS="Qwen3-Next-80B-A3B-Instruct DeepSeek-V3 GLM-4.5"
+  run_named fsdp-all "$(verify_cmd fsdp-all --variant fsdp --only verl $SKIP --family all $(configs) ${1:-})"
+  echo "M fsdp all $(date +%s) $(cat $R/fsdp-all.done)"
+}
+without_fsdp() { printf '%s\n' $1 | grep -v '^fsdp:' | tr '\n' ' '; }  # $1 = "variant:family ...", fsdp's taken out
 published_config_runs() {  # the published DeepSeek-V3 (fsdp, unless FSDP=no) and GLM-4.5 (megatron) configs side
   # by side; mark `end`
   [ "${FSDP:-yes}" = yes ] &&

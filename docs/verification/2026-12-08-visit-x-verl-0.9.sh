@@ -1,5 +1,5 @@
-# GPU visit X (one H100 or H200), prepared 2026-12-07; not run: its one start that day failed, leaving 342 s of device
-# time, too little for the bundle and a trainer. Visit W's bundle (46 parts of 48 MiB, flash-attn's sm_90 wheel in
+# GPU visit X (one H100 or H200), prepared 2026-12-07 (its one start that day failed, leaving 342 s of device time),
+# run 2026-12-08. Visit W's bundle (46 parts of 48 MiB, flash-attn's sm_90 wheel in
 # it), then, by itself on the node:
 #   1. deepseek-v3's fixed row (families.toml since 2026-12-07T23:00Z: 2 groups of 4, the top group, then its top 2, so
 #      megatron-core scores groups as vLLM does) on both actors side by side, one verify run each; mark X.
@@ -10,9 +10,9 @@
 # Calls, back to back (a machine is given back 30 s after a call ends): part 1 … part 45 (carry .carry/nNNNN),
 # install-base 46 (carry .carry/n0046 and .verlenv/wheelhouse/flashinfer-jit-cache), then `wait 560 MARK` until the
 # plan ends; the last call `wait S; partial` ending before the device time does.
-# bash docs/verification/2026-12-07-visit-x-verl-0.9.sh STEP [ARG]
+# bash docs/verification/2026-12-08-visit-x-verl-0.9.sh STEP [ARG]
 set -uo pipefail
-SELF=docs/verification/2026-12-07-visit-x-verl-0.9.sh
+SELF=docs/verification/2026-12-08-visit-x-verl-0.9.sh
 THOROUGH=${THOROUGH:-"megatron:qwen3-next megatron:qwen3.5-moe megatron:glm4-moe megatron:deepseek-v3 megatron:qwen3-vl
   fsdp:qwen3.5-moe fsdp:qwen3-next fsdp:glm4-moe fsdp:qwen3.5"}
 FSDP=yes  # set by the plan: no when the env has no flash-attn

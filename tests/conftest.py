@@ -32,7 +32,7 @@ def gpu_visible() -> bool:
 # (pytest-xdist's own `--dist loadgroup` reads marks by a node id attribute pytest 9.2 no longer has.)
 XDIST_SCOPES = {
     "ray": ("test_cluster_placement", "test_cluster_trainer", "test_verl_trainer_check", "test_cluster_ray",
-            "test_cluster_doctor_logs", "test_cluster_compare"),
+            "test_cluster_doctor_logs", "test_cluster_compare", "test_verl_own_ray"),
     "gpu": ("test_kernel_scripts", "test_check_sglang", "test_cluster_allreduce_gpu"),
 }
 # The longest scopes, longest first (`--durations` of a 2-worker run, 2026-11-28: the Ray modules ≈ 1000 s together,

@@ -417,6 +417,8 @@ def fake_launch(t, monkeypatch, tmp_path, script):
     monkeypatch.setattr(t, "write_inputs", write_inputs)
     run = [str(script)] if isinstance(script, Path) else ["-c", script]
     monkeypatch.setattr(t, "command", lambda python, paths, spec, family, **sizes: [sys.executable, *run])
+    # The stand-in runs as it is: the tests' python has no Ray (test_verl_own_ray.py runs the wrapper in the env).
+    monkeypatch.setattr(t, "in_own_ray", lambda cmd: cmd)
 
 
 def profile_json(**extra) -> str:
@@ -456,6 +458,22 @@ def test_the_fast_proof_starts_the_trainer_before_its_import_check_and_files_its
     # Each phase from the arrival of its line (read in a thread: possibly after the exit that total_s marks).
     assert numbers["phase/driver_start_s"] > 0 and numbers["phase/total_s"] == numbers["wall_s"] > 0
     assert not os.path.exists(second.__self__.workdir)
+
+
+def test_the_trainer_is_launched_in_a_ray_of_its_own_under_a_job_id_of_its_own(monkeypatch, tmp_path):
+    t, common = trainer(), load("_common")
+    real = t.in_own_ray
+    fake_launch(t, monkeypatch, tmp_path, "print('up')")
+    wrapped = []
+    monkeypatch.setattr(t, "in_own_ray", lambda cmd: wrapped.append(cmd) or cmd)
+    check = t.TrainerCheck(None, common.parse_profile(profile_json()), LLAMA)
+    check.launch(hold=True)
+    assert check.error is None and wrapped == [[sys.executable, "-c", "print('up')"]]
+    check.abandon()
+    # what it is wrapped in: the env's python runs _verl_own_ray.py with the host-wide slots, then verl's command
+    assert real(["python", "-m", "verl.trainer.main_ppo"]) == [
+        sys.executable, os.path.join(str(KERNELS), "_verl_own_ray.py"), "/tmp/verlenv-ray-jobs", "--",
+        "python", "-m", "verl.trainer.main_ppo"]
 
 
 def test_a_trainer_left_behind_by_a_failed_import_is_killed_and_its_folder_removed(monkeypatch, tmp_path):

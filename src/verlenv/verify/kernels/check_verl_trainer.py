@@ -240,6 +240,19 @@ def command(python: str, paths: dict, trainer: dict, family: dict, **sizes) -> l
             *overrides(paths, trainer, family, **sizes)]
 
 
+# verl 0.9.1 names the socket its trainer sends the weights to vLLM through by the Ray job id, and every fresh Ray
+# instance numbers its first job alike: side-by-side trainers, each in a Ray of its own, would share one socket path
+# (_verl_own_ray.py says what follows). The slots are host-wide, as that path is: verify runs side by side share them.
+OWN_RAY_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_verl_own_ray.py")
+RAY_JOB_SLOTS = "/tmp/verlenv-ray-jobs"
+
+
+def in_own_ray(cmd: list[str]) -> list[str]:
+    """cmd (verl's driver) run joined to a Ray instance of its own, under a Ray job id no other trainer on the host
+    started so has."""
+    return [sys.executable, OWN_RAY_PROGRAM, RAY_JOB_SLOTS, "--", *cmd]
+
+
 def parse_value(text: str):
     try:
         return float(text)
@@ -581,7 +594,7 @@ class TrainerCheck:
             self.workdir = tempfile.mkdtemp(prefix="verlenv-verl-trainer-")
             atexit.register(self.abandon)  # the import check failing ends the script before finish()
             self.paths = write_inputs(self.workdir, self.torch, self.family, rows_needed(self.gpus))
-            self.cmd = command(sys.executable, self.paths, self.trainer, self.family, **self.sizes)
+            self.cmd = in_own_ray(command(sys.executable, self.paths, self.trainer, self.family, **self.sizes))
             env = trainer_env(log_env=self.trainer["rollout"].get("log_env"),
                               jit_max_jobs=self.trainer.get("jit_max_jobs"))
             if self.trainer.get("jit_why"):

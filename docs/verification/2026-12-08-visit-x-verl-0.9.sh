@@ -2,7 +2,9 @@
 # run 2026-12-08. Visit W's bundle (46 parts of 48 MiB, flash-attn's sm_90 wheel in
 # it), then, by itself on the node:
 #   1. deepseek-v3's fixed row (families.toml since 2026-12-07T23:00Z: 2 groups of 4, the top group, then its top 2, so
-#      megatron-core scores groups as vLLM does) on both actors side by side, one verify run each; mark X.
+#      megatron-core scores groups as vLLM does) on both actors side by side, one verify run each, and beside them the
+#      megatron run with vLLM's TRITON_MLA backend (idle in visit W): three trainers, each under a Ray job id of its
+#      own (verify's fix of 2026-12-08: visit W's trainers all shared one weight-sync socket path); mark X.
 #   2. what visit W did not reach: fsdp `--family all` with the published Qwen3-Next-80B, DeepSeek-V3 and GLM-4.5
 #      configs (the calibrated MoE families' first fsdp verdicts); mark M.
 #   3. --thorough, one family at a time: megatron qwen3-next, qwen3.5-moe, glm4-moe, deepseek-v3, qwen3-vl, then fsdp
@@ -24,8 +26,11 @@ plan)     # on the node, by itself
   plan_start
   run_named ds-megatron "$(verify_cmd ds-megatron --variant megatron --only verl $SKIP --family deepseek-v3)" &
   [ "$FSDP" = yes ] && run_named ds-fsdp "$(verify_cmd ds-fsdp --variant fsdp --only verl --family deepseek-v3)" &
+  run_named ds-triton "$(verify_cmd ds-triton --variant megatron --only verl $SKIP --family deepseek-v3 \
+    --trainer-override +actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend=TRITON_MLA)" &
   wait
-  echo "X $(date +%s) megatron: $(cat $R/ds-megatron.done); fsdp: $(cat $R/ds-fsdp.done 2>/dev/null || echo skipped)"
+  echo "X $(date +%s) megatron: $(cat $R/ds-megatron.done); fsdp: $(cat $R/ds-fsdp.done 2>/dev/null || echo skipped)" \
+       "triton: $(cat $R/ds-triton.done)"
   if [ "$FSDP" = yes ]; then fsdp_all; else THOROUGH=$(without_fsdp "$THOROUGH"); fi
   thorough_runs "$THOROUGH" "$SKIP"
   echo "thorough end $(date +%s)" ;;

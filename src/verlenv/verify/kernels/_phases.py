@@ -71,8 +71,9 @@ AUTOTUNE_END = re.compile(r"\[Autotuner\]: Autotuning process ends")
 
 # The top-level phases: each ends at its milestone and starts at the previous one ("launch" is 0).
 CHAIN = (
-    ("ray_init", "driver_start"),       # python, verl's imports, Hydra's config, validate_config
-    ("ray_up", "ray_up"),               # ray.init: a local Ray instance started (or a cluster joined)
+    ("ray_init", "driver_start"),       # python, verl's imports, Hydra's config, validate_config; on one node, first
+                                        # the Ray verify starts for the driver (_verl_own_ray.py: its line's seconds)
+    ("ray_up", "ray_up"),               # ray.init: a local Ray instance started (or one joined: verify's, a cluster)
     ("task_runner", "task_runner"),     # the TaskRunner actor's process up, verl imported there
     ("dataloader", "trainer_setup"),    # the trainer object: tokenizer, datasets, dataloaders
     ("workers_spawned", "workers_spawn"),  # the GPU worker processes (Ray actors) created

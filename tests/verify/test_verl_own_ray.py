@@ -41,6 +41,12 @@ def start(python: str, slot_dir, *driver: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
+def ray_job_hex(python: str, number: int) -> str:
+    """Ray's own spelling of job id `number` (little-endian hex: 1 is 01000000)."""
+    code = f"import ray; print(ray.JobID.from_int({number}).hex())"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def read_until(proc: subprocess.Popen, prefix: str) -> tuple[str, list[str]]:
     """The first line starting with prefix (and every line before it); the driver's output ending first fails."""
     seen = []
@@ -65,6 +71,7 @@ def test_two_trainers_at_once_get_two_job_ids_neither_a_fresh_rays_first(python,
         assert len(set(jobs)) == 2 and FRESH_RAY_FIRST_JOB not in jobs, jobs
         assert sorted(m.split(":")[1].strip().split()[1] for m in marks) == ["0", "1"], marks  # "slot K:"
         assert {m.split(" as job ")[1].split()[0] for m in marks} == set(jobs), (marks, jobs)  # it says the id
+        assert sorted(jobs) == sorted(ray_job_hex(python, own_ray.FIRST_JOB + k) for k in (0, 1))
         for run in runs:
             run.stdin.write("\n")
             run.stdin.flush()

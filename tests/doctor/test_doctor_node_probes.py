@@ -198,3 +198,38 @@ def test_doctor_without_python_probes_the_stacks_env_as_verify_does(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**environ, "VIRTUAL_ENV": str(other)},
                        check=False)
     assert json.loads(p.stdout)["python"] == str(other / "bin" / "python")
+
+
+def fake_proc(root: Path, processes: dict[int, list[str]]) -> Path:
+    """A /proc of the given processes (pid -> argv), as the kernel lays out cmdline: NUL-separated (test double: the
+    real /proc of this machine holds whatever else runs)."""
+    for pid, argv in processes.items():
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (root / "self").mkdir()
+    return root
+
+
+def test_ray_instances_are_the_gcs_servers_of_the_host(tmp_path):
+    gcs = "/env/lib/python3.12/site-packages/ray/core/src/ray/gcs/gcs_server"
+    proc = fake_proc(tmp_path / "proc", {
+        41: [gcs, "--log_dir=/tmp/vray-a/ray/session_2026-12-08_02-32-51_8_41/logs", "--gcs_server_port=0"],
+        7: [gcs, "--gcs_server_port=6379"],
+        12: ["/usr/bin/python3", "-c", "print('gcs_server')"],  # the name in an argument is not the program
+        13: ["/env/bin/raylet", "--gcs-address=127.0.0.1:6379"]})
+    found = node_probes.ray_instances(proc)
+    assert [(i["pid"], i["session"]) for i in found] == [
+        (7, None), (41, "/tmp/vray-a/ray/session_2026-12-08_02-32-51_8_41")]
+
+
+def test_two_ray_instances_on_a_host_with_verl_are_a_warning_one_is_not(tmp_path):
+    with_verl = env_facts(tmp_path, distributions=[Dist("verl", "0.9.1", [], str(tmp_path))])
+    one = [{"pid": 7, "uid": 0, "session": None}]
+    two = one + [{"pid": 41, "uid": 1000, "session": "/tmp/vray-a/ray/session_x"}]
+    assert node_probes.probe_ray_instances([], with_verl).status == "ok"
+    assert node_probes.probe_ray_instances(one, with_verl).status == "ok"
+    warned = node_probes.probe_ray_instances(two, with_verl)
+    assert (warned.status, warned.failure_id) == ("warning", "F70")
+    assert "2 Ray instances" in warned.summary and "7, 41" in warned.summary
+    assert warned.fix[0].startswith("start one Ray on the node first (ray start --head)")
+    assert node_probes.probe_ray_instances(two, env_facts(tmp_path)).status == "skipped"  # no verl, no socket

@@ -12,6 +12,7 @@ import tempfile
 import pytest
 
 from test_kernel_scripts import has_modules, torch_python
+from verlenv.doctor import node_probes
 from verlenv.verify import kernels
 
 PROGRAM = os.path.join(os.path.dirname(kernels.__file__), "_verl_own_ray.py")
@@ -37,8 +38,10 @@ def python() -> str:
 def start(python: str, slot_dir, *driver: str) -> subprocess.Popen:
     # Ray's socket paths must stay under 107 bytes: a short folder of /tmp, not pytest's tmp_path
     env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="vr", dir="/tmp"), "RAY_ADDRESS": "local"}
-    return subprocess.Popen([python, PROGRAM, str(slot_dir), "--", *driver], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([python, PROGRAM, str(slot_dir), "--", *driver], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc.ray_tmp = env["RAY_TMPDIR"]
+    return proc
 
 
 def ray_job_hex(python: str, number: int) -> str:
@@ -72,6 +75,9 @@ def test_two_trainers_at_once_get_two_job_ids_neither_a_fresh_rays_first(python,
         assert sorted(m.split(":")[1].strip().split()[1] for m in marks) == ["0", "1"], marks  # "slot K:"
         assert {m.split(" as job ")[1].split()[0] for m in marks} == set(jobs), (marks, jobs)  # it says the id
         assert sorted(jobs) == sorted(ray_job_hex(python, own_ray.FIRST_JOB + k) for k in (0, 1))
+        # the doctor's probe sees both instances (and any other on this machine), each by its GCS server
+        sessions = [i["session"] or "" for i in node_probes.ray_instances()]
+        assert all(any(s.startswith(run.ray_tmp + "/") for s in sessions) for run in runs), sessions
         for run in runs:
             run.stdin.write("\n")
             run.stdin.flush()

@@ -213,6 +213,44 @@ def disk_usage(folder: Path) -> tuple[int, int, int] | None:
     return None
 
 
+def ray_instances(proc: Path = Path("/proc")) -> list[dict]:
+    """The Ray instances alive on this host, one GCS server process each: its pid, owner and session folder."""
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0")]
+            uid = entry.stat().st_uid
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == "gcs_server":
+            logs = next((a.split("=", 1)[1] for a in argv if a.startswith("--log_dir=")), None)
+            found.append({"pid": int(entry.name), "uid": uid, "session": logs and str(Path(logs).parent)})
+    return sorted(found, key=lambda i: i["pid"])
+
+
+def probe_ray_instances(instances: list[dict], facts: EnvFacts) -> ProbeResult:
+    """Several Ray instances on one host: verl jobs in two of them can share one weight-sync socket path, named by
+    the Ray job id, which is 01000000 for the first job of every instance (docs/reference.md, "Two verl jobs on one
+    host"). The Ray verify starts for each of its trainers gives that trainer an id of its own."""
+    name = "ray-instances"
+    if facts.dist("verl") is None:
+        return skipped(name, "no verl in this env")
+    details = {"instances": instances}
+    if len(instances) < 2:
+        return ok(name, f"{len(instances)} Ray instance(s) on this host: a verl job started now has its weight-sync "
+                        "socket to itself", **details)
+    pids = ", ".join(str(i["pid"]) for i in instances[:SHOWN]) + (", ..." if len(instances) > SHOWN else "")
+    return warning(name, f"{len(instances)} Ray instances on this host (GCS server pids {pids}): verl jobs in two of "
+                         "them share one weight-sync socket path (/tmp/rl-colocate-zmq-01000000-replica-0-rank-0.sock "
+                         "for each instance's first job), and two syncs at once hang one job and give another job's "
+                         "weights to a rollout", "F70",
+                   fix=["start one Ray on the node first (ray start --head): every verl job started after it joins "
+                        "it under a job id of its own",
+                        "or run one verl job at a time on this host"], **details)
+
+
 def probe_megatron(facts: EnvFacts) -> ProbeResult:
     """Which bridge verl's Megatron actor can build through here: Megatron-Bridge (verl's default) or mbridge
     (actor.megatron.vanilla_mbridge=True)."""

@@ -524,7 +524,7 @@ def select_lock(root: Path | None, stack: str | None, variant: str | None,
 
 PROBES = ("driver", "nvcc-vs-torch", "host-compiler", "apex", "torch-extensions", "cuda-libraries", "lock-drift",
           "triton-libcuda", "threads", "numpy", "cuda-majors", "pip", "glibc", "libstdcxx", "nccl-env", "memory",
-          "ray-disk", "megatron")
+          "ray-disk", "ray-instances", "megatron")
 
 
 def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None = None,
@@ -577,6 +577,7 @@ def run_all(facts: EnvFacts, stack_name: str | None = None, variant: str | None 
         "ray-disk": lambda: node_probes.probe_ray_disk(node_probes.ray_temp_dir(environ),
                                                        node_probes.disk_usage(node_probes.ray_temp_dir(environ)),
                                                        environ),
+        "ray-instances": lambda: node_probes.probe_ray_instances(node_probes.ray_instances(), facts),
         "megatron": lambda: node_probes.probe_megatron(facts),
     }
     return [_guarded(name, run[name]) for name in PROBES if not only or name in only]

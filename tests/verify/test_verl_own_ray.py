@@ -105,3 +105,11 @@ def test_without_a_command_it_says_how_and_exits_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "usage: _verl_own_ray.py SLOT_DIR -- COMMAND..."
     assert not list(tmp_path.iterdir())  # nothing half-made
+
+
+def test_a_driver_killed_by_a_signal_is_reported_as_that_signal(python, tmp_path):
+    run = start(python, tmp_path, python, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    run.stdin.close()
+    run.stdout.read()
+    assert run.wait(timeout=120) == -9  # as the check saw verl's driver itself: "exited with -9"
+

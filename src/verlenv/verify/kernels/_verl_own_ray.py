@@ -1,6 +1,6 @@
 """Run by verl's trainer check in the env's python, by path: `_verl_own_ray.py SLOT_DIR -- COMMAND...` runs COMMAND
 (verl's driver, `python -m verl.trainer.main_ppo ...`) joined to a Ray instance of its own whose job id no other
-trainer started so on this host has, and exits with COMMAND's exit code.
+trainer started so on this host has, and exits with COMMAND's exit code (or dies of the signal it died of).
 
 Why: verl 0.9.1 hands the weights from the trainer to its colocated vLLM through a ZMQ socket at
 /tmp/rl-colocate-zmq-{Ray job id}-replica-{replica}-rank-{local rank}.sock (verl-project/verl#6246, the fix of
@@ -14,9 +14,11 @@ it ends), a Ray instance started here (this process is its job 1), job ids drawn
 then COMMAND with RAY_ADDRESS naming the instance: verl's ray.init() joins it as job FIRST_JOB+K.
 Standard library plus the env's Ray."""
 
+import contextlib
 import fcntl
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -70,7 +72,15 @@ def main(argv: list[str]) -> int:
     address, job = start_instance(slot)
     print(f"{MARK}slot {slot}: verl's driver joins Ray at {address} as job {job} "
           f"({time.monotonic() - start:.1f} s)", flush=True)
-    return subprocess.call(argv[2:], env={**os.environ, "RAY_ADDRESS": address})
+    code = subprocess.call(argv[2:], env={**os.environ, "RAY_ADDRESS": address})
+    if code < 0:  # the driver died of a signal: so does this process, after its Ray, so that the check reads -N
+        import ray
+
+        ray.shutdown()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep theirs, and need no reset
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
 
 
 if __name__ == "__main__":
